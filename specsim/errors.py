@@ -1,0 +1,22 @@
+"""User-facing errors.
+
+Every problem a user can fix (a bad file, a bad argument, a bad callable) is raised as a
+:class:`SpecsimError` whose message is ONE line naming the problem and the fix. The CLI prints it
+as ``specsim: error: <message>`` and exits with code 2, with no traceback. Library callers get
+the exception and can catch it.
+"""
+
+from __future__ import annotations
+
+
+class SpecsimError(Exception):
+    """A problem in the user's input; the message is one line and says how to fix it."""
+
+    exit_code = 2
+
+    def __init__(self, message: str) -> None:
+        super().__init__(" ".join(str(message).split()))
+
+
+class TraceError(SpecsimError):
+    """A trace file that does not follow trace format v1 (docs/trace-format.md)."""

@@ -1,0 +1,142 @@
+"""What a prefix scheduler receives and returns, and the registry that finds one by name.
+
+A policy is a pure function of one scheduling decision: given the draft confidences of the R
+running requests and the cost of a target step, return how many leading draft tokens each
+request verifies. The simulator, the losslessness oracle and the real engine all call the SAME
+function, so what is proven lossless is what is simulated.
+
+Protocol (``Policy.schedule(inp) -> lengths``):
+- ``inp.conf``: (R, gamma) conditional confidences c_{r,k} of the current drafts.
+- ``inp.step_time(B)``: seconds of one target step over a token batch B (vectorised over B).
+  SPS(B) = 1 / step_time(B).
+- ``inp.lagged_conf``: (R, gamma) confidences known when the scheduler had to run ahead (two
+  steps earlier under ZOS; a request too new to have them gets its current row). Only ``zos``
+  style policies use it.
+- ``inp.accept_rate``: (gamma,) online estimate of conditional acceptance per position
+  (``goodput``).
+- ``inp.accept_len``: (R,) the truth: only ``oracle`` may read it; it is an upper bound, not a
+  scheduler.
+Returns an integer array of shape (R,) with values in [0, gamma].
+
+Non-anticipation (what makes truncation lossless): whether draft token k of request r is verified
+may depend on c_{r,1..k} and on other requests, never on c_{r,k+1..} (which depend on the token
+x_{r,k} itself through the Markov feature). See docs/ and the losslessness suite.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from specsim.errors import SpecsimError
+from specsim.registry import Registry
+
+StepTime = Callable[[np.ndarray], np.ndarray]
+
+
+@dataclass(frozen=True, eq=False)
+class StepInput:
+    """Everything a policy may look at for one scheduling decision."""
+
+    conf: np.ndarray
+    step_time: StepTime
+    lagged_conf: np.ndarray | None = None
+    accept_rate: np.ndarray | None = None
+    accept_len: np.ndarray | None = None
+
+    @property
+    def n_requests(self) -> int:
+        return int(self.conf.shape[0])
+
+    @property
+    def gamma(self) -> int:
+        return int(self.conf.shape[1])
+
+
+@dataclass(frozen=True, eq=False)
+class Policy:
+    """A named prefix scheduler.
+
+    ``zos``: the engine runs it ahead, overlapped with the previous target step (zero-overhead
+    scheduling); its compute time then costs nothing unless it exceeds the step.
+    ``lossless``: what the policy claims; the losslessness suite checks the claim.
+    ``needs``: which optional StepInput fields it reads (the engine fills only those).
+    """
+
+    name: str
+    schedule: Callable[[StepInput], np.ndarray]
+    zos: bool = False
+    lossless: bool = True
+    needs: frozenset[str] = field(default_factory=frozenset)
+    doc: str = ""
+
+    def __call__(self, inp: StepInput) -> np.ndarray:
+        return self.schedule(inp)
+
+
+POLICIES: Registry[Policy] = Registry("policy")
+
+
+def _wrap_user(obj: object, spec: str) -> Policy:
+    """A user's ``module:callable`` may be a Policy, a factory returning one, or a bare
+    ``schedule(StepInput) -> lengths`` function."""
+    if isinstance(obj, Policy):
+        return obj
+    if callable(obj):
+        try:
+            import inspect
+
+            params = [
+                p
+                for p in inspect.signature(obj).parameters.values()
+                if p.default is inspect.Parameter.empty
+                and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+            ]
+        except (TypeError, ValueError):
+            params = [None]
+        if not params:  # a zero-argument factory
+            made = obj()
+            if isinstance(made, Policy):
+                return made
+            if callable(made):
+                return Policy(name=spec, schedule=made)
+            raise SpecsimError(
+                f"policy factory {spec!r} returned {type(made).__name__}, not a Policy"
+            )
+        if len(params) == 1:
+            return Policy(name=spec, schedule=obj)  # type: ignore[arg-type]
+    raise SpecsimError(
+        f"policy {spec!r} must be a Policy, a zero-argument factory, or a function "
+        "schedule(inp: StepInput) -> lengths"
+    )
+
+
+def get_policy(spec: str | Policy) -> Policy:
+    """``"hw-aware"``, ``"static:3"``, ``"threshold:0.6"`` or ``"my.module:my_policy"``."""
+    if isinstance(spec, Policy):
+        return spec
+    import specsim.policies  # noqa: F401  (registers the built-in policies)
+
+    return POLICIES.get(spec, wrap=_wrap_user)
+
+
+def check_lengths(lengths: np.ndarray, inp: StepInput, name: str) -> np.ndarray:
+    """Validate a policy's output: (R,) integers in [0, gamma]. One-line error otherwise."""
+    arr = np.asarray(lengths)
+    if arr.shape != (inp.n_requests,):
+        raise SpecsimError(
+            f"policy {name!r} returned shape {arr.shape}, expected ({inp.n_requests},): one "
+            "verification length per request"
+        )
+    if arr.size and (not np.issubdtype(arr.dtype, np.integer)):
+        if not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr)):
+            raise SpecsimError(f"policy {name!r} returned non-integer lengths; return integers")
+    arr = arr.astype(np.int64)
+    if arr.size and (arr.min() < 0 or arr.max() > inp.gamma):
+        raise SpecsimError(
+            f"policy {name!r} returned lengths outside [0, {inp.gamma}] (min {arr.min()}, "
+            f"max {arr.max()})"
+        )
+    return arr

@@ -1,0 +1,114 @@
+"""A small string-keyed registry: policies and cost profiles are found by name.
+
+Why a registry and not an if/elif chain: one edit adds a policy, a typo lists the valid names,
+and a user can plug in their own object from ``module:callable`` without touching specsim.
+Duplicate names are refused (Vidur's registry silently ignored them).
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from collections.abc import Callable, Iterator
+from typing import Generic, TypeVar
+
+from specsim.errors import SpecsimError
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    """Maps names to factories ``factory(arg: str | None) -> T``.
+
+    A spec is ``NAME``, ``NAME:ARG`` (the factory receives ``ARG`` as a string) or
+    ``module.path:callable`` for a user's own factory/object (resolved by :meth:`get`).
+    """
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._factories: dict[str, Callable[[str | None], T]] = {}
+        self._help: dict[str, str] = {}
+
+    def register(
+        self, name: str, help: str = ""
+    ) -> Callable[[Callable[[str | None], T]], Callable[[str | None], T]]:
+        """Decorator: ``@POLICIES.register("hw-aware", help="...")`` over a factory."""
+
+        def deco(factory: Callable[[str | None], T]) -> Callable[[str | None], T]:
+            if name in self._factories:
+                raise ValueError(f"{self.kind} {name!r} is registered twice")
+            self._factories[name] = factory
+            self._help[name] = help or (factory.__doc__ or "").strip().split("\n")[0]
+            return factory
+
+        return deco
+
+    def names(self) -> list[str]:
+        return sorted(self._factories)
+
+    def help(self, name: str) -> str:
+        return self._help[name]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._factories
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def split(self, spec: str) -> tuple[str, str | None]:
+        """``"threshold:0.5"`` -> ``("threshold", "0.5")``; ``"full"`` -> ``("full", None)``."""
+        name, sep, arg = spec.partition(":")
+        return name, (arg if sep else None)
+
+    def get(self, spec: str, wrap: Callable[[object, str], T] | None = None) -> T:
+        """Build the object a spec names.
+
+        ``wrap(obj, spec)`` turns whatever a user's ``module:callable`` resolves to into a ``T``
+        (and raises :class:`SpecsimError` when it cannot).
+        """
+        spec = spec.strip()
+        name, arg = self.split(spec)
+        if name in self._factories:
+            return self._factories[name](arg)
+        if arg is not None and ("." in name or _importable(name)):
+            obj = load_callable(spec, self.kind)
+            if wrap is None:
+                return obj  # type: ignore[return-value]
+            return wrap(obj, spec)
+        close = difflib.get_close_matches(name, self.names(), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise SpecsimError(
+            f"unknown {self.kind} {spec!r}{hint}; valid names: {', '.join(self.names())}, "
+            f"or module:callable for your own"
+        )
+
+
+def _importable(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def load_callable(spec: str, kind: str = "callable") -> object:
+    """Import ``module.path:attr`` and return the attribute, with one-line errors."""
+    mod_name, sep, attr = spec.partition(":")
+    if not sep or not mod_name or not attr:
+        raise SpecsimError(f"{kind} {spec!r} is not of the form module:callable")
+    try:
+        mod = importlib.import_module(mod_name)
+    except Exception as exc:  # noqa: BLE001 - any import failure is the user's to fix
+        raise SpecsimError(
+            f"cannot import module {mod_name!r} for {kind} {spec!r}: {type(exc).__name__}: {exc}; "
+            "check the module is on PYTHONPATH"
+        ) from None
+    obj = mod
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise SpecsimError(
+                f"module {mod_name!r} has no attribute {attr!r} (for {kind} {spec!r})"
+            )
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise SpecsimError(f"{kind} {spec!r} is not callable")
+    return obj
