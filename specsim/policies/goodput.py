@@ -1,0 +1,36 @@
+"""``goodput``: one speculation length for the whole batch, as SmartSpec and vLLM choose it.
+
+goodput(k) = R * (1 + sum_{i<=k} prod_{j<=i} alpha_j) / step_time(R * (1 + k)), with alpha the
+ONLINE per-position conditional acceptance the engine estimates from what was verified so far
+(``StepInput.accept_rate``). It ignores the per-token confidences, so it is non-anticipating.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from specsim.errors import SpecsimError
+from specsim.policies.base import POLICIES, Policy, StepInput
+
+PRIOR_ACCEPT_RATE = 0.5  # used until the engine has estimates
+
+
+def goodput_lengths(inp: StepInput) -> np.ndarray:
+    r, gamma = inp.n_requests, inp.gamma
+    if r == 0:
+        return np.zeros(0, dtype=np.int64)
+    rate = inp.accept_rate
+    if rate is None:
+        rate = np.full(gamma, PRIOR_ACCEPT_RATE)
+    survival = np.cumprod(np.clip(np.asarray(rate, dtype=np.float64)[:gamma], 0.0, 1.0))
+    k = np.arange(gamma + 1)
+    expected = r * (1.0 + np.concatenate(([0.0], np.cumsum(survival))))
+    goodput = expected / np.asarray(inp.step_time(r * (1 + k)), dtype=np.float64)
+    return np.full(r, int(np.argmax(goodput)), dtype=np.int64)
+
+
+@POLICIES.register("goodput", help="one k for the batch from online acceptance (SmartSpec/vLLM)")
+def goodput(arg: str | None = None) -> Policy:
+    if arg is not None:
+        raise SpecsimError(f"policy 'goodput' takes no argument (got goodput:{arg})")
+    return Policy(name="goodput", schedule=goodput_lengths, needs=frozenset({"accept_rate"}))
