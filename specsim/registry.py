@@ -77,6 +77,11 @@ class Registry(Generic[T]):
             return wrap(obj, spec)
         close = difflib.get_close_matches(name, self.names(), n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
+        if arg is not None and not close:
+            raise SpecsimError(
+                f"{self.kind} {spec!r}: no {self.kind} named {name!r} and cannot import module "
+                f"{name!r}; valid names: {', '.join(self.names())}, or module:callable"
+            )
         raise SpecsimError(
             f"unknown {self.kind} {spec!r}{hint}; valid names: {', '.join(self.names())}, "
             f"or module:callable for your own"
