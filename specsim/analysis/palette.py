@@ -1,0 +1,93 @@
+"""One policy, one look, in every figure.
+
+Why a fixed mapping and not matplotlib's colour cycle: the cycle hands out colours in plotting
+order, so ``hw-aware`` would be blue in one figure and orange in the next. Here the style is a
+pure function of the policy string. Colours are Okabe-Ito (safe for the common forms of colour
+blindness); a family that appears with several arguments (``static:2``, ``static:4``) keeps its
+hue and changes shade, marker and dash, decided by the argument alone.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+
+# Okabe & Ito (2008), "Color Universal Design".
+OKABE_ITO = {
+    "black": "#000000",
+    "orange": "#E69F00",
+    "sky_blue": "#56B4E9",
+    "bluish_green": "#009E73",
+    "yellow": "#F0E442",
+    "blue": "#0072B2",
+    "vermillion": "#D55E00",
+    "reddish_purple": "#CC79A7",
+    "grey": "#7F7F7F",
+}
+
+
+@dataclass(frozen=True)
+class Style:
+    """How one policy is drawn: ``ax.plot(x, y, **style.kwargs())``."""
+
+    color: str
+    marker: str
+    linestyle: str
+
+    def kwargs(self) -> dict[str, str]:
+        return {"color": self.color, "marker": self.marker, "linestyle": self.linestyle}
+
+
+# Built-in policy families. yellow is kept for bars only (too light for thin lines on white),
+# so no family owns it.
+_FAMILY: dict[str, Style] = {
+    "ar": Style(OKABE_ITO["grey"], "x", ":"),
+    "mtp1": Style(OKABE_ITO["orange"], "s", "-"),
+    "static": Style(OKABE_ITO["sky_blue"], "v", "--"),
+    "full": Style(OKABE_ITO["reddish_purple"], "^", "--"),
+    "threshold": Style(OKABE_ITO["bluish_green"], "D", "-."),
+    "cum-threshold": Style(OKABE_ITO["bluish_green"], "d", ":"),
+    "hw-aware": Style(OKABE_ITO["blue"], "o", "-"),
+    "hw-aware-global": Style(OKABE_ITO["blue"], "P", "--"),
+    "zos": Style(OKABE_ITO["vermillion"], "*", "-"),
+    "goodput": Style("#8C564B", "h", "-."),  # brown: outside Okabe-Ito but distinct in CVD sims
+    "oracle": Style(OKABE_ITO["black"], "", ":"),
+}
+_OTHER = [OKABE_ITO[k] for k in ("blue", "vermillion", "bluish_green", "reddish_purple", "orange")]
+_MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
+_DASHES = ["-", "--", "-.", ":"]
+
+
+def _shade(hex_color: str, factor: float) -> str:
+    """Darken (factor < 0) or lighten (factor > 0) a colour by mixing with black or white."""
+    rgb = [int(hex_color[i : i + 2], 16) for i in (1, 3, 5)]
+    target = 255 if factor > 0 else 0
+    f = abs(factor)
+    mixed = [round(c + (target - c) * f) for c in rgb]
+    return "#" + "".join(f"{c:02X}" for c in mixed)
+
+
+def _h(text: str) -> int:
+    return zlib.crc32(text.encode("utf-8"))
+
+
+def policy_style(policy: str) -> Style:
+    """The fixed style of a policy spec such as ``"hw-aware"`` or ``"static:3"``."""
+    family, sep, arg = policy.partition(":")
+    base = _FAMILY.get(family)
+    if base is None:  # a user's module:callable or an unknown name: stable, hashed pick
+        h = _h(policy)
+        return Style(_OTHER[h % len(_OTHER)], _MARKERS[(h // 7) % len(_MARKERS)], "-.")
+    if not sep:
+        return base
+    h = _h(arg)
+    shade = (-0.35, 0.0, 0.3)[h % 3]
+    return Style(
+        _shade(base.color, shade) if shade else base.color,
+        _MARKERS[(h // 3) % len(_MARKERS)],
+        _DASHES[(h // 24) % len(_DASHES)],
+    )
+
+
+def policy_color(policy: str) -> str:
+    return policy_style(policy).color
