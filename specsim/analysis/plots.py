@@ -1,0 +1,358 @@
+"""Figures from sweep tables and traces, each drawn on a matplotlib Axes a caller may pass.
+
+Every figure: units in axis labels, a legend, one policy one style (:mod:`palette`) whatever
+else is plotted. ``figure(kind, ...)`` lays out a whole Figure (one panel per trace) for the CLI
+and reports; the ``plot_*`` functions draw one panel and are what a notebook calls.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from specsim.analysis.frontier import X, Y, curves, throughput_at_sla
+from specsim.analysis.palette import policy_style
+from specsim.errors import SpecsimError
+
+KINDS = ("pareto", "sla", "load", "calibration")
+LOAD_LABEL = {"concurrency": "load: concurrent requests", "rate": "load: arrival rate (req/s)"}
+
+
+def _plt():
+    import matplotlib
+
+    if "matplotlib.pyplot" not in __import__("sys").modules:
+        matplotlib.use(os.environ.get("MPLBACKEND", "Agg"))
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _policies(table: pd.DataFrame) -> list[str]:
+    """Policies in the order they first appear (the order the user listed them)."""
+    return list(dict.fromkeys(table["policy"].astype(str)))
+
+
+def _one_trace(table: pd.DataFrame, trace: str | None) -> pd.DataFrame:
+    if "trace" not in table.columns:
+        return table
+    names = list(dict.fromkeys(table["trace"].astype(str)))
+    if trace is None:
+        if len(names) > 1:
+            raise SpecsimError(
+                f"the table holds several traces ({', '.join(names)}); pick one with trace="
+            )
+        return table
+    if trace not in names:
+        raise SpecsimError(f"trace {trace!r} is not in the table; it has {', '.join(names)}")
+    return table[table["trace"].astype(str) == trace]
+
+
+def _load_kind(table: pd.DataFrame) -> str:
+    kinds = set(table["load_kind"]) if "load_kind" in table.columns else {"concurrency"}
+    if len(kinds) != 1:
+        raise SpecsimError("the table mixes concurrency and rate sweeps; plot them separately")
+    return kinds.pop()
+
+
+def plot_pareto(table: pd.DataFrame, ax: Any = None, *, trace: str | None = None) -> Any:
+    """Throughput per GPU (tok/s) against per-user decode speed (tok/s/user), one curve per
+    policy across load (mean over seeds); the lowest and highest load are annotated."""
+    plt = _plt()
+    ax = ax if ax is not None else plt.subplots(figsize=(6.4, 4.6))[1]
+    data = _one_trace(table, trace)
+    cur = curves(data, by=("policy",))
+    kind = _load_kind(data)
+    for pol in _policies(data):
+        c = cur[cur["policy"] == pol].sort_values("load")
+        st = policy_style(pol)
+        ax.plot(c[X], c[Y], label=pol, markersize=5, linewidth=1.6, **st.kwargs())
+    if len(cur):
+        lo, hi = cur["load"].min(), cur["load"].max()
+        unit = "" if kind == "concurrency" else " req/s"
+        ax.text(
+            0.99,
+            0.01,
+            f"points: load {lo:g} to {hi:g}{unit} (more load: right to left)",
+            transform=ax.transAxes,
+            ha="right",
+            va="bottom",
+            fontsize=7,
+            color="#555555",
+        )
+    ax.set_xlabel("per-user decode speed (tok/s/user)")
+    ax.set_ylabel("throughput per GPU (tok/s)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(title="policy", fontsize=8, title_fontsize=8)
+    return ax
+
+
+def plot_sla(
+    table: pd.DataFrame,
+    targets: list[float],
+    ax: Any = None,
+    *,
+    baseline: str | None = "mtp1",
+    trace: str | None = None,
+) -> Any:
+    """Bars: throughput at each SLA target (tok/s/user) per policy, labelled with the tok/s
+    and the % gain over ``baseline``. Out-of-reach SLAs are marked 'n/a' (no bar)."""
+    plt = _plt()
+    ax = ax if ax is not None else plt.subplots(figsize=(7.2, 4.6))[1]
+    data = _one_trace(table, trace)
+    sla = throughput_at_sla(data, targets, baseline=baseline, by=())
+    pols = _policies(data)
+    n = len(pols)
+    width = 0.8 / max(n, 1)
+    xs = np.arange(len(targets), dtype=float)
+    top = (
+        np.nanmax(sla["throughput_tok_s"].to_numpy())
+        if sla["throughput_tok_s"].notna().any()
+        else 1.0
+    )
+    for i, pol in enumerate(pols):
+        s = sla[sla["policy"] == pol].set_index("sla_tps").reindex([float(t) for t in targets])
+        vals = s["throughput_tok_s"].to_numpy()
+        pos = xs - 0.4 + width * (i + 0.5)
+        st = policy_style(pol)
+        ax.bar(pos, np.nan_to_num(vals), width * 0.92, color=st.color, label=pol, edgecolor="white")
+        for p, v, g in zip(
+            pos, vals, s.get("gain_pct", pd.Series(np.nan, index=s.index)), strict=True
+        ):
+            if not np.isfinite(v):
+                ax.text(p, top * 0.01, "n/a", ha="center", va="bottom", fontsize=6, rotation=90)
+                continue
+            label = f"{v:,.0f}"
+            if baseline is not None and pol != baseline and np.isfinite(g):
+                label += f"\n{g:+.0f}%"
+            ax.text(p, v + top * 0.01, label, ha="center", va="bottom", fontsize=6)
+    ax.set_xticks(xs, [f"{t:g}" for t in targets])
+    ax.set_xlabel("SLA: per-user decode speed at least (tok/s/user)")
+    ax.set_ylabel("throughput per GPU at the SLA (tok/s)")
+    ax.set_ylim(0, top * 1.22)
+    ax.grid(True, axis="y", alpha=0.3)
+    title = "policy" if baseline is None else f"policy (gain vs {baseline})"
+    ax.legend(title=title, fontsize=8, title_fontsize=8, ncols=min(n, 4))
+    return ax
+
+
+LOAD_METRICS = (
+    ("tau", None, "tokens per verification, tau (tok)", False),
+    ("verify_efficiency", None, "verify efficiency (accepted / verified drafts)", False),
+    ("ttft_ms_p50", "ttft_ms_p99", "time to first token (ms)", True),
+    ("tpot_ms_p50", "tpot_ms_p99", "time per output token (ms)", False),
+)
+
+
+def plot_load(table: pd.DataFrame, axes: Any = None, *, trace: str | None = None) -> Any:
+    """Four panels against load: tau, verify efficiency, TTFT p50/p99, TPOT p50/p99.
+    Solid lines are p50, dashed thin lines p99 (mean over seeds)."""
+    plt = _plt()
+    if axes is None:
+        axes = plt.subplots(2, 2, figsize=(10, 7), sharex=True)[1]
+    axes = np.asarray(axes).ravel()
+    if axes.size != 4:
+        raise SpecsimError("plot_load draws 4 panels; pass 4 axes (e.g. plt.subplots(2, 2)[1])")
+    data = _one_trace(table, trace)
+    kind = _load_kind(data)
+    cur = curves(data, by=("policy",))
+    for ax, (m50, m99, label, logy) in zip(axes, LOAD_METRICS, strict=True):
+        for pol in _policies(data):
+            c = cur[cur["policy"] == pol].sort_values("load")
+            st = policy_style(pol)
+            if m50 in c.columns:
+                ax.plot(c["load"], c[m50], label=pol, markersize=4, **st.kwargs())
+            if m99 is not None and m99 in c.columns:
+                ax.plot(c["load"], c[m99], color=st.color, linestyle="--", linewidth=0.9, alpha=0.8)
+        if kind == "concurrency":
+            ax.set_xscale("log", base=2)
+        if logy:
+            ax.set_yscale("log")
+        ax.set_ylabel(label)
+        ax.set_xlabel(LOAD_LABEL[kind])
+        ax.grid(True, alpha=0.3)
+    axes[0].legend(title="policy", fontsize=7, title_fontsize=7)
+    from matplotlib.lines import Line2D
+
+    axes[2].legend(
+        [Line2D([], [], color="k"), Line2D([], [], color="k", linestyle="--", linewidth=0.9)],
+        ["p50", "p99"],
+        fontsize=7,
+        title="percentile",
+        title_fontsize=7,
+    )
+    return axes
+
+
+def reliability(scores: np.ndarray, labels: np.ndarray, n_bins: int = 10) -> pd.DataFrame:
+    """Equal-width bins of predicted probability: mean prediction, observed rate, count."""
+    scores = np.asarray(scores, dtype=np.float64)
+    labels = np.asarray(labels, dtype=np.float64)
+    b = np.minimum((scores * n_bins).astype(np.int64), n_bins - 1)
+    cnt = np.bincount(b, minlength=n_bins)
+    s = np.bincount(b, weights=scores, minlength=n_bins)
+    lab = np.bincount(b, weights=labels, minlength=n_bins)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return pd.DataFrame(
+            {"bin": np.arange(n_bins), "predicted": s / cnt, "observed": lab / cnt, "count": cnt}
+        )
+
+
+def calibration_table(trace: Any, holdout: float = 0.3, seed: int = 0) -> pd.DataFrame:
+    """ECE of the survival a_k per position k, raw and after STS, scored on the requests STS
+    was NOT fitted on. Columns: position, ece_raw, ece_sts, temperature, rows."""
+    from specsim.policies.calibrate import apply_sts, ece_many, fit_sts, split_requests
+
+    fit_idx, rest_idx = split_requests(trace.n_requests, holdout, seed)
+    fit, rest = trace.select(fit_idx), trace.select(rest_idx)
+    temps = fit_sts(fit.conf, fit.accept_len)
+    raw = rest.survival()
+    cal = np.cumprod(apply_sts(rest.conf, temps).astype(np.float64), axis=1)
+    rows = []
+    for k in range(trace.block_size):
+        lab = (rest.accept_len >= k + 1).astype(np.float64)
+        e = ece_many(np.stack([raw[:, k], cal[:, k]]), lab)
+        rows.append(
+            {
+                "position": k + 1,
+                "ece_raw": float(e[0]),
+                "ece_sts": float(e[1]),
+                "temperature": float(temps[k]),
+                "rows": int(lab.size),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def plot_calibration(
+    trace: Any, axes: Any = None, *, holdout: float = 0.3, seed: int = 0, n_bins: int = 10
+) -> Any:
+    """Reliability diagram of the survival a_k per position k: raw confidences (left) and
+    after STS (right), both scored on held-out requests; ECE per position in the legends."""
+    plt = _plt()
+    from specsim.policies.calibrate import apply_sts, fit_sts, split_requests
+
+    if axes is None:
+        axes = plt.subplots(1, 2, figsize=(10, 4.6), sharey=True)[1]
+    axes = np.asarray(axes).ravel()
+    if axes.size != 2:
+        raise SpecsimError("plot_calibration draws 2 panels; pass 2 axes")
+    fit_idx, rest_idx = split_requests(trace.n_requests, holdout, seed)
+    fit, rest = trace.select(fit_idx), trace.select(rest_idx)
+    temps = fit_sts(fit.conf, fit.accept_len)
+    surv = {
+        "raw confidences": rest.survival(),
+        "after STS": np.cumprod(apply_sts(rest.conf, temps).astype(np.float64), axis=1),
+    }
+    table = calibration_table(trace, holdout, seed)
+    cmap = plt.get_cmap("viridis")
+    gamma = trace.block_size
+    for ax, (title, a), col in zip(axes, surv.items(), ("ece_raw", "ece_sts"), strict=True):
+        ax.plot([0, 1], [0, 1], color="#999999", linestyle=":", linewidth=1, label="perfect")
+        for k in range(gamma):
+            lab = rest.accept_len >= k + 1
+            rel = reliability(a[:, k], lab, n_bins)
+            rel = rel[rel["count"] >= 20]  # bins with too few rows are noise
+            ece = table.loc[k, col]
+            ax.plot(
+                rel["predicted"],
+                rel["observed"],
+                marker="o",
+                markersize=3,
+                linewidth=1.2,
+                color=cmap(k / max(gamma - 1, 1) * 0.9),
+                label=f"a_{k + 1}: ECE {100 * ece:.1f}%",
+            )
+        mean_ece = 100 * table[col].mean()
+        ax.set_title(f"{title} (mean ECE {mean_ece:.1f}%)", fontsize=10)
+        ax.set_xlabel("predicted survival a_k (probability)")
+        ax.set_xlim(0, 1)
+        ax.set_ylim(0, 1)
+        ax.set_aspect("equal")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7, title="position", title_fontsize=7, loc="upper left")
+    axes[0].set_ylabel("observed: first k drafts accepted (share)")
+    return axes
+
+
+def figure(
+    kind: str,
+    data: Any,
+    *,
+    targets: list[float] | None = None,
+    baseline: str | None = "mtp1",
+    traces: list[str] | None = None,
+    title: str | None = None,
+) -> Any:
+    """A whole Figure of ``kind`` (one panel, or panel group, per trace in the table)."""
+    plt = _plt()
+    if kind not in KINDS:
+        raise SpecsimError(f"unknown plot kind {kind!r}; choose one of {', '.join(KINDS)}")
+    if kind == "calibration":
+        fig, axes = plt.subplots(1, 2, figsize=(11, 5), sharey=True)
+        plot_calibration(data, axes)
+        src = Path(getattr(data, "path", "") or "trace").stem
+        fig.suptitle(title or f"calibration of the survival a_k: {src}")
+        fig.tight_layout()
+        return fig
+    table = data
+    names = traces or list(dict.fromkeys(table["trace"].astype(str)))
+    n = len(names)
+    profile = ", ".join(sorted(set(table["profile"].astype(str)))) if "profile" in table else ""
+    if kind == "load":
+        fig, axes = plt.subplots(2 * n, 2, figsize=(10, 6.4 * n), squeeze=False)
+        for i, name in enumerate(names):
+            block = axes[2 * i : 2 * i + 2]
+            plot_load(table, block, trace=name)
+            block[0, 0].set_title(f"trace {name}", loc="left", fontsize=10)
+    else:
+        fig, axes = plt.subplots(1, n, figsize=(6.6 * n, 5.0), squeeze=False)
+        for ax, name in zip(axes[0], names, strict=True):
+            if kind == "pareto":
+                plot_pareto(table, ax, trace=name)
+            else:
+                if not targets:
+                    raise SpecsimError("the sla plot needs SLA targets: pass --sla 80,120")
+                plot_sla(table, targets, ax, baseline=baseline, trace=name)
+            ax.set_title(f"trace {name}", fontsize=10)
+    default = {
+        "pareto": "throughput against per-user speed",
+        "sla": "throughput at SLA targets",
+        "load": "speculation and latency against load",
+    }[kind]
+    fig.suptitle(title or (f"{default} ({profile})" if profile else default))
+    fig.tight_layout()
+    return fig
+
+
+def save_figure(fig: Any, out: str | Path, *, force: bool = False, dpi: int = 150) -> Path:
+    """Save as png/svg/pdf (by suffix) to a temporary name, then rename into place."""
+    out = Path(out)
+    fmt = out.suffix.lower().lstrip(".")
+    if fmt not in ("png", "svg", "pdf"):
+        raise SpecsimError(f"--out {str(out)!r} must end in .png, .svg or .pdf")
+    if out.exists() and not force:
+        raise SpecsimError(f"{out} exists; pass --force to overwrite it")
+    if not out.parent.exists():
+        raise SpecsimError(f"folder {str(out.parent)!r} does not exist; create it first")
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    try:
+        fig.savefig(tmp, format=fmt, dpi=dpi, metadata=_metadata(fmt))
+        os.replace(tmp, out)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return out
+
+
+def _metadata(fmt: str) -> dict[str, Any]:
+    """No timestamps in the files, so the same data gives the same bytes."""
+    if fmt == "png":
+        return {"Software": None}
+    if fmt == "svg":
+        return {"Date": None}
+    return {"CreationDate": None}

@@ -1,0 +1,339 @@
+"""Run a grid of replays in parallel (local processes or a Dask cluster), resumably.
+
+Output: one tidy table, one row per cell (trace x policy x load x replicate), every knob a
+column, then every number of :attr:`ReplayResult.summary`. Rows come back in grid order whatever
+order the cells finish in, so local, Dask and resumed runs give the same table (all but
+``wall_time_s``, the one column that measures this machine rather than the simulation).
+
+Resuming: with ``out=`` each finished cell is written at once, atomically, to
+``<out>.parts/<hash>.parquet``. A re-run with the same arguments reads those (and the rows of a
+previous complete ``out``) and runs only the missing cells. The table itself is written to a
+temporary name and renamed, so ``out`` is either absent, the previous complete file, or the new
+complete file: never half-written.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from specsim.analysis.grid import Cell, make_grid
+from specsim.errors import SpecsimError
+from specsim.progress import Progress
+
+SWEEP_META_KEY = b"specsim.sweep"
+# Columns that measure the machine, not the simulation: excluded from equality checks.
+NONDETERMINISTIC = ("wall_time_s",)
+
+
+@lru_cache(maxsize=8)
+def _load_trace(path: str):  # noqa: ANN202 - Trace, imported lazily
+    from specsim.trace.io import read_trace
+
+    return read_trace(path)
+
+
+def run_cell(cell: Cell) -> dict[str, Any]:
+    """Replay one cell and return its row (knobs + summary). Top-level so it pickles."""
+    from specsim.sim.replay import replay
+
+    trace = _load_trace(cell.trace)
+    result = replay(trace, cell.policy, **cell.replay_kwargs())
+    row = cell.knobs()
+    for k, v in result.summary.items():
+        if k in row:
+            continue
+        row[k] = v
+    return row
+
+
+def sweep(
+    traces: str | Path | Iterable[str | Path],
+    policies: str | Iterable[str],
+    *,
+    concurrency: Iterable[float] | None = None,
+    rates: Iterable[float] | None = None,
+    seeds: int = 1,
+    profile: str = "h100-dense-8b",
+    seed: int = 0,
+    requests: int | None = None,
+    duration: float | None = None,
+    out: str | Path | None = None,
+    workers: int | None = None,
+    dask: Any = None,
+    force: bool = False,
+    progress: bool | None = None,
+    **replay_options: Any,
+) -> pd.DataFrame:
+    """Replay every (trace, policy, load, replicate) and return the tidy table.
+
+    ``concurrency`` (closed loop, requests in flight) or ``rates`` (open loop, requests/s): give
+    exactly one. ``dask``: a scheduler address ``"tcp://host:port"`` or a
+    ``distributed.Client``; otherwise local processes (``workers``, default ``os.cpu_count()``;
+    1 runs in this process). Other keyword arguments go to every replay (``sla_tps=``, ...).
+    ``out``: write the table there (Parquet), resuming a previous interrupted run.
+    """
+    cells = build_cells(
+        traces,
+        policies,
+        concurrency=concurrency,
+        rates=rates,
+        seeds=seeds,
+        profile=profile,
+        seed=seed,
+        requests=requests,
+        duration=duration,
+        options=replay_options,
+    )
+    return run_cells(cells, out=out, workers=workers, dask=dask, force=force, progress=progress)
+
+
+def build_cells(
+    traces: str | Path | Iterable[str | Path],
+    policies: str | Iterable[str],
+    *,
+    concurrency: Iterable[float] | None = None,
+    rates: Iterable[float] | None = None,
+    seeds: int = 1,
+    profile: str = "h100-dense-8b",
+    seed: int = 0,
+    requests: int | None = None,
+    duration: float | None = None,
+    options: dict[str, Any] | None = None,
+) -> list[Cell]:
+    """The grid :func:`sweep` runs (checks the traces exist)."""
+    trace_list = [str(traces)] if isinstance(traces, str | Path) else [str(t) for t in traces]
+    pol_list = (
+        [p.strip() for p in policies.split(",")] if isinstance(policies, str) else list(policies)
+    )
+    if (concurrency is None) == (rates is None):
+        raise SpecsimError("give exactly one of concurrency (--concurrency) or rates (--rates)")
+    kind, loads = ("concurrency", concurrency) if concurrency is not None else ("rate", rates)
+    for t in trace_list:
+        if not Path(t).is_file():
+            raise SpecsimError(f"trace file {t!r} does not exist; check the path")
+    return make_grid(
+        trace_list,
+        pol_list,
+        [float(x) for x in loads],  # type: ignore[union-attr]
+        load_kind=kind,
+        seeds=int(seeds),
+        profile=profile,
+        base_seed=int(seed),
+        requests=requests,
+        duration=duration,
+        options={k: v for k, v in (options or {}).items() if v is not None},
+    )
+
+
+def run_cells(
+    cells: list[Cell],
+    *,
+    out: str | Path | None = None,
+    workers: int | None = None,
+    dask: Any = None,
+    force: bool = False,
+    progress: bool | None = None,
+    runner: Callable[[Cell], dict[str, Any]] = run_cell,
+) -> pd.DataFrame:
+    """Run the cells not already done and return the table in grid order.
+
+    The returned frame's ``attrs`` say ``cells_total``, ``cells_run`` and ``cells_reused``.
+    """
+    keys = [c.key for c in cells]
+    done: dict[str, pd.DataFrame] = {}
+    store = _Store(Path(out)) if out is not None else None
+    if store is not None:
+        done = store.load_done(set(keys), force=force)
+    todo = [c for c in cells if c.key not in done]
+    with Progress(len(cells), "sweep", " cells", enabled=progress) as bar:
+        bar.update(len(cells) - len(todo))
+        for cell, row in _execute(todo, workers=workers, dask=dask, runner=runner):
+            frame = _row_frame(row)
+            if store is not None:
+                store.save_part(cell, frame)
+                frame = store.read_part(cell)  # what a resumed run would read: same dtypes
+            done[cell.key] = frame
+            bar.update(1)
+    table = _concat([done[k] for k in keys])
+    if store is not None:
+        store.finish(table)
+    table.attrs.update(
+        cells_total=len(cells), cells_run=len(todo), cells_reused=len(cells) - len(todo)
+    )
+    return table
+
+
+def _execute(
+    todo: list[Cell],
+    *,
+    workers: int | None,
+    dask: Any,
+    runner: Callable[[Cell], dict[str, Any]],
+) -> Iterable[tuple[Cell, dict[str, Any]]]:
+    """Yield (cell, row) as cells finish: in this process, in local processes, or on Dask."""
+    if not todo:
+        return
+    if dask is not None:
+        yield from _execute_dask(todo, dask, runner)
+        return
+    n = int(workers) if workers else (os.cpu_count() or 1)
+    if n < 1:
+        raise SpecsimError(f"--workers must be at least 1, got {workers}")
+    if n == 1 or len(todo) == 1:
+        for cell in todo:
+            yield cell, runner(cell)
+        return
+    with ProcessPoolExecutor(max_workers=min(n, len(todo))) as pool:
+        futures = {pool.submit(runner, cell): cell for cell in todo}
+        try:
+            for fut in as_completed(futures):
+                yield futures[fut], fut.result()
+        except BaseException:
+            for fut in futures:
+                fut.cancel()
+            raise
+
+
+def _execute_dask(
+    todo: list[Cell], dask: Any, runner: Callable[[Cell], dict[str, Any]]
+) -> Iterable[tuple[Cell, dict[str, Any]]]:
+    try:
+        from distributed import Client
+        from distributed import as_completed as dask_completed
+    except ImportError:
+        raise SpecsimError(
+            "--dask needs dask.distributed; install it with pip install 'specsim[dask]'"
+        ) from None
+    own = not isinstance(dask, Client)
+    if own:
+        try:
+            client = Client(str(dask), timeout="10s", set_as_default=False)
+        except OSError as exc:
+            raise SpecsimError(
+                f"cannot reach the Dask scheduler at {dask!r} ({exc}); check the address "
+                "(tcp://host:port) and that the scheduler is running"
+            ) from None
+    else:
+        client = dask
+    try:
+        futures = [
+            client.submit(runner, cell, key=f"specsim-cell-{cell.key_hash}", pure=False)
+            for cell in todo
+        ]
+        by_key = {f.key: cell for f, cell in zip(futures, todo, strict=True)}
+        for fut in dask_completed(futures):
+            yield by_key[fut.key], fut.result()
+    finally:
+        if own:
+            client.close()
+
+
+def _row_frame(row: dict[str, Any]) -> pd.DataFrame:
+    """One row through Arrow, so in-memory rows have exactly the dtypes a Parquet part has."""
+    return pa.Table.from_pandas(pd.DataFrame([row]), preserve_index=False).to_pandas()
+
+
+def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    if not frames:
+        return pd.DataFrame()
+    table = pd.concat(frames, ignore_index=True)
+    return table
+
+
+class _Store:
+    """The output file and its ``.parts`` folder of finished cells."""
+
+    def __init__(self, out: Path) -> None:
+        if out.suffix.lower() != ".parquet":
+            raise SpecsimError(f"--out {str(out)!r} must end in .parquet")
+        if out.exists() and out.is_dir():
+            raise SpecsimError(f"--out {str(out)!r} is a folder; give a file name")
+        if not out.parent.exists():
+            raise SpecsimError(f"folder {str(out.parent)!r} does not exist; create it first")
+        self.out = out
+        self.parts = out.with_name(out.name + ".parts")
+
+    def load_done(self, keys: set[str], *, force: bool) -> dict[str, pd.DataFrame]:
+        """Rows already computed for this grid (from a complete ``out`` and from parts)."""
+        done: dict[str, pd.DataFrame] = {}
+        if force:
+            if self.parts.exists():
+                shutil.rmtree(self.parts)
+            return done
+        if self.out.exists():
+            old = self._read_existing()
+            extra = sorted(set(old["cell_key"]) - keys)
+            if extra:
+                raise SpecsimError(
+                    f"{self.out} holds {len(extra)} cells that are not in this sweep (another "
+                    "grid); pass --force to replace it, or choose another --out"
+                )
+            for key, grp in old.groupby("cell_key", sort=False):
+                done[str(key)] = grp.reset_index(drop=True)
+        if self.parts.is_dir():
+            for f in sorted(self.parts.glob("*.parquet")):
+                try:
+                    frame = pd.read_parquet(f)
+                except Exception:  # noqa: BLE001 - a damaged part is simply re-run
+                    continue
+                if len(frame) == 1 and frame["cell_key"].iloc[0] in keys:
+                    done.setdefault(str(frame["cell_key"].iloc[0]), frame)
+        return done
+
+    def _read_existing(self) -> pd.DataFrame:
+        try:
+            meta = pq.read_schema(self.out).metadata or {}
+        except Exception:  # noqa: BLE001
+            meta = {}
+        if SWEEP_META_KEY not in meta:
+            raise SpecsimError(
+                f"{self.out} exists and is not a specsim sweep table; pass --force to "
+                "overwrite it, or choose another --out"
+            )
+        return pd.read_parquet(self.out)
+
+    def _part_path(self, cell: Cell) -> Path:
+        return self.parts / f"{cell.key_hash}.parquet"
+
+    def save_part(self, cell: Cell, frame: pd.DataFrame) -> None:
+        self.parts.mkdir(exist_ok=True)
+        _atomic_parquet(frame, self._part_path(cell))
+
+    def read_part(self, cell: Cell) -> pd.DataFrame:
+        return pd.read_parquet(self._part_path(cell))
+
+    def finish(self, table: pd.DataFrame) -> None:
+        _atomic_parquet(table, self.out, meta={SWEEP_META_KEY: b"1"})
+        if self.parts.exists():
+            shutil.rmtree(self.parts)
+
+
+def _atomic_parquet(
+    frame: pd.DataFrame, path: Path, meta: dict[bytes, bytes] | None = None
+) -> None:
+    """Write to ``path.tmp-<pid>`` then rename: readers never see a partial file."""
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    if meta:
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}), **meta})
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        pq.write_table(table, tmp)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def deterministic_columns(table: pd.DataFrame) -> list[str]:
+    """The columns two runs of the same grid must agree on, bit for bit."""
+    return [c for c in table.columns if c not in NONDETERMINISTIC]
