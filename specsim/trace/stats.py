@@ -1,0 +1,153 @@
+"""Statistics of a trace: acceptance length, per-position acceptance, confidence quality.
+
+Two acceptance lengths, both with the bonus token counted (the papers' tau):
+- ``tau_replay``: the mean of ``accept_len[n] + 1`` over the positions a full-verification replay
+  visits (the replay rule walk n -> n + accept_len[n] + 1). This is what serving a request with
+  full verification measures; positions skipped over by an accepted block are not counted.
+- ``tau_rows``: ``1 + mean(accept_len)`` over every row. Cheaper and smoother, but it weighs all
+  positions equally, including ones a real run would jump over.
+``tokens_per_step`` is ``tokens / replay_steps``: tau_replay with the last block of each request
+capped at its output length.
+
+Confidence quality is measured two ways. Conditional: every (row, k) whose drafts before k were
+accepted is a sample, label "draft k accepted", score c_k. Survival: every (row, k) is a sample,
+label "accept_len >= k", score a_k = prod_{i<=k} c_i. AUROC is rank-based (ties count one half);
+ECE uses 15 equal-width bins on [0, 1].
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from scipy.stats import rankdata
+
+from specsim.trace.model import Trace
+
+ECE_BINS = 15
+
+
+def auroc(score: np.ndarray, label: np.ndarray) -> float:
+    """Area under the ROC curve (Mann-Whitney, ties count 1/2); NaN if one class is empty."""
+    label = np.asarray(label, dtype=bool)
+    n_pos = int(label.sum())
+    n_neg = label.size - n_pos
+    if n_pos == 0 or n_neg == 0:
+        return float("nan")
+    ranks = rankdata(np.asarray(score, dtype=np.float64))
+    return float((ranks[label].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
+
+
+def ece(score: np.ndarray, label: np.ndarray, bins: int = ECE_BINS) -> float:
+    """Expected calibration error: sum over equal-width bins of (share) * |mean score - rate|."""
+    score = np.asarray(score, dtype=np.float64)
+    if score.size == 0:
+        return float("nan")
+    idx = np.minimum((score * bins).astype(np.int64), bins - 1)
+    s = np.bincount(idx, weights=score, minlength=bins)
+    y = np.bincount(idx, weights=np.asarray(label, dtype=np.float64), minlength=bins)
+    return float(np.abs(s - y).sum() / score.size)
+
+
+def conditional_samples(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(score c_k, label accepted, k) of every (row, k) with drafts < k accepted."""
+    k = np.arange(1, trace.block_size + 1)
+    acc = trace.accept_len.astype(np.int64)[:, None]
+    at_risk = acc >= k - 1
+    label = (acc >= k)[at_risk]
+    return trace.conf[at_risk], label, np.broadcast_to(k, trace.conf.shape)[at_risk]
+
+
+def replay_full(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """Walk every request with full verification; return (row indices visited, steps/request).
+
+    Vectorised over requests: each iteration advances every unfinished request by one step.
+    """
+    out = trace.output_len.astype(np.int64)
+    pos = np.zeros_like(out)
+    steps = np.zeros_like(out)
+    acc = trace.accept_len.astype(np.int64)
+    visited = []
+    active = np.flatnonzero(out > 0)
+    while active.size:
+        rows = trace.offsets[active] + pos[active]
+        visited.append(rows)
+        pos[active] += np.minimum(acc[rows] + 1, out[active] - pos[active])
+        steps[active] += 1
+        active = active[pos[active] < out[active]]
+    rows = np.sort(np.concatenate(visited)) if visited else np.zeros(0, dtype=np.int64)
+    return rows, steps
+
+
+def per_position_table(trace: Trace) -> pd.DataFrame:
+    """One row per draft position k = 1..gamma.
+
+    ``n``: rows at risk (drafts < k accepted); ``accepted``: of those, draft k accepted;
+    ``accept_rate``: accepted / n (conditional acceptance); ``mean_conf``: mean c_k over the
+    rows at risk; ``survival_rate``: share of all rows with accept_len >= k; ``survival_mean``:
+    mean a_k over all rows.
+    """
+    gamma = trace.block_size
+    k = np.arange(1, gamma + 1)
+    acc = trace.accept_len.astype(np.int64)[:, None]
+    at_risk = acc >= k - 1
+    accepted = acc >= k
+    n = at_risk.sum(axis=0)
+    n_acc = accepted.sum(axis=0)
+    conf_sum = np.where(at_risk, trace.conf.astype(np.float64), 0.0).sum(axis=0)
+    rows = max(trace.n_rows, 1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return pd.DataFrame(
+            {
+                "k": k.astype(np.int64),
+                "n": n.astype(np.int64),
+                "accepted": n_acc.astype(np.int64),
+                "accept_rate": n_acc / n,
+                "mean_conf": conf_sum / n,
+                "survival_rate": n_acc / rows,
+                "survival_mean": trace.survival().sum(axis=0) / rows,
+            }
+        )
+
+
+def _core_stats(trace: Trace) -> dict:
+    visited, steps = replay_full(trace)
+    tokens = int(trace.output_len.astype(np.int64).sum())
+    score, label, _ = conditional_samples(trace)
+    surv = trace.survival()
+    surv_label = trace.accept_len.astype(np.int64)[:, None] >= np.arange(1, trace.block_size + 1)
+    table = per_position_table(trace)
+    n_steps = int(steps.sum())
+    return {
+        "requests": trace.n_requests,
+        "rows": trace.n_rows,
+        "tokens": tokens,
+        "gamma": trace.block_size,
+        "tau_replay": float(trace.accept_len[visited].astype(np.float64).mean() + 1)
+        if visited.size
+        else float("nan"),
+        "tokens_per_step": tokens / n_steps if n_steps else float("nan"),
+        "replay_steps": n_steps,
+        "tau_rows": float(trace.accept_len.astype(np.float64).mean() + 1)
+        if trace.n_rows
+        else float("nan"),
+        "accept_rate": [float(x) for x in table["accept_rate"]],
+        "conf_auroc": auroc(score, label),
+        "conf_ece": ece(score, label),
+        "survival_auroc": auroc(surv.ravel(), surv_label.ravel()),
+        "survival_ece": ece(surv.ravel(), surv_label.ravel()),
+    }
+
+
+def trace_stats(trace: Trace) -> dict:
+    """Headline statistics of a trace as a JSON-ready dict (see the module docstring).
+
+    When the trace has a ``category`` column, ``categories`` maps each category (sorted) to the
+    same statistics computed on its requests alone.
+    """
+    stats = _core_stats(trace)
+    if trace.category is not None:
+        cats = trace.category.astype(str)
+        stats["categories"] = {
+            str(c): _core_stats(trace.select(np.flatnonzero(cats == c))) for c in np.unique(cats)
+        }
+    return stats
