@@ -162,7 +162,7 @@ def synth_trace(
     accept_profile: Sequence[float],
     gamma: int | None = None,
     prompt_len: Lengths = LogNormal(512, 0.8, 16, 8192),  # noqa: B008 - frozen, immutable
-    output_len: Lengths = LogNormal(220, 0.35, 64, 512),  # noqa: B008
+    output_len: Lengths = LogNormal(220, 0.35, 55, 660),  # noqa: B008
     auroc: float | None = DEFAULT_AUROC,
     concentration: float | None = None,
     calibration: str | float = "calibrated",

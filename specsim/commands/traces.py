@@ -1,0 +1,199 @@
+"""``specsim traces``: inspect, check and synthesise trace files (docs/trace-format.md).
+
+specsim traces info traces/synthetic-chat.parquet [--json]
+specsim traces validate my-trace.parquet
+specsim traces synth --out my.parquet --profile math --requests 200 --seed 1
+specsim traces synth --out my.parquet --profile custom 0.8,0.7,0.6 --auroc 0.9
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+
+from specsim.errors import SpecsimError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "traces",
+        help="inspect (info), check (validate) or generate (synth) trace files",
+        description=__doc__.split("\n")[0],
+    )
+    p.set_defaults(func=lambda args: _usage(p))
+    tsub = p.add_subparsers(dest="traces_command", metavar="ACTION", parser_class=type(p))
+
+    info = tsub.add_parser("info", help="statistics of a trace: tau, acceptance, AUROC, ECE")
+    info.add_argument("file", metavar="FILE", help="trace file (.parquet)")
+    info.add_argument("--json", action="store_true", help="print one JSON object instead")
+    info.set_defaults(func=run_info)
+
+    val = tsub.add_parser("validate", help="check a file against trace format v1")
+    val.add_argument("file", metavar="FILE", help="trace file (.parquet)")
+    val.set_defaults(func=run_validate)
+
+    syn = tsub.add_parser("synth", help="write a synthetic trace with calibrated confidences")
+    syn.add_argument("--out", required=True, metavar="FILE", help="output trace (.parquet)")
+    syn.add_argument(
+        "--profile",
+        nargs="+",
+        default=["chat"],
+        metavar="NAME",
+        help="chat, code or math (published curves), or 'custom 0.8,0.7,...' (conditional "
+        "acceptance per draft position)",
+    )
+    syn.add_argument("--requests", type=int, default=200, help="number of requests (200)")
+    syn.add_argument(
+        "--block-size", type=int, default=None, help="gamma (default: the profile's length)"
+    )
+    syn.add_argument("--auroc", type=float, default=None, help="target AUROC (0.85)")
+    syn.add_argument(
+        "--concentration", type=float, default=None, help="Beta concentration (instead of AUROC)"
+    )
+    syn.add_argument(
+        "--calibration",
+        default="calibrated",
+        help="'calibrated' or a logit factor: >1 over-confident, <1 under-confident",
+    )
+    syn.add_argument("--output-len", type=float, default=220, help="median output tokens (220)")
+    syn.add_argument("--prompt-len", type=float, default=512, help="median prompt tokens (512)")
+    syn.add_argument("--category", default=None, help="category column (default: profile name)")
+    syn.add_argument("--seed", type=int, default=0, help="random seed (0)")
+    syn.add_argument("--force", action="store_true", help="overwrite --out")
+    syn.set_defaults(func=run_synth)
+
+
+def _usage(parser: argparse.ArgumentParser) -> int:
+    parser.print_help(sys.stderr)
+    return 2
+
+
+def _clean(x: object) -> object:
+    """NaN -> None, recursively, so the JSON is standard."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _clean(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_clean(v) for v in x]
+    return x
+
+
+def _fmt(x: float, digits: int = 3) -> str:
+    return "n/a" if x is None or not math.isfinite(x) else f"{x:.{digits}f}"
+
+
+def run_info(args: argparse.Namespace) -> int:
+    from specsim.trace.io import read_trace
+    from specsim.trace.stats import per_position_table, trace_stats
+
+    trace = read_trace(args.file)
+    stats = trace_stats(trace)
+    table = per_position_table(trace)
+    if args.json:
+        out = {"file": args.file, "meta": trace.meta, **stats}
+        out["per_position"] = table.to_dict(orient="records")
+        print(json.dumps(_clean(out), sort_keys=False))
+        return 0
+    meta = trace.meta
+    lines = [
+        f"trace      {args.file}",
+        "source     "
+        + "  ".join(
+            f"{k}={meta[k]}" for k in ("source", "target", "drafter", "temperature") if k in meta
+        ),
+        f"requests   {stats['requests']:,}   rows {stats['rows']:,}   tokens "
+        f"{stats['tokens']:,}   block size {stats['gamma']}",
+        f"tau        {_fmt(stats['tau_replay'])} (full-verification replay, bonus included)   "
+        f"{_fmt(stats['tau_rows'])} (1 + mean accept_len over all rows)   "
+        f"{_fmt(stats['tokens_per_step'])} tokens/step",
+        f"confidence conditional c_k: AUROC {_fmt(stats['conf_auroc'])}  ECE "
+        f"{_fmt(stats['conf_ece'])}   survival a_k: AUROC {_fmt(stats['survival_auroc'])}  "
+        f"ECE {_fmt(stats['survival_ece'])}",
+        "",
+        "  k          n   accept rate   mean c_k   P(accept_len>=k)   mean a_k",
+    ]
+    for r in table.itertuples():
+        lines.append(
+            f"{r.k:3d} {r.n:10,d}   {_fmt(r.accept_rate):>11}   {_fmt(r.mean_conf):>8}   "
+            f"{_fmt(r.survival_rate):>16}   {_fmt(r.survival_mean):>8}"
+        )
+    cats = stats.get("categories")
+    if cats:
+        lines += ["", "category          requests     tokens    tau   AUROC    ECE"]
+        for name, c in cats.items():
+            lines.append(
+                f"{name[:16]:16} {c['requests']:9,d} {c['tokens']:10,d} "
+                f"{_fmt(c['tau_replay'], 2):>6} {_fmt(c['conf_auroc']):>7} {_fmt(c['conf_ece']):>6}"
+            )
+    print("\n".join(lines))
+    return 0
+
+
+def run_validate(args: argparse.Namespace) -> int:
+    from specsim.trace.validate import validate_file
+
+    trace = validate_file(args.file)
+    print(f"ok: {trace.n_requests} requests, {trace.n_rows} rows")
+    return 0
+
+
+def _profile(values: list[str]) -> tuple[str, tuple[float, ...]]:
+    from specsim.trace.synth import PROFILES
+
+    name = values[0]
+    if name in PROFILES and len(values) == 1:
+        return name, PROFILES[name]
+    rest = values[1:] if name == "custom" else values
+    text = ",".join(rest)
+    try:
+        profile = tuple(float(v) for v in text.replace(" ", ",").split(",") if v)
+    except ValueError:
+        profile = ()
+    if not profile:
+        raise SpecsimError(
+            f"--profile {' '.join(values)!r} is not chat, code, math or 'custom 0.8,0.7,...' "
+            "(conditional acceptance per draft position)"
+        )
+    return "custom", profile
+
+
+def run_synth(args: argparse.Namespace) -> int:
+    from specsim.trace.io import write_trace
+    from specsim.trace.stats import trace_stats
+    from specsim.trace.synth import DEFAULT_AUROC, LogNormal, fit_profile, synth_trace
+
+    name, profile = _profile(args.profile)
+    gamma = args.block_size if args.block_size is not None else len(profile)
+    if gamma < 1:
+        raise SpecsimError(f"--block-size {gamma} must be at least 1")
+    profile = fit_profile(profile, gamma)
+    if args.output_len < 1 or args.prompt_len < 0:
+        raise SpecsimError("--output-len must be >= 1 and --prompt-len >= 0 tokens")
+    auroc = args.auroc if args.concentration is None else None
+    if auroc is None and args.concentration is None:
+        auroc = DEFAULT_AUROC
+    trace = synth_trace(
+        n_requests=args.requests,
+        accept_profile=profile,
+        gamma=gamma,
+        prompt_len=LogNormal(args.prompt_len, 0.8, 16, 8192),
+        output_len=LogNormal(
+            args.output_len, 0.35, max(1, int(args.output_len) // 4), int(args.output_len) * 3
+        ),
+        auroc=auroc,
+        concentration=args.concentration,
+        calibration=args.calibration,
+        seed=args.seed,
+        category=args.category or name,
+    )
+    path = write_trace(trace, args.out, force=args.force)
+    s = trace_stats(trace)
+    target = f" (target {auroc})" if auroc is not None else ""
+    print(
+        f"wrote {path}: {s['requests']} requests, {s['rows']} rows, tau {s['tau_replay']:.3f}, "
+        f"AUROC {s['conf_auroc']:.3f}{target}, ECE {s['conf_ece']:.4f}"
+    )
+    return 0
