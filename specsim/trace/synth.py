@@ -15,8 +15,9 @@ from published curves is reproduced), the confidences are calibrated by construc
 number (kappa) sets the AUROC, which :func:`auroc_for` computes exactly so a target AUROC can be
 asked for. Probabilities are rounded to ``levels`` steps (default 1/4096, far below any
 scheduling decision) so the shipped files compress; the outcome is drawn from the rounded value,
-so calibration stays exact. Draft token ids are uniform random integers below ``vocab``: they
-carry no meaning and nothing in specsim reads them from a synthetic trace.
+so calibration stays exact. Draft token ids are random integers below ``vocab``, Zipf-distributed
+like natural token frequencies (which also keeps the files small): they carry no meaning, and
+nothing in specsim reads them from a synthetic trace.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ PROFILES: dict[str, tuple[float, ...]] = {
 }
 DEFAULT_AUROC = 0.85  # DSpark's raw confidence AUROC is 0.81-0.91
 QWEN3_VOCAB = 151936
+ZIPF_EXPONENT = 1.2  # token ids ~ Zipf, like natural token frequencies (~9 bits each)
 
 
 @dataclass(frozen=True)
@@ -223,7 +225,8 @@ def synth_trace(
     accepted = stream(seed, "synth.accept").random((rows, gamma)) < pi
     accept_len = np.cumprod(accepted, axis=1).sum(axis=1).astype(np.int16)
     conf = pi if factor == 1.0 else _distort(pi, factor, levels)
-    drafts = stream(seed, "synth.drafts").integers(0, vocab, size=(rows, gamma), dtype=np.int32)
+    zipf = stream(seed, "synth.drafts").zipf(ZIPF_EXPONENT, size=(rows, gamma))
+    drafts = ((zipf - 1) % vocab).astype(np.int32)
 
     params = {
         "generator": "specsim.trace.synth.synth_trace",
@@ -241,7 +244,7 @@ def synth_trace(
         "vocab": vocab,
         "levels": levels,
         "category": category,
-        "draft_tokens": "uniform random ids, meaningless",
+        "draft_tokens": f"random ids, Zipf({ZIPF_EXPONENT}) mod vocab, meaningless",
     }
     meta = {
         "specsim.trace_version": TRACE_VERSION,
