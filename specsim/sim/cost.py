@@ -1,0 +1,166 @@
+"""The cost model: how long a target step, a draft forward and a scheduling decision take.
+
+The target step time is read from an SPS profile (a table of ``batch_tokens -> step_ms``,
+optionally also against ``context_tokens``) and interpolated LINEARLY between profiled points, so
+a jagged (step-shaped) profile stays jagged: a smooth fit would hide exactly the cliffs a
+hardware-aware scheduler exploits. For speed the table is expanded once into a dense lookup
+array over every integer B = 0..Bmax; ``step_time`` is then one ``take``. Beyond Bmax the last
+two points are extrapolated linearly (and :attr:`CostModel.b_max` lets the engine say so); below
+the first point the first value is held (a linear fall towards B = 0 could reach zero).
+
+``context_tokens`` (2-D profiles) is the MEAN context length (prompt + generated tokens) of the
+requests in the step; the table is interpolated linearly in it too, clamped at its ends.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from specsim.errors import SpecsimError
+
+
+def dense_lookup(batch_tokens: np.ndarray, step_ms: np.ndarray) -> np.ndarray:
+    """Step seconds at every integer B = 0..max(batch_tokens), linear between points."""
+    b = np.asarray(batch_tokens, dtype=np.float64)
+    ms = np.asarray(step_ms, dtype=np.float64)
+    grid = np.arange(int(b[-1]) + 1, dtype=np.float64)
+    return np.interp(grid, b, ms) / 1000.0  # np.interp holds the end values outside [b0, bN]
+
+
+@dataclass(frozen=True, eq=False)
+class CostModel:
+    """Target step, draft and scheduler costs of one deployment (all times in the units named).
+
+    ``batch_tokens`` (n,) ascending; ``step_ms`` (n,) for a 1-D profile or (m, n) against
+    ``context_tokens`` (m,) for a 2-D one.
+    """
+
+    name: str
+    batch_tokens: np.ndarray
+    step_ms: np.ndarray
+    context_tokens: np.ndarray | None = None
+    draft_base_ms: float = 0.0
+    draft_per_request_ms: float = 0.0
+    draft_per_token_ms: float = 0.0
+    sched_base_us: float = 0.0
+    sched_us_per_request: float = 0.0
+    max_running: int = 256
+    kv_tokens: int = 1 << 20
+    meta: dict[str, str] = field(default_factory=dict)
+    _lut: np.ndarray = field(init=False, repr=False)
+    _slope: np.ndarray = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        b = np.asarray(self.batch_tokens, dtype=np.int64)
+        ms = np.atleast_2d(np.asarray(self.step_ms, dtype=np.float64))
+        if b.ndim != 1 or b.size < 2:
+            raise SpecsimError(f"profile {self.name!r} needs at least 2 batch_tokens points")
+        if np.any(np.diff(b) <= 0) or b[0] < 0:
+            raise SpecsimError(
+                f"profile {self.name!r}: batch_tokens must be distinct, non-negative; sort them"
+            )
+        if ms.shape[1] != b.size or not np.all(np.isfinite(ms)) or np.any(ms <= 0):
+            raise SpecsimError(f"profile {self.name!r}: step_ms must be positive numbers")
+        if self.context_tokens is not None:
+            ctx = np.asarray(self.context_tokens, dtype=np.float64)
+            if ctx.shape != (ms.shape[0],) or np.any(np.diff(ctx) <= 0):
+                raise SpecsimError(
+                    f"profile {self.name!r}: context_tokens must be ascending, one per table row"
+                )
+        elif ms.shape[0] != 1:
+            raise SpecsimError(f"profile {self.name!r}: a 2-D step table needs context_tokens")
+        lut = np.stack([dense_lookup(b, row) for row in ms])  # (m, Bmax+1) seconds
+        slope = (ms[:, -1] - ms[:, -2]) / (b[-1] - b[-2]) / 1000.0  # s per token beyond Bmax
+        object.__setattr__(self, "batch_tokens", b)
+        object.__setattr__(self, "step_ms", ms if self.context_tokens is not None else ms[0])
+        object.__setattr__(self, "_lut", lut)
+        object.__setattr__(self, "_slope", slope)
+
+    @property
+    def b_max(self) -> int:
+        """The largest profiled token batch; beyond it step times are extrapolated."""
+        return int(self.batch_tokens[-1])
+
+    def lut_seconds(self, ctx: float | None = None) -> np.ndarray:
+        """The dense table: step seconds at every B = 0..b_max (1-D profile, or the smallest
+        context of a 2-D one). The engine indexes it directly on its hot path."""
+        return self._lut[0]
+
+    @property
+    def is_2d(self) -> bool:
+        return self.context_tokens is not None
+
+    def _row(self, lut: np.ndarray, slope: float, batch: np.ndarray) -> np.ndarray:
+        bmax = lut.shape[0] - 1
+        idx = np.minimum(batch, bmax)
+        out = lut[idx]
+        over = batch > bmax
+        if np.any(over):
+            out = np.where(over, lut[bmax] + slope * (batch - bmax), out)
+        return out
+
+    def step_time(self, batch, ctx: float | None = None):
+        """Seconds of one target step over a token batch ``batch`` (scalar or array).
+
+        ``ctx``: mean context tokens per request (2-D profiles only; ignored by 1-D ones;
+        a 2-D profile without ``ctx`` uses its smallest context).
+        """
+        scalar = np.ndim(batch) == 0
+        b = np.maximum(np.asarray(batch, dtype=np.int64), 0)
+        if not self.is_2d or ctx is None:
+            out = self._row(self._lut[0], float(self._slope[0]), b)
+        else:
+            ctxs = self.context_tokens
+            c = float(np.clip(ctx, ctxs[0], ctxs[-1]))
+            hi = int(np.searchsorted(ctxs, c, side="left"))
+            if hi == 0:
+                out = self._row(self._lut[0], float(self._slope[0]), b)
+            else:
+                w = (c - ctxs[hi - 1]) / (ctxs[hi] - ctxs[hi - 1])
+                lo_t = self._row(self._lut[hi - 1], float(self._slope[hi - 1]), b)
+                hi_t = self._row(self._lut[hi], float(self._slope[hi]), b)
+                out = (1.0 - w) * lo_t + w * hi_t
+        return float(out) if scalar else out
+
+    def step_time_fn(self, ctx: float | None = None):
+        """``B -> seconds`` at a fixed context: what a policy gets as ``StepInput.step_time``."""
+        if not self.is_2d or ctx is None:
+            lut, slope = self._lut[0], float(self._slope[0])
+            return lambda batch: self._row(lut, slope, np.asarray(batch, dtype=np.int64))
+        return lambda batch: self.step_time(np.asarray(batch), ctx)
+
+    def sps(self, batch, ctx: float | None = None):
+        """Target steps per second at token batch ``batch``: 1 / step_time."""
+        return 1.0 / self.step_time(batch, ctx)
+
+    def draft_ms(self, n_requests, gamma: int):
+        """Draft forward for R requests producing a block of ``gamma`` tokens each."""
+        r = np.asarray(n_requests, dtype=np.float64)
+        out = np.where(
+            r > 0,
+            self.draft_base_ms
+            + self.draft_per_request_ms * r
+            + self.draft_per_token_ms * r * gamma,
+            0.0,
+        )
+        return float(out) if np.ndim(n_requests) == 0 else out
+
+    def sched_s(self, n_requests: int) -> float:
+        """Seconds of scheduler compute for one decision over R requests."""
+        if n_requests <= 0:
+            return 0.0
+        return (self.sched_base_us + self.sched_us_per_request * n_requests) * 1e-6
+
+    def scalars(self) -> dict[str, float | int]:
+        """The non-table parameters, as written in a profile CSV header."""
+        return {
+            "draft_base_ms": self.draft_base_ms,
+            "draft_per_request_ms": self.draft_per_request_ms,
+            "draft_per_token_ms": self.draft_per_token_ms,
+            "sched_base_us": self.sched_base_us,
+            "sched_us_per_request": self.sched_us_per_request,
+            "max_running": self.max_running,
+            "kv_tokens": self.kv_tokens,
+        }

@@ -1,0 +1,486 @@
+"""The SimPy serving engine: continuous batching of speculative decoding over a replayed trace.
+
+One SimPy process runs the engine loop; under ZOS a second, short-lived process per step models
+the scheduler running ahead on the CPU. All per-step work is vectorised numpy over the running
+batch (arrays of trace offsets, positions, outputs), so a step costs the same few dozen numpy
+calls whether 1 or 500 requests run.
+
+One engine iteration (a "step"):
+
+1. Admission (at the step's start time t): every open-loop arrival with time <= t joins the FIFO
+   queue (so an arrival at exactly a step boundary joins the step that starts there: the
+   same-time rule, tested); then queued requests are admitted, head first, while a running slot
+   is free (``max_running``) and the request's KV reservation (prompt_len + output_len + gamma
+   tokens) fits in ``kv_tokens``. A request that does not fit blocks the queue (FIFO, no
+   skipping). There is no preemption: an admitted request keeps its slot and reservation.
+2. Prefill: requests admitted at this step add their prompt tokens to the step's token batch
+   (chunked-prefill style). The prefill forward yields the first output token: trace position 0,
+   verified with l = 0 (one token; no drafts exist yet, the drafter needs the prompt's features).
+3. Decode, for the requests already prefilled: draft (``draft_ms(R, gamma)``), schedule (the
+   policy returns l_r from the confidences of each request's current trace row), verify (one
+   target step over B = sum(1 + l_r) + prefill tokens, ``step_time(B)``). Replay rule: request r
+   at position n emits e = min(l_r, accept_len[n]) + 1 tokens, capped at output_len - n;
+   n += e. All tokens of a step are emitted at the step's end.
+4. Scheduler time. Serial (``policy.zos`` False): base + per-request * R is added to the step.
+   ZOS: the decision for step t+1 is computed during step t by its own process; the engine
+   waits for it only if it outlasts step t (the excess is logged as ``sched_wait_s``). The
+   policy then sees ``lagged_conf``: each request's confidence row of two decode steps earlier
+   (its current row if it is too new to have one). The first step after the engine was idle has
+   nothing to overlap with and starts at once.
+
+Online acceptance estimate (for policies that need ``accept_rate``): per draft position k, the
+share of verified position-k drafts (reached: all earlier ones accepted) that were accepted,
+with a prior of 0.5 worth ``PRIOR_WEIGHT`` observations.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+import simpy
+
+from specsim.errors import SpecsimError
+from specsim.policies.base import Policy, StepInput
+from specsim.sim.cost import CostModel
+from specsim.sim.workload import Workload
+from specsim.trace.model import Trace
+
+PRIOR_RATE = 0.5
+PRIOR_WEIGHT = 2.0
+
+# Columns of the step log, in order.
+STEP_COLUMNS = (
+    "time_s",
+    "duration_s",
+    "batch_tokens",
+    "running",
+    "decoding",
+    "prefilling",
+    "queued",
+    "prefill_tokens",
+    "verified_drafts",
+    "accepted_drafts",
+    "emitted_tokens",
+    "sched_wait_s",
+    "finished",
+)
+
+
+@dataclass(frozen=True)
+class EngineLimits:
+    """Capacity of the simulated server."""
+
+    max_running: int
+    kv_tokens: int
+
+
+@dataclass(frozen=True, eq=False)
+class RawLog:
+    """Raw arrays of one run; metrics are derived from these by pure functions."""
+
+    job_trace: np.ndarray  # (J,) trace request of each job
+    arrival_s: np.ndarray
+    admitted_s: np.ndarray
+    first_token_s: np.ndarray
+    finish_s: np.ndarray
+    prompt_len: np.ndarray
+    output_len: np.ndarray  # tokens the job emits (capped target)
+    emitted: np.ndarray  # tokens emitted by the end (== output_len when finished)
+    steps: np.ndarray  # decode steps the job took part in
+    verified: np.ndarray  # draft tokens verified
+    accepted: np.ndarray  # draft tokens accepted
+    step_log: np.ndarray  # (S, len(STEP_COLUMNS)) float64
+    token_job: np.ndarray | None  # emission log: job, time, count per (job, step)
+    token_time: np.ndarray | None
+    token_count: np.ndarray | None
+    sim_time_s: float
+    max_batch_tokens: int
+
+
+def _shifted(step_fn, extra: int):
+    """``B -> step_fn(B + extra)``: the step time a policy sees when prefill tokens share it."""
+    return lambda batch: step_fn(np.asarray(batch) + extra)
+
+
+class _Jobs:
+    """Per-job arrays, grown by doubling (closed loop does not know its job count)."""
+
+    FIELDS = (
+        ("trace", np.int64, -1),
+        ("arrival", np.float64, np.nan),
+        ("admitted", np.float64, np.nan),
+        ("first", np.float64, np.nan),
+        ("finish", np.float64, np.nan),
+        ("prompt", np.int64, 0),
+        ("out", np.int64, 0),
+        ("emitted", np.int64, 0),
+        ("steps", np.int64, 0),
+        ("verified", np.int64, 0),
+        ("accepted", np.int64, 0),
+    )
+
+    def __init__(self, capacity: int) -> None:
+        self.n = 0
+        self.cap = max(16, capacity)
+        for name, dt, fill in self.FIELDS:
+            setattr(self, name, np.full(self.cap, fill, dtype=dt))
+
+    def add(self, trace: int, arrival: float, prompt: int, out: int) -> int:
+        if self.n == self.cap:
+            self.cap *= 2
+            for name, dt, fill in self.FIELDS:
+                old = getattr(self, name)
+                new = np.full(self.cap, fill, dtype=dt)
+                new[: old.shape[0]] = old
+                setattr(self, name, new)
+        j = self.n
+        self.trace[j] = trace
+        self.arrival[j] = arrival
+        self.prompt[j] = prompt
+        self.out[j] = out
+        self.n += 1
+        return j
+
+    def add_many(self, trace, arrival, prompt, out) -> None:
+        """Bulk add (open loop: all jobs known up front)."""
+        m = trace.shape[0]
+        while self.n + m > self.cap:
+            self.add(0, np.nan, 0, 0)  # grow by doubling
+            self.n -= 1
+        s = slice(self.n, self.n + m)
+        self.trace[s], self.arrival[s], self.prompt[s], self.out[s] = trace, arrival, prompt, out
+        self.n += m
+
+
+class Engine:
+    """Replays ``trace`` under ``workload`` with ``policy`` on ``cost``. Call :meth:`run`."""
+
+    def __init__(
+        self,
+        trace: Trace,
+        policy: Policy,
+        cost: CostModel,
+        workload: Workload,
+        limits: EngineLimits,
+        *,
+        record_tokens: bool = True,
+        progress=None,
+        env: simpy.Environment | None = None,
+    ) -> None:
+        self.trace = trace
+        self.policy = policy
+        self.cost = cost
+        self.wl = workload
+        self.limits = limits
+        self.env = env if env is not None else simpy.Environment()
+        self.record_tokens = record_tokens
+        self.progress = progress
+        self.gamma = trace.block_size
+        self.conf = trace.conf
+        self.accept_len = trace.accept_len.astype(np.int64)
+        self.offsets = trace.offsets.astype(np.int64)
+        self.needs = policy.needs
+        self._check_capacity()
+
+    # ------------------------------------------------------------------ setup
+
+    def _check_capacity(self) -> None:
+        if self.limits.max_running < 1:
+            raise SpecsimError(f"--max-running must be >= 1, got {self.limits.max_running}")
+        res = self.wl.prompt_len + self.wl.output_len + self.gamma
+        if self.wl.open_loop:
+            worst = int(res.max()) if res.size else 0
+        else:
+            worst = int((self.wl.prompt_len + self.wl.output_len).max()) + self.gamma
+        if worst > self.limits.kv_tokens:
+            raise SpecsimError(
+                f"a request needs {worst} KV tokens but --kv-tokens is {self.limits.kv_tokens}; "
+                "raise --kv-tokens"
+            )
+
+    # ------------------------------------------------------------------ run
+
+    def run(self) -> RawLog:
+        env = self.env
+        self.jobs = _Jobs(self.wl.n_jobs_hint())
+        self.queue: deque[int] = deque()
+        self.log: list[tuple] = []
+        self.tok_job: list[np.ndarray] = []
+        self.tok_cnt: list[np.ndarray] = []
+        self.tok_time: list[float] = []
+        self.tok_len: list[int] = []
+        self.trials = np.zeros(self.gamma + 1, dtype=np.int64)
+        self.succ = np.zeros(self.gamma + 1, dtype=np.int64)
+        self.max_b = 0
+        self.n_done = 0
+        wl = self.wl
+        if wl.open_loop:
+            self.jobs.add_many(wl.trace_idx, wl.arrival_s, wl.prompt_len, wl.output_len)
+            self.n_arrived = 0
+        else:
+            self.n_started = 0
+            first = wl.concurrency if wl.max_jobs is None else min(wl.concurrency, wl.max_jobs)
+            for _ in range(first):
+                self._spawn(0.0)
+        proc = env.process(self._loop(env))
+        env.run(until=proc)
+        return self._raw()
+
+    def _spawn(self, now: float) -> None:
+        """Closed loop: the next job arrives now (if the bounds allow)."""
+        wl = self.wl
+        if wl.max_jobs is not None and self.n_started >= wl.max_jobs:
+            return
+        if wl.duration is not None and now > wl.duration:
+            return
+        t, p, o = wl.job(self.n_started)
+        self.n_started += 1
+        self.queue.append(self.jobs.add(t, now, p, o))
+
+    def _zos_sched(self, env: simpy.Environment, seconds: float):
+        yield env.timeout(seconds)
+
+    def _loop(self, env: simpy.Environment):
+        jobs = self.jobs
+        cost = self.cost
+        gamma = self.gamma
+        conf_all = self.conf
+        acc_all = self.accept_len
+        lut = cost.lut_seconds(None)
+        step_fn = cost.step_time_fn(None)
+        zos = bool(self.policy.zos)
+        schedule = self.policy.schedule
+        need_lag = "lagged_conf" in self.needs
+        need_rate = "accept_rate" in self.needs
+        need_acc = "accept_len" in self.needs
+        open_loop = self.wl.open_loop
+        arrivals = self.wl.arrival_s
+        n_arr_total = arrivals.shape[0] if open_loop else 0
+        kv_cap = self.limits.kv_tokens
+        max_run = self.limits.max_running
+        # The running batch, compact, admission order. Prefilling ones sit at the end.
+        r_job = np.zeros(0, np.int64)
+        r_base = np.zeros(0, np.int64)
+        r_n = np.zeros(0, np.int64)
+        r_out = np.zeros(0, np.int64)
+        r_h1 = np.zeros(0, np.int64)  # trace row verified one decode step ago (-1: none)
+        r_h2 = np.zeros(0, np.int64)  # ... two decode steps ago
+        kv_used = 0
+        zos_proc = None
+        queue = self.queue
+        log = self.log
+        record = self.record_tokens
+        progress = self.progress
+        while True:
+            now = env.now
+            # -- arrivals up to now join the queue (same-time rule: t_arrival <= now)
+            if open_loop and self.n_arrived < n_arr_total:
+                upto = int(np.searchsorted(arrivals, now, side="right"))
+                if upto > self.n_arrived:
+                    queue.extend(range(self.n_arrived, upto))
+                    self.n_arrived = upto
+            # -- admission, FIFO, no skipping
+            n_new = 0
+            if queue and r_job.shape[0] < max_run:
+                adm = []
+                room = max_run - r_job.shape[0]
+                while queue and room:
+                    j = queue[0]
+                    res = int(jobs.prompt[j] + jobs.out[j]) + gamma
+                    if kv_used + res > kv_cap:
+                        break
+                    queue.popleft()
+                    kv_used += res
+                    adm.append(j)
+                    room -= 1
+                if adm:
+                    a = np.asarray(adm, dtype=np.int64)
+                    n_new = a.shape[0]
+                    jobs.admitted[a] = now
+                    r_job = np.concatenate((r_job, a))
+                    r_base = np.concatenate((r_base, self.offsets[jobs.trace[a]]))
+                    r_n = np.concatenate((r_n, np.zeros(n_new, np.int64)))
+                    r_out = np.concatenate((r_out, jobs.out[a]))
+                    neg = np.full(n_new, -1, np.int64)
+                    r_h1 = np.concatenate((r_h1, neg))
+                    r_h2 = np.concatenate((r_h2, neg))
+            n_run = r_job.shape[0]
+            n_queued = len(queue)
+            if n_run == 0:
+                zos_proc = None
+                if queue:  # cannot happen: _check_capacity guarantees a lone request fits
+                    raise SpecsimError("internal: queue blocked with an empty engine")
+                if open_loop and self.n_arrived < n_arr_total:
+                    yield env.timeout(float(arrivals[self.n_arrived]) - now)
+                    continue
+                return
+            # -- ZOS: wait for the scheduler process that ran during the previous step
+            wait = 0.0
+            if zos:
+                if zos_proc is not None and not zos_proc.processed:
+                    yield zos_proc
+                    wait = env.now - now
+                    now = env.now
+            n_dec = n_run - n_new
+            # -- decode part: schedule and replay
+            if n_dec:
+                rows = r_base[:n_dec] + r_n[:n_dec]
+                conf = conf_all[rows]
+                acc = acc_all[rows]
+                if cost.is_2d:
+                    ctx = float(np.mean(jobs.prompt[r_job] + r_n))
+                    step_fn = cost.step_time_fn(ctx)
+                pol_fn = step_fn
+                if n_new:  # prompts share this step: the policy prices drafts on top of them
+                    pre = int(jobs.prompt[r_job[n_dec:]].sum())
+                    pol_fn = _shifted(step_fn, pre)
+                lag = None
+                if need_lag:
+                    h2 = r_h2[:n_dec]
+                    lag = conf_all[np.where(h2 >= 0, h2, rows)]
+                rate = None
+                if need_rate:
+                    t = self.trials[1:].astype(np.float64)
+                    rate = (self.succ[1:] + PRIOR_RATE * PRIOR_WEIGHT) / (t + PRIOR_WEIGHT)
+                inp = StepInput(
+                    conf=conf,
+                    step_time=pol_fn,
+                    lagged_conf=lag,
+                    accept_rate=rate,
+                    accept_len=acc if need_acc else None,
+                )
+                lens = np.asarray(schedule(inp))
+                if lens.shape != (n_dec,) or lens.dtype.kind not in "iu":
+                    from specsim.policies.base import check_lengths
+
+                    lens = check_lengths(lens, inp, self.policy.name)
+                elif n_dec and (lens.min() < 0 or lens.max() > gamma):
+                    from specsim.policies.base import check_lengths
+
+                    lens = check_lengths(lens, inp, self.policy.name)
+                lens = lens.astype(np.int64, copy=False)
+                a_ok = np.minimum(lens, acc)
+                emit = np.minimum(a_ok + 1, r_out[:n_dec] - r_n[:n_dec])
+                n_ver = int(lens.sum())
+                n_acc = int(a_ok.sum())
+                if need_rate:
+                    reach = np.minimum(a_ok + 1, lens)
+                    self.trials += np.bincount(reach, minlength=gamma + 1)[::-1].cumsum()[::-1]
+                    self.succ += np.bincount(a_ok, minlength=gamma + 1)[::-1].cumsum()[::-1]
+                draft_s = cost.draft_ms(n_dec, gamma) * 1e-3
+                sched_s = 0.0 if zos else cost.sched_s(n_dec)
+            else:
+                n_ver = n_acc = 0
+                draft_s = sched_s = 0.0
+                lens = emit = None
+            prefill_tokens = int(jobs.prompt[r_job[n_dec:]].sum()) if n_new else 0
+            batch = n_dec + n_ver + prefill_tokens
+            if batch > self.max_b:
+                self.max_b = batch
+            if cost.is_2d:
+                verify_s = float(step_fn(batch))
+            elif batch < lut.shape[0]:
+                verify_s = float(lut[batch])
+            else:
+                verify_s = float(cost.step_time(batch))
+            duration = draft_s + sched_s + verify_s
+            if zos:
+                # the decision for the next step runs on the CPU during this one
+                zos_proc = env.process(self._zos_sched(env, cost.sched_s(n_run)))
+            yield env.timeout(duration)
+            end = env.now
+            # -- advance
+            if n_dec:
+                dj = r_job[:n_dec]
+                r_n[:n_dec] += emit
+                jobs.steps[dj] += 1
+                jobs.verified[dj] += lens
+                jobs.accepted[dj] += a_ok
+                r_h2[:n_dec] = r_h1[:n_dec]
+                r_h1[:n_dec] = rows
+            emitted = int(emit.sum()) if n_dec else 0
+            if n_new:
+                r_n[n_dec:] = 1
+                jobs.first[r_job[n_dec:]] = end
+                emitted += n_new
+            if record:
+                self.tok_job.append(r_job)
+                self.tok_cnt.append(
+                    np.concatenate((emit, np.ones(n_new, np.int64)))
+                    if n_dec
+                    else np.ones(n_run, np.int64)
+                )
+                self.tok_time.append(end)
+                self.tok_len.append(n_run)
+            done = r_n >= r_out
+            n_fin = int(done.sum())
+            if n_fin:
+                fj = r_job[done]
+                jobs.finish[fj] = end
+                jobs.emitted[fj] = r_out[done]
+                kv_used -= int((jobs.prompt[fj] + r_out[done]).sum()) + gamma * n_fin
+                keep = ~done
+                r_job, r_base, r_n, r_out = r_job[keep], r_base[keep], r_n[keep], r_out[keep]
+                r_h1, r_h2 = r_h1[keep], r_h2[keep]
+                self.n_done += n_fin
+                if progress is not None:
+                    progress.update(n_fin)
+                if not open_loop:
+                    for _ in range(n_fin):
+                        self._spawn(end)
+            log.append(
+                (
+                    now,
+                    duration,
+                    batch,
+                    n_run,
+                    n_dec,
+                    n_new,
+                    n_queued,
+                    prefill_tokens,
+                    n_ver,
+                    n_acc,
+                    emitted,
+                    wait,
+                    n_fin,
+                )
+            )
+
+    # ------------------------------------------------------------------ output
+
+    def _raw(self) -> RawLog:
+        j = self.jobs
+        n = j.n
+        running = np.isnan(j.finish[:n]) & ~np.isnan(j.admitted[:n])
+        if np.any(running):  # cannot happen: the loop drains every admitted job
+            raise SpecsimError("internal: a request was left running")
+        if self.record_tokens and self.tok_job:
+            tj = np.concatenate(self.tok_job)
+            tc = np.concatenate(self.tok_cnt)
+            tt = np.repeat(np.asarray(self.tok_time), np.asarray(self.tok_len))
+        else:
+            tj = tc = tt = None
+        log = (
+            np.asarray(self.log, dtype=np.float64) if self.log else np.zeros((0, len(STEP_COLUMNS)))
+        )
+        return RawLog(
+            job_trace=j.trace[:n].copy(),
+            arrival_s=j.arrival[:n].copy(),
+            admitted_s=j.admitted[:n].copy(),
+            first_token_s=j.first[:n].copy(),
+            finish_s=j.finish[:n].copy(),
+            prompt_len=j.prompt[:n].copy(),
+            output_len=j.out[:n].copy(),
+            emitted=j.emitted[:n].copy(),
+            steps=j.steps[:n].copy(),
+            verified=j.verified[:n].copy(),
+            accepted=j.accepted[:n].copy(),
+            step_log=log,
+            token_job=tj,
+            token_time=tt,
+            token_count=tc,
+            sim_time_s=float(self.env.now),
+            max_batch_tokens=int(self.max_b),
+        )

@@ -1,0 +1,172 @@
+"""Metrics of a replay, derived by pure functions from the engine's raw arrays.
+
+Definitions (stated once, here):
+
+- TTFT = first token time - arrival (the first token comes out of the prefill step).
+- TPOT = (finish - first token) / (output tokens - 1); undefined (NaN) for one-token outputs.
+- per-user tok/s = 1 / TPOT = (output tokens - 1) / (finish - first token): the decode speed a
+  user sees, the quantity the DSpark paper's "tok/s/user" SLAs bound.
+- tau = tokens emitted by decode steps / request decode steps (bonus token included; the
+  prefill's first token is not a decode step and is excluded).
+- verify_efficiency = decode tokens emitted / tokens verified (sum over request-steps of 1 + l):
+  1.0 when nothing verified is wasted (e.g. ``ar``).
+- draft_acceptance = accepted draft tokens / verified draft tokens.
+- throughput = all output tokens / simulated time (time 0 to the last step's end).
+- sla_attainment = share of completed requests whose per-user tok/s >= sla_tps (one-token
+  outputs, having no decode phase, count as meeting it).
+- mean_in_system = time-average of (running + queued) requests over the step log (for
+  Little's law), using the count at each step's start over the step's duration.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from specsim.sim.engine import STEP_COLUMNS, RawLog
+
+COL = {name: i for i, name in enumerate(STEP_COLUMNS)}
+
+
+def ttft_s(raw: RawLog) -> np.ndarray:
+    return raw.first_token_s - raw.arrival_s
+
+
+def tpot_s(raw: RawLog) -> np.ndarray:
+    extra = (raw.output_len - 1).astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(extra > 0, (raw.finish_s - raw.first_token_s) / extra, np.nan)
+
+
+def per_user_tps(raw: RawLog) -> np.ndarray:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return 1.0 / tpot_s(raw)
+
+
+def _pct(x: np.ndarray, q: float) -> float:
+    x = x[np.isfinite(x)]
+    return float(np.percentile(x, q)) if x.size else float("nan")
+
+
+def _mean(x: np.ndarray) -> float:
+    x = x[np.isfinite(x)]
+    return float(x.mean()) if x.size else float("nan")
+
+
+def step_totals(log: np.ndarray) -> dict[str, float]:
+    """Sums over the step log that the summary needs."""
+    c = COL
+    prefilling = log[:, c["prefilling"]]
+    decoding = log[:, c["decoding"]]
+    emitted = log[:, c["emitted_tokens"]]
+    verified = log[:, c["verified_drafts"]]
+    dec_emitted = emitted.sum() - prefilling.sum()
+    dec_steps = decoding.sum()
+    dur = log[:, c["duration_s"]] + log[:, c["sched_wait_s"]]
+    in_sys = log[:, c["running"]] + log[:, c["queued"]]
+    return {
+        "decode_emitted": float(dec_emitted),
+        "decode_request_steps": float(dec_steps),
+        "verified": float(verified.sum()),
+        "accepted": float(log[:, c["accepted_drafts"]].sum()),
+        "engine_steps": float(log.shape[0]),
+        "busy_s": float(dur.sum()),
+        "batch_time_weighted": float((log[:, c["batch_tokens"]] * dur).sum()),
+        "in_system_area": float((in_sys * dur).sum()),
+    }
+
+
+def summarize(raw: RawLog, sla_tps: float | None, wall_time_s: float) -> dict[str, float]:
+    """The summary dict of a replay (keys listed in docs/simulator.md)."""
+    done = np.isfinite(raw.finish_s)
+    t = step_totals(raw.step_log)
+    total_out = float(raw.emitted.sum())
+    sim_t = raw.sim_time_s
+    ttft = ttft_s(raw)[done] * 1000.0
+    tpot = tpot_s(raw)[done] * 1000.0
+    tps = per_user_tps(raw)[done]
+    steps = t["engine_steps"]
+    dec = t["decode_request_steps"]
+    out = {
+        "requests_completed": int(done.sum()),
+        "output_tokens": int(total_out),
+        "sim_time_s": sim_t,
+        "wall_time_s": float(wall_time_s),
+        "throughput_tok_s": total_out / sim_t if sim_t > 0 else float("nan"),
+        "per_user_tps_mean": _mean(tps),
+        "per_user_tps_p50": _pct(tps, 50),
+        "ttft_ms_p50": _pct(ttft, 50),
+        "ttft_ms_p99": _pct(ttft, 99),
+        "ttft_ms_mean": _mean(ttft),
+        "tpot_ms_p50": _pct(tpot, 50),
+        "tpot_ms_p99": _pct(tpot, 99),
+        "tpot_ms_mean": _mean(tpot),
+        "tau": t["decode_emitted"] / dec if dec else float("nan"),
+        "verified_draft_tokens": int(t["verified"]),
+        "accepted_draft_tokens": int(t["accepted"]),
+        "draft_acceptance": t["accepted"] / t["verified"] if t["verified"] else float("nan"),
+        "verify_efficiency": (t["decode_emitted"] / (dec + t["verified"]) if dec else float("nan")),
+        "mean_batch_tokens": t["batch_time_weighted"] / t["busy_s"] if t["busy_s"] else 0.0,
+        "engine_steps": int(steps),
+        "mean_in_system": t["in_system_area"] / sim_t if sim_t > 0 else float("nan"),
+        "max_batch_tokens": int(raw.max_batch_tokens),
+        "sla_tps": float(sla_tps) if sla_tps is not None else float("nan"),
+        "sla_attainment": sla_attainment(tps, sla_tps),
+        "sim_tokens_per_wall_s": total_out / wall_time_s if wall_time_s > 0 else float("nan"),
+    }
+    return out
+
+
+def sla_attainment(tps: np.ndarray, sla_tps: float | None) -> float:
+    """Share of requests at or above ``sla_tps`` per-user tok/s (NaN rates: no decode, meet it)."""
+    if sla_tps is None or tps.size == 0:
+        return float("nan")
+    ok = np.where(np.isnan(tps), True, tps >= sla_tps)
+    return float(ok.mean())
+
+
+def request_frame(raw: RawLog, trace_ids: np.ndarray, category: np.ndarray | None):
+    """One row per request (tidy)."""
+    import pandas as pd
+
+    jt = raw.job_trace
+    return pd.DataFrame(
+        {
+            "id": np.arange(jt.shape[0], dtype=np.int64),
+            "trace_request": trace_ids[jt],
+            "trace_index": jt,
+            "category": (category[jt] if category is not None else np.full(jt.shape, "")),
+            "arrival_s": raw.arrival_s,
+            "admitted_s": raw.admitted_s,
+            "first_token_s": raw.first_token_s,
+            "finish_s": raw.finish_s,
+            "prompt_len": raw.prompt_len,
+            "output_tokens": raw.emitted,
+            "decode_steps": raw.steps,
+            "verified_drafts": raw.verified,
+            "accepted_drafts": raw.accepted,
+            "ttft_ms": ttft_s(raw) * 1000.0,
+            "tpot_ms": tpot_s(raw) * 1000.0,
+            "per_user_tps": per_user_tps(raw),
+        }
+    )
+
+
+def step_frame(raw: RawLog):
+    """One row per engine step (tidy)."""
+    import pandas as pd
+
+    log = raw.step_log
+    data = {}
+    for name, i in COL.items():
+        col = log[:, i]
+        data[name] = col if name.endswith("_s") else col.astype(np.int64)
+    return pd.DataFrame(data)
+
+
+def token_frame(raw: RawLog):
+    """One row per (request, step) emission: when each request received how many tokens."""
+    import pandas as pd
+
+    if raw.token_job is None:
+        return None
+    return pd.DataFrame({"id": raw.token_job, "time_s": raw.token_time, "tokens": raw.token_count})
