@@ -38,6 +38,7 @@ class Cell:
     requests: int | None = None
     duration: float | None = None
     options: tuple[tuple[str, Any], ...] = field(default_factory=tuple)  # extra replay kwargs
+    trace_digest: str = ""  # content hash: a changed file at the same path is a new cell
 
     @property
     def trace_name(self) -> str:
@@ -58,11 +59,13 @@ class Cell:
         }
         if with_policy:
             d["policy"] = self.policy
+            d["trace_digest"] = self.trace_digest
         return d
 
     @property
     def key(self) -> str:
-        """A stable text id of the cell (what a resumed sweep matches finished rows by)."""
+        """A stable text id of the cell (what a resumed sweep matches finished rows by); it
+        includes the trace's content hash, so rows of an edited trace are never reused."""
         return json.dumps(self._coords(True), sort_keys=True, separators=(",", ":"))
 
     @property
@@ -96,6 +99,7 @@ class Cell:
         row: dict[str, Any] = {
             "trace": self.trace_name,
             "trace_path": self.trace,
+            "trace_sha1": self.trace_digest,
             "policy": self.policy,
             "profile": self.profile,
             "load_kind": self.load_kind,
@@ -112,6 +116,15 @@ class Cell:
             row[k] = v
         row["cell_key"] = self.key
         return row
+
+
+def file_digest(path: str | Path) -> str:
+    """First 16 hex digits of the SHA-1 of a file's bytes."""
+    h = hashlib.sha1()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()[:16]
 
 
 def _num(x: Any) -> Any:
@@ -133,6 +146,7 @@ def make_grid(
     requests: int | None = None,
     duration: float | None = None,
     options: dict[str, Any] | None = None,
+    digests: dict[str, str] | None = None,
 ) -> list[Cell]:
     """Every cell of the sweep, in a fixed order (trace, policy, load, replicate)."""
     if load_kind not in LOAD_KINDS:
@@ -166,6 +180,7 @@ def make_grid(
             requests=requests,
             duration=duration,
             options=opts,
+            trace_digest=(digests or {}).get(t, ""),
         )
         for t in traces
         for p in policies

@@ -26,13 +26,13 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from specsim.analysis.grid import Cell, make_grid
+from specsim.analysis.grid import Cell, file_digest, make_grid
 from specsim.errors import SpecsimError
 from specsim.progress import Progress
 
 SWEEP_META_KEY = b"specsim.sweep"
 # Columns that measure the machine, not the simulation: excluded from equality checks.
-NONDETERMINISTIC = ("wall_time_s",)
+NONDETERMINISTIC = ("wall_time_s", "sim_tokens_per_wall_s")
 
 
 @lru_cache(maxsize=8)
@@ -47,7 +47,7 @@ def run_cell(cell: Cell) -> dict[str, Any]:
     from specsim.sim.replay import replay
 
     trace = _load_trace(cell.trace)
-    result = replay(trace, cell.policy, **cell.replay_kwargs())
+    result = replay(trace, cell.policy, record_tokens=False, **cell.replay_kwargs())
     row = cell.knobs()
     for k, v in result.summary.items():
         if k in row:
@@ -132,6 +132,7 @@ def build_cells(
         requests=requests,
         duration=duration,
         options={k: v for k, v in (options or {}).items() if v is not None},
+        digests={t: file_digest(t) for t in trace_list},
     )
 
 
@@ -307,18 +308,18 @@ class _Store:
 
     def save_part(self, cell: Cell, frame: pd.DataFrame) -> None:
         self.parts.mkdir(exist_ok=True)
-        _atomic_parquet(frame, self._part_path(cell))
+        write_parquet_atomic(frame, self._part_path(cell))
 
     def read_part(self, cell: Cell) -> pd.DataFrame:
         return pd.read_parquet(self._part_path(cell))
 
     def finish(self, table: pd.DataFrame) -> None:
-        _atomic_parquet(table, self.out, meta={SWEEP_META_KEY: b"1"})
+        write_parquet_atomic(table, self.out, meta={SWEEP_META_KEY: b"1"})
         if self.parts.exists():
             shutil.rmtree(self.parts)
 
 
-def _atomic_parquet(
+def write_parquet_atomic(
     frame: pd.DataFrame, path: Path, meta: dict[bytes, bytes] | None = None
 ) -> None:
     """Write to ``path.tmp-<pid>`` then rename: readers never see a partial file."""
