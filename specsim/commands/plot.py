@@ -1,0 +1,81 @@
+"""``specsim plot``: draw a figure from a sweep table (or, for calibration, from a trace).
+
+specsim plot results.parquet --kind pareto --out pareto.png
+specsim plot results.parquet --kind sla --sla 80,120 --baseline mtp1 --out sla.png
+specsim plot results.parquet --kind load --out load.png
+specsim plot traces/chat.parquet --kind calibration --out calibration.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from specsim.errors import SpecsimError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from specsim.analysis.plots import KINDS
+
+    p = sub.add_parser(
+        "plot",
+        help="draw pareto / sla / load figures from a sweep, or calibration from a trace",
+        description=__doc__.split("\n")[0],
+    )
+    p.add_argument("input", metavar="FILE", help="sweep results (.parquet), or a trace")
+    p.add_argument("--kind", required=True, choices=KINDS, help="which figure")
+    p.add_argument("--out", required=True, help="figure file: .png, .svg or .pdf")
+    p.add_argument("--sla", default=None, help="SLA targets in tok/s/user, e.g. 80,120 (sla)")
+    p.add_argument("--baseline", default="mtp1", help="policy gains are measured against")
+    p.add_argument("--trace", action="append", default=None, help="only this trace (repeatable)")
+    p.add_argument("--title", default=None, help="figure title")
+    p.add_argument("--force", action="store_true", help="overwrite --out")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from specsim.analysis.plots import figure, save_figure
+
+    src = Path(args.input)
+    if not src.is_file():
+        raise SpecsimError(f"input file {args.input!r} does not exist; check the path")
+    out = Path(args.out)
+    if out.exists() and not args.force:
+        raise SpecsimError(f"{out} exists; pass --force to overwrite it")
+    if args.kind == "calibration":
+        from specsim.trace.io import read_trace
+
+        data = read_trace(src)
+    else:
+        data = _read_results(src)
+    targets = None
+    if args.sla:
+        from specsim.analysis.grid import parse_numbers
+
+        targets = parse_numbers(args.sla, "--sla")
+    baseline = None if args.baseline in ("", "none") else args.baseline
+    fig = figure(
+        args.kind, data, targets=targets, baseline=baseline, traces=args.trace, title=args.title
+    )
+    save_figure(fig, out, force=args.force)
+    print(f"wrote {out}", file=sys.stderr)
+    return 0
+
+
+def _read_results(path: Path):
+    import pandas as pd
+
+    try:
+        table = pd.read_parquet(path)
+    except Exception as exc:  # noqa: BLE001 - any read failure is a bad input file
+        raise SpecsimError(
+            f"cannot read {path} as Parquet ({type(exc).__name__}); "
+            "give the table written by specsim sweep"
+        ) from None
+    if "policy" not in table.columns or "throughput_tok_s" not in table.columns:
+        raise SpecsimError(
+            f"{path} is not a sweep table (no policy/throughput_tok_s columns); for "
+            "--kind calibration give a trace, otherwise the output of specsim sweep"
+        )
+    return table

@@ -1,0 +1,97 @@
+"""``specsim sweep``: replay a grid of traces x policies x loads x seeds in parallel.
+
+    specsim sweep traces/chat.parquet --policies mtp1,hw-aware,zos \\
+        --concurrency 1,2,4,...,256 --seeds 3 --profile v4-flash-like --out results.parquet
+
+Local processes by default, or ``--dask tcp://host:port`` for an existing Dask cluster.
+Resumable: re-run the same command after an interruption and only missing cells run.
+``--find-max-rate --sla-tps X`` instead bisects, per policy, the highest load (within the range
+of --rates or --concurrency) whose mean per-user speed is at least X tok/s/user.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from specsim.errors import SpecsimError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "sweep",
+        help="replay a grid of policies x loads x seeds in parallel (local or Dask)",
+        description=__doc__.split("\n")[0],
+    )
+    p.add_argument("traces", nargs="+", metavar="TRACE", help="trace files (.parquet)")
+    p.add_argument("--policies", required=True, help="comma-separated, e.g. mtp1,hw-aware,zos")
+    load = p.add_mutually_exclusive_group(required=True)
+    load.add_argument("--concurrency", help="requests in flight (closed loop), e.g. 1,2,4,...,256")
+    load.add_argument("--rates", help="arrival rates in req/s (open loop), e.g. 1,2,4,...,64")
+    p.add_argument("--seeds", type=int, default=1, help="seed replicates per cell (default 1)")
+    p.add_argument("--seed", type=int, default=0, help="base seed (default 0)")
+    p.add_argument("--profile", default="h100-dense-8b", help="cost profile (default %(default)s)")
+    p.add_argument("--requests", type=int, default=None, help="requests per replay")
+    p.add_argument("--duration", type=float, default=None, help="simulated seconds per replay")
+    p.add_argument("--sla-tps", type=float, default=None, help="per-user SLA (tok/s/user)")
+    p.add_argument("--cv", type=float, default=None, help="arrival burstiness (rate sweeps)")
+    p.add_argument("--arrivals", default=None, help="arrival process (see specsim replay)")
+    p.add_argument("--out", required=True, help="results table (.parquet)")
+    p.add_argument("--workers", type=int, default=None, help="local processes (default: CPUs)")
+    p.add_argument("--dask", default=None, metavar="ADDR", help="Dask scheduler tcp://host:port")
+    p.add_argument("--force", action="store_true", help="replace --out instead of resuming it")
+    p.add_argument(
+        "--find-max-rate",
+        action="store_true",
+        help="bisect the highest load per policy meeting --sla-tps (range: min..max of the loads)",
+    )
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from specsim.analysis.grid import parse_numbers
+
+    policies = [s.strip() for s in args.policies.split(",") if s.strip()]
+    conc = parse_numbers(args.concurrency, "--concurrency") if args.concurrency else None
+    rates = parse_numbers(args.rates, "--rates") if args.rates else None
+    opts = {"sla_tps": args.sla_tps, "cv": args.cv, "arrivals": args.arrivals}
+    common = dict(
+        concurrency=conc,
+        rates=rates,
+        seeds=args.seeds,
+        profile=args.profile,
+        seed=args.seed,
+        requests=args.requests,
+        duration=args.duration,
+        workers=args.workers,
+        dask=args.dask,
+    )
+    out = Path(args.out)
+    if args.find_max_rate:
+        if args.sla_tps is None:
+            raise SpecsimError("--find-max-rate needs --sla-tps X (tok/s/user)")
+        from specsim.analysis.maxload import find_max_load
+        from specsim.analysis.sweep import write_parquet_atomic
+
+        if out.suffix.lower() != ".parquet":
+            raise SpecsimError(f"--out {args.out!r} must end in .parquet")
+        if out.exists() and not args.force:
+            raise SpecsimError(f"{out} exists; pass --force to overwrite it")
+        opts.pop("sla_tps")
+        table = find_max_load(args.traces, policies, sla_tps=args.sla_tps, **common, **opts)
+        write_parquet_atomic(table, out)
+        cols = ["trace", "policy", "max_load", "capped", "probes"]
+        print(table[cols].to_string(index=False))
+        print(f"wrote {out}", file=sys.stderr)
+        return 0
+    from specsim.analysis.sweep import sweep
+
+    table = sweep(args.traces, policies, out=out, force=args.force, **common, **opts)
+    a = table.attrs
+    print(
+        f"wrote {out}: {a['cells_total']} cells ({a['cells_run']} run, "
+        f"{a['cells_reused']} already done)",
+        file=sys.stderr,
+    )
+    return 0
