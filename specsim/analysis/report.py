@@ -1,0 +1,253 @@
+"""``specsim report NAME``: regenerate ``reports/NAME/`` from the config committed beside it.
+
+A report folder holds ``config.toml`` (small, hand-written, committed), and what this module
+writes from it: ``README.md`` (tables, figures, the exact command and the versions that made
+them), the PNG figures, and ``results.parquet`` (the tidy table behind them). The config's
+``kind`` picks the builder (``schedulers-under-load``, ``zos``, ``lossless``), so a user can make
+their own study by copying a folder and editing its config.
+
+Paths in a config are relative to the config's folder. A trace entry may be a list of
+candidates, the first that exists wins: ``["../../traces/chat.parquet",
+"../../traces/synthetic-chat.parquet"]`` uses the recorded trace once it is there and the
+synthetic one until then, so regenerating with real traces is the same single command.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import subprocess
+import sys
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from specsim.errors import SpecsimError
+
+BUILDERS: dict[str, Callable[[ReportContext], None]] = {}
+
+
+def builder(kind: str) -> Callable[[Callable[[ReportContext], None]], Callable]:
+    def deco(fn: Callable[[ReportContext], None]) -> Callable[[ReportContext], None]:
+        if kind in BUILDERS:
+            raise ValueError(f"report kind {kind!r} registered twice")
+        BUILDERS[kind] = fn
+        return fn
+
+    return deco
+
+
+@dataclass
+class ReportContext:
+    """What a builder gets: the config, its folder, and a README being assembled."""
+
+    name: str
+    folder: Path
+    config: dict[str, Any]
+    workers: int | None = None
+    progress: bool | None = None
+    lines: list[str] = field(default_factory=list)
+    written: list[Path] = field(default_factory=list)
+
+    # ---- config access with one-line errors
+    def get(self, key: str, default: Any = ..., kind: type | tuple[type, ...] | None = None) -> Any:
+        if key not in self.config:
+            if default is ...:
+                raise SpecsimError(
+                    f"{self.folder / 'config.toml'} has no {key!r}; add it (see docs/api.md)"
+                )
+            return default
+        value = self.config[key]
+        if kind is not None and not isinstance(value, kind):
+            raise SpecsimError(
+                f"{self.folder / 'config.toml'}: {key!r} must be {_kind_name(kind)}, "
+                f"got {type(value).__name__}"
+            )
+        return value
+
+    def path(self, entry: str | list[str]) -> Path:
+        """Resolve a config path (or the first existing of a list of candidates)."""
+        candidates = [entry] if isinstance(entry, str) else list(entry)
+        for c in candidates:
+            p = (self.folder / c).resolve()
+            if p.exists():
+                return p
+        raise SpecsimError(
+            f"{self.folder / 'config.toml'}: none of {candidates} exists (paths are relative "
+            "to the config's folder); create the file or fix the path"
+        )
+
+    def rel(self, p: Path) -> str:
+        """A path as the README shows it: relative to the repository (the cwd) if possible."""
+        try:
+            return os.path.relpath(p, Path.cwd())
+        except ValueError:
+            return str(p)
+
+    # ---- README assembly
+    def md(self, *text: str) -> None:
+        self.lines.extend(text)
+
+    def figure(self, fig: Any, filename: str, caption: str) -> None:
+        from specsim.analysis.plots import save_figure
+
+        out = self.folder / filename
+        save_figure(fig, out, force=True)
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
+        self.written.append(out)
+        self.md(f"![{caption}]({filename})", "", f"*{caption}*", "")
+
+    def table(self, frame: pd.DataFrame, floatfmt: str = "{:,.1f}") -> None:
+        self.md(markdown_table(frame, floatfmt), "")
+
+    def save_results(self, frame: pd.DataFrame, filename: str = "results.parquet") -> Path:
+        from specsim.analysis.sweep import write_parquet_atomic
+
+        out = self.folder / filename
+        write_parquet_atomic(frame, out)
+        self.written.append(out)
+        return out
+
+
+def _kind_name(kind: type | tuple[type, ...]) -> str:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return " or ".join(k.__name__ for k in kinds)
+
+
+def markdown_table(frame: pd.DataFrame, floatfmt: str = "{:,.1f}") -> str:
+    """A GitHub-flavoured Markdown table (no extra dependency)."""
+
+    def cell(v: Any) -> str:
+        if isinstance(v, float):
+            return "n/a" if v != v else floatfmt.format(v)
+        return str(v).replace("|", "\\|")
+
+    head = "| " + " | ".join(str(c) for c in frame.columns) + " |"
+    sep = "|" + "|".join("---" for _ in frame.columns) + "|"
+    body = ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(False)]
+    return "\n".join([head, sep, *body])
+
+
+def read_config(folder: Path) -> dict[str, Any]:
+    path = folder / "config.toml"
+    if not path.is_file():
+        raise SpecsimError(
+            f"report folder {str(folder)!r} has no config.toml; create one or pick one of: "
+            f"{', '.join(list_reports(folder.parent)) or '(none)'}"
+        )
+    try:
+        with path.open("rb") as f:
+            return tomllib.load(f)
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecsimError(f"{path} is not valid TOML: {exc}") from None
+
+
+def list_reports(root: Path) -> list[str]:
+    if not root.is_dir():
+        return []
+    return sorted(p.parent.name for p in root.glob("*/config.toml"))
+
+
+def versions() -> dict[str, str]:
+    """Versions of what made the numbers, and the git revision of the code."""
+    out = {"python": platform.python_version()}
+    for pkg in ("specsim", "numpy", "pandas", "scipy", "simpy", "matplotlib", "pyarrow"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            out[pkg] = "not installed"
+    out["git"] = _git_rev()
+    return out
+
+
+def _git_rev() -> str:
+    here = Path(__file__).resolve().parent
+    try:
+        rev = subprocess.run(
+            ["git", "-C", str(here), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(here), "status", "--porcelain", "--", str(here.parent)],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+        return rev + (" (with uncommitted changes)" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown (not a git checkout)"
+
+
+def run_report(
+    name: str,
+    root: str | Path = "reports",
+    *,
+    workers: int | None = None,
+    progress: bool | None = None,
+) -> Path:
+    """Regenerate ``root/name/`` (README.md, figures, results) and return the README path."""
+    import specsim.analysis.reports  # noqa: F401  (registers the builders)
+
+    folder = Path(root) / name
+    if not folder.is_dir():
+        known = list_reports(Path(root))
+        raise SpecsimError(
+            f"no report folder {str(folder)!r}; known reports: {', '.join(known) or '(none)'}"
+        )
+    config = read_config(folder)
+    kind = config.get("kind", name)
+    if kind not in BUILDERS:
+        raise SpecsimError(
+            f"{folder / 'config.toml'}: unknown kind {kind!r}; choose one of "
+            f"{', '.join(sorted(BUILDERS))}"
+        )
+    ctx = ReportContext(name=name, folder=folder, config=config, workers=workers, progress=progress)
+    title = config.get("title", name)
+    ctx.md(f"# {title}", "")
+    if "summary" in config:
+        ctx.md(str(config["summary"]).strip(), "")
+    started = _dt.datetime.now(_dt.UTC)
+    BUILDERS[kind](ctx)
+    took = (_dt.datetime.now(_dt.UTC) - started).total_seconds()
+    _footer(ctx, took)
+    readme = folder / "README.md"
+    tmp = folder / f".README.md.tmp-{os.getpid()}"
+    tmp.write_text("\n".join(ctx.lines).rstrip() + "\n", encoding="utf-8")
+    os.replace(tmp, readme)
+    return readme
+
+
+def _footer(ctx: ReportContext, took_s: float) -> None:
+    v = versions()
+    cmd = f"specsim report {ctx.name}"
+    if ctx.folder.parent.resolve() != (Path.cwd() / "reports").resolve():
+        cmd += f" --root {ctx.rel(ctx.folder.parent)}"
+    ctx.md(
+        "## How this was made",
+        "",
+        "Regenerate everything in this folder (figures, tables, `results.parquet`) with:",
+        "",
+        "```",
+        cmd,
+        "```",
+        "",
+        f"from `config.toml` beside this file (run from the repository root; {took_s:.0f} s "
+        f"on {os.cpu_count()} CPU cores here).",
+        "",
+        "Versions: " + ", ".join(f"{k} {val}" for k, val in v.items()) + ".",
+        "",
+        f"Python {sys.version.split()[0]} on {platform.system()} {platform.machine()}.",
+        "",
+    )
