@@ -1,0 +1,153 @@
+"""The cost model: linear interpolation that keeps jags, extrapolation, CSV profiles, roofline."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from specsim.errors import SpecsimError
+from specsim.sim.cost import CostModel
+from specsim.sim.profiles import (
+    PROFILES,
+    cuda_graph_buckets,
+    distinct_experts,
+    get_profile,
+    pad_batch,
+    read_profile_csv,
+    write_profile_csv,
+)
+
+JAGGED = CostModel("jagged", batch_tokens=np.array([1, 8, 9, 16]), step_ms=[5.0, 5.0, 9.0, 9.5])
+
+
+def test_profiled_points_exact_and_linear_between():
+    assert JAGGED.step_time(1) == pytest.approx(0.005)
+    assert JAGGED.step_time(8) == pytest.approx(0.005)
+    assert JAGGED.step_time(9) == pytest.approx(0.009)  # the jag survives: no smoothing
+    # halfway between 9 and 16 (12.5 is not an integer: check 12 = 3/7 of the way)
+    assert JAGGED.step_time(12) == pytest.approx((9.0 + 3 / 7 * 0.5) / 1000)
+
+
+def test_extrapolates_linearly_beyond_and_holds_below():
+    slope = (9.5 - 9.0) / (16 - 9) / 1000
+    assert JAGGED.step_time(116) == pytest.approx(0.0095 + 100 * slope)
+    assert JAGGED.step_time(0) == pytest.approx(0.005)  # held: never reaches zero
+    assert JAGGED.b_max == 16
+
+
+@given(st.lists(st.integers(0, 200), min_size=1, max_size=50))
+def test_vectorised_equals_scalar(batches):
+    arr = JAGGED.step_time(np.array(batches))
+    assert arr.shape == (len(batches),)
+    np.testing.assert_allclose(arr, [JAGGED.step_time(b) for b in batches], rtol=0, atol=1e-15)
+    np.testing.assert_allclose(JAGGED.sps(np.array(batches)), 1.0 / arr)
+    fn = JAGGED.step_time_fn()
+    np.testing.assert_array_equal(fn(np.array(batches)), arr)
+
+
+def test_draft_and_scheduler_costs():
+    m = CostModel(
+        "c",
+        np.array([1, 2]),
+        [1.0, 2.0],
+        draft_base_ms=1.0,
+        draft_per_request_ms=0.5,
+        draft_per_token_ms=0.1,
+        sched_base_us=10.0,
+        sched_us_per_request=2.0,
+    )
+    assert m.draft_ms(4, 7) == pytest.approx(1.0 + 0.5 * 4 + 0.1 * 4 * 7)
+    assert m.draft_ms(0, 7) == 0.0
+    assert m.sched_s(5) == pytest.approx(20e-6)
+    assert m.sched_s(0) == 0.0
+
+
+def test_csv_round_trip(tmp_path):
+    src = get_profile("h100-dense-8b")
+    path = write_profile_csv(src, tmp_path / "p.csv")
+    back = read_profile_csv(path)
+    b = np.arange(0, 9000, 7)
+    np.testing.assert_allclose(back.step_time(b), src.step_time(b), rtol=1e-5)
+    assert back.scalars() == src.scalars()
+    with pytest.raises(SpecsimError, match="exists"):
+        write_profile_csv(src, path)
+
+
+def test_csv_2d_interpolates_in_context(tmp_path):
+    p = tmp_path / "twod.csv"
+    p.write_text(
+        "# sched_us_per_request: 3\n"
+        "context_tokens,batch_tokens,step_ms\n"
+        "1000,1,10\n1000,100,20\n3000,1,30\n3000,100,60\n"
+    )
+    m = get_profile(str(p))
+    assert m.is_2d and m.sched_us_per_request == 3.0
+    assert m.step_time(1, 1000) == pytest.approx(0.010)
+    assert m.step_time(100, 2000) == pytest.approx(0.040)  # halfway in context
+    assert m.step_time(1, 9000) == pytest.approx(0.030)  # clamped at the largest context
+
+
+@pytest.mark.parametrize(
+    "text, msg",
+    [
+        ("batch,ms\n1,2\n", "needs columns"),
+        ("batch_tokens,step_ms\n1,2\n", "at least 2"),
+        ("batch_tokens,step_ms\n1,2\n2,-1\n", "positive"),
+        ("# kv_tokens: lots\nbatch_tokens,step_ms\n1,2\n2,3\n", "not a number"),
+        ("batch_tokens,step_ms\n1,2\n1,3\n", "twice"),
+    ],
+)
+def test_bad_csv_is_one_line_error(tmp_path, text, msg):
+    p = tmp_path / "bad.csv"
+    p.write_text(text)
+    with pytest.raises(SpecsimError, match=msg) as exc:
+        get_profile(str(p))
+    assert "\n" not in str(exc.value)
+
+
+def test_unknown_profile_lists_names():
+    with pytest.raises(SpecsimError, match="h100-dense-8b"):
+        get_profile("h100-dense-9b")
+    with pytest.raises(SpecsimError, match="does not exist"):
+        get_profile("/nonexistent/p.csv")
+
+
+def test_distinct_experts_limits():
+    assert distinct_experts(1, 256, 8) == pytest.approx(8.0)
+    assert distinct_experts(10_000, 256, 8) == pytest.approx(256.0)
+    d = distinct_experts(np.arange(1, 500), 256, 8)
+    assert np.all(np.diff(d) > 0)
+
+
+def test_padding_makes_steps():
+    buckets = cuda_graph_buckets()
+    assert list(pad_batch([1, 3, 5, 8, 9, 250, 257, 600], buckets)) == [
+        1,
+        4,
+        8,
+        8,
+        16,
+        256,
+        272,
+        640,
+    ]
+    m = get_profile("h100-dense-8b")
+    # compute-bound region: a bucket is (nearly) flat, the next bucket jumps
+    inside = m.step_time(np.array([1201, 1216])) * 1000
+    jump = m.step_time(np.array([1216, 1217])) * 1000
+    assert inside[1] - inside[0] < 0.05
+    assert jump[1] - jump[0] > 0.5
+
+
+def test_builtin_profiles_are_calibrated():
+    h = get_profile("h100-dense-8b")
+    assert 6.5e-3 < h.step_time(1) < 8.5e-3  # memory-bound 8B bf16 on H100: ~7-8 ms
+    assert 6.5e-3 < h.step_time(64) < 8.5e-3
+    # compute takes over: doubling B at 2048 nearly doubles the step
+    assert h.step_time(4096) / h.step_time(2048) > 1.8
+    v = get_profile("v4-flash-like")
+    round_ms = v.step_time(640) * 1000 + v.draft_ms(128, 7)
+    assert 175 < round_ms < 200  # the paper's ~188-190 ms round at batch 128
+    assert {"h100-dense-8b", "v4-flash-like"} <= set(PROFILES.names())
