@@ -54,7 +54,7 @@ def load_meta(path: str | Path) -> dict[str, str]:
         raise TraceError(
             f"{p}: not a readable Parquet file ({type(exc).__name__}: {exc}); check the path"
         ) from None
-    return table_meta(pa.schema([], metadata=schema.metadata))
+    return table_meta(schema)
 
 
 def _list_array(values: np.ndarray, typ: pa.DataType) -> pa.ListArray:

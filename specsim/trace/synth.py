@@ -22,6 +22,7 @@ nothing in specsim reads them from a synthetic trace.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -133,6 +134,11 @@ def auroc_for(profile: Sequence[float], concentration: float, levels: int = 4096
 
 def concentration_for(profile: Sequence[float], target: float, levels: int = 4096) -> float:
     """The Beta concentration kappa whose expected AUROC is ``target`` (bisection in log kappa)."""
+    return _concentration_for(tuple(float(x) for x in profile), float(target), int(levels))
+
+
+@functools.lru_cache(maxsize=64)
+def _concentration_for(profile: tuple[float, ...], target: float, levels: int) -> float:
     lo, hi = np.log(1e-2), np.log(1e5)
     best, worst = auroc_for(profile, np.exp(lo), levels), auroc_for(profile, np.exp(hi), levels)
     if not (worst <= target <= best):

@@ -25,9 +25,10 @@ _FIX = "see docs/trace-format.md"
 _SYSTEM_META = ("ARROW:schema", "pandas")
 
 
-def table_meta(table: pa.Table) -> dict[str, str]:
-    """The key-value metadata of a table as str -> str, without pyarrow's/pandas' own keys."""
-    raw = table.schema.metadata or {}
+def table_meta(table: pa.Table | pa.Schema) -> dict[str, str]:
+    """The key-value metadata of a table (or schema) as str -> str, minus pyarrow's/pandas' keys."""
+    schema = table if isinstance(table, pa.Schema) else table.schema
+    raw = schema.metadata or {}
     meta = {k.decode("utf-8", "replace"): v.decode("utf-8", "replace") for k, v in raw.items()}
     return {k: v for k, v in meta.items() if k not in _SYSTEM_META}
 
