@@ -1,0 +1,204 @@
+"""The checker: exact, edge-uniform and statistical checks of a pipeline over standard worlds.
+
+What ``specsim check-lossless`` runs, and what the tests run on the catalogue. Results are a tidy
+table, one row per (pipeline, world, check):
+
+- ``exact``: the enumerated law of the first m tokens vs the target's; lossless iff TV <= 1e-9.
+- ``edge``: every block with uniforms at 0.0 and 1 - 2^-53: no token the target gives
+  probability 0 may come out (real generators produce u = 0.0; measure zero, so the exact law
+  cannot see it).
+- ``statistical``: G-test (alpha 1e-6) of n sampled blocks against the exact target law, with the
+  TV it detects at 99% power.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from specsim.lossless.oracle import (
+    Batch,
+    alone,
+    multi_output_law,
+    output_law,
+    policy_scheduler,
+)
+from specsim.lossless.pipeline import Pipeline
+from specsim.lossless.sampling import sample_block
+from specsim.lossless.stats import g_test
+from specsim.lossless.toy import ToyLM, appendix_a_toy, random_toy
+from specsim.lossless.uniforms import NotPiecewiseConstant, edge_uniform_outputs
+from specsim.policies.base import Policy
+from specsim.progress import Progress
+from specsim.rng import stream
+
+DEFAULT_SAMPLES = 200_000
+COLUMNS = [
+    "pipeline", "world", "check", "tv", "p_value", "detectable_tv", "n", "lossless", "detail",
+]  # fmt: skip
+
+
+@dataclass(frozen=True, eq=False)
+class World:
+    """A finite world to check in: a toy LM, block size, output length, batch and cost curve."""
+
+    name: str
+    toy: ToyLM
+    gamma: int
+    m: int
+    batch: Batch
+
+
+def jagged_batch(rng: np.random.Generator, n_others: int, gamma: int) -> Batch:
+    """Batch-mates with random confidence rows (0s and 1s included) and a jagged SPS table."""
+    others = rng.random((n_others, gamma))
+    others[rng.random(others.shape) < 0.15] = 0.0
+    b_max = (n_others + 1) * (gamma + 1)
+    steps = rng.uniform(0.3, 1.0, b_max + 2)  # arbitrary, non-monotone: padding buckets etc.
+    sps = np.where(rng.random(b_max + 2) < 0.5, steps, np.minimum.accumulate(steps))
+    lagged = rng.random((n_others + 1, gamma))
+    return Batch(
+        others=others,
+        sps=sps,
+        index=int(rng.integers(n_others + 1)),
+        lagged=lagged,
+        accept_rate=rng.random(gamma),
+    )
+
+
+def standard_worlds(seed: int = 0) -> list[World]:
+    """The worlds every pipeline is checked in: the paper's Appendix A and random tables with
+    zeros, near-one masses and ties, alone and in jagged batches."""
+    rng = stream(seed, "lossless/worlds")
+    return [
+        World("appendix-A", appendix_a_toy(), 2, 2, alone(2, sps=[np.nan, 1.0, 0.5, 0.45])),
+        World("V3-g2-alone", random_toy(seed * 7 + 1, 3), 2, 3, alone(2)),
+        World("V3-g2-batch3-jagged", random_toy(seed * 7 + 2, 3), 2, 3, jagged_batch(rng, 2, 2)),
+        World("V4-g3-batch2-jagged", random_toy(seed * 7 + 3, 4), 3, 2, jagged_batch(rng, 1, 3)),
+        World(
+            "V2-g3-ties-batch4",
+            random_toy(seed * 7 + 4, 2, ties=0.5),
+            3,
+            3,
+            jagged_batch(rng, 3, 3),
+        ),
+    ]
+
+
+def multi_worlds(seed: int = 0) -> list[World]:
+    """Multi-draft worlds: first-token laws with full draft support, k = 2 or 3 candidates."""
+    return [
+        World("multi-V3-k2", random_toy(seed * 7 + 5, 3, zeros=0.0, near_one=0.0), 2, 1,
+              alone(2)),
+        World("multi-V4-k3", random_toy(seed * 7 + 6, 4, zeros=0.0, near_one=0.0), 3, 1,
+              alone(3)),
+    ]  # fmt: skip
+
+
+def stat_worlds(seed: int = 0) -> list[World]:
+    """The worlds the statistical checks sample in (block laws with 27 and 81 cells)."""
+    ws = {w.name: w for w in standard_worlds(seed)}
+    return [ws["appendix-A"], ws["V3-g2-batch3-jagged"], ws["V2-g3-ties-batch4"]]
+
+
+def _row(pipe, world, check, lossless, tv=np.nan, p=np.nan, det=np.nan, n=0, detail=""):
+    return dict(
+        pipeline=pipe.name, world=world.name, check=check, tv=float(tv), p_value=float(p),
+        detectable_tv=float(det), n=int(n), lossless=bool(lossless), detail=detail,
+    )  # fmt: skip
+
+
+def _scheduler(pipe: Pipeline):
+    s = pipe.scheduler
+    return policy_scheduler(s) if (not callable(s) or isinstance(s, Policy)) else s
+
+
+def exact_check(pipe: Pipeline, world: World) -> dict:
+    """The enumerated law vs the target's (multi-draft: the first token's law vs p)."""
+    try:
+        if pipe.multi is not None:
+            p, q = world.toy.p(()), world.toy.q(())
+            law = multi_output_law(pipe.multi, p, q, world.gamma, pipe.without_replacement)
+            tv = 0.5 * float(np.abs(law - p).sum())
+            worst = int(np.argmax(np.abs(law - p)))
+            detail = f"token {worst}: {law[worst]:.6g} vs target {p[worst]:.6g}"
+            return _row(pipe, world, "exact", tv <= 1e-9, tv=tv, detail=detail)
+        res = output_law(
+            world.toy, world.m, world.gamma, _scheduler(pipe), rule=pipe.rule,
+            batch=world.batch, drafter=pipe.drafter, greedy=pipe.greedy, extra=pipe.extra,
+        )  # fmt: skip
+    except NotPiecewiseConstant as exc:
+        return _row(pipe, world, "exact", True, detail=f"skipped: {exc}")
+    seq, got, want = res.worst()
+    first = np.array2string(res.marginal(0), precision=6, separator=", ")
+    detail = f"worst {seq}: {got:.6g} vs target {want:.6g}; first-token law {first}"
+    return _row(pipe, world, "exact", res.lossless, tv=res.tv, detail=detail)
+
+
+def edge_check(pipe: Pipeline, world: World) -> dict:
+    """Extreme uniforms (0.0 and 1 - 2^-53) on every block after the empty prompt, every l:
+    no emitted token may have target probability 0."""
+    toy, gamma = world.toy, world.gamma
+    bad = []
+    for x in itertools.product(range(toy.vocab), repeat=gamma):
+        qs = [toy.q(x[:k]) for k in range(gamma)]
+        if any(qs[k][x[k]] <= 0 for k in range(gamma)):
+            continue
+        ps = np.stack([toy.p(x[:k]) for k in range(gamma + 1)])
+        xa = np.asarray(x, dtype=np.int64)
+        for length in range(gamma + 1):
+            n, tok = edge_uniform_outputs(pipe.rule, ps, np.stack(qs), xa, length)
+            for ni, ti in zip(n, tok, strict=True):
+                emitted = (*x[:ni], int(ti))
+                zero = [j for j, t in enumerate(emitted) if ps[j, t] <= 0]
+                if zero:
+                    bad.append(f"drafts {x}, l={length}: emitted {emitted}, p=0 at {zero[0] + 1}")
+    detail = bad[0] if bad else "no zero-probability token at u, v in {0, 1-2^-53}"
+    return _row(pipe, world, "edge", not bad, n=len(bad), detail=detail)
+
+
+def statistical_check(pipe: Pipeline, world: World, n: int, seed: int) -> dict:
+    counts, probs = sample_block(world, pipe, n, seed)
+    g = g_test(counts, probs)
+    detail = f"G={g.statistic:.1f}, df={g.df}, observed TV {g.observed_tv:.4f}"
+    if g.zero_hits:
+        detail = f"{g.zero_hits} samples on zero-probability outputs"
+    return _row(
+        pipe, world, "statistical", g.passed, tv=g.observed_tv, p=g.p_value,
+        det=g.detectable_tv, n=n, detail=detail,
+    )  # fmt: skip
+
+
+def check_pipeline(
+    pipe: Pipeline,
+    seed: int = 0,
+    samples: int = DEFAULT_SAMPLES,
+    checks: tuple[str, ...] = ("exact", "edge", "statistical"),
+    stop_at_first_failure: bool = False,
+    progress: bool | None = None,
+) -> pd.DataFrame:
+    """Run the checks of ``pipe`` over the standard worlds; one tidy row per check."""
+    worlds = multi_worlds(seed) if pipe.multi is not None else standard_worlds(seed)
+    stat_ws = worlds if pipe.multi is not None else stat_worlds(seed)
+    jobs: list[tuple[str, World]] = []
+    if pipe.uniforms:
+        jobs += [("exact", w) for w in worlds if "exact" in checks]
+        if pipe.multi is None:
+            jobs += [("edge", w) for w in worlds if "edge" in checks]
+    jobs += [("statistical", w) for w in stat_ws if "statistical" in checks]
+    rows = []
+    with Progress(len(jobs), f"check {pipe.name}", enabled=progress) as bar:
+        for kind, world in jobs:
+            if kind == "exact":
+                rows.append(exact_check(pipe, world))
+            elif kind == "edge":
+                rows.append(edge_check(pipe, world))
+            else:
+                rows.append(statistical_check(pipe, world, samples, seed))
+            bar.update()
+            if stop_at_first_failure and not rows[-1]["lossless"]:
+                break
+    return pd.DataFrame(rows, columns=COLUMNS)

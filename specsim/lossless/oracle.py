@@ -1,0 +1,275 @@
+"""The exact law of a request's output under a scheduler and a verifier, by enumeration.
+
+The world (all of it finite): a :class:`~specsim.lossless.toy.ToyLM`; the request under study
+drafts blocks of gamma tokens from q autoregressively; its confidence row c_1..c_gamma comes from
+the Markov head (c_k is a function of the committed prefix and x_{k-1}); its batch-mates have
+fixed confidence rows and the cost of a step is an SPS table (:class:`Batch`); the scheduler sees
+the whole confidence matrix, exactly as the engine hands it over, and picks l for the request; the
+verifier's law given (drafts, l) is integrated exactly over its uniforms
+(:func:`~specsim.lossless.uniforms.block_law`). Blocks repeat until m tokens are out. Summing
+over every draft realisation gives the law of the first m tokens, to compare with the target's
+(product of p's) to 1e-9.
+
+Schedulers here are functions of a :class:`BlockView`; :func:`policy_scheduler` adapts a
+registry policy (the very code the simulator runs). Anticipating mutants may read the drafts
+themselves (a threshold on q(x_k)); a registry policy cannot.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from specsim.errors import SpecsimError
+from specsim.lossless.toy import Seq, ToyLM
+from specsim.lossless.uniforms import BlockRule, block_law, truncated
+from specsim.lossless.verifiers import rejection
+from specsim.policies.base import Policy, StepInput, check_lengths, get_policy
+
+TOLERANCE = 1e-9  # lossless: total variation to the target law at most this
+LAGGED_PRIOR = 0.8  # the study request's lagged confidences when a Batch gives none
+
+
+@dataclass(frozen=True, eq=False)
+class Batch:
+    """Who shares the study request's steps, and what a step costs.
+
+    ``others``: (R-1, gamma) fixed confidence rows of the batch-mates. ``sps``: target steps per
+    second at a token batch of B = index (index 0 unused); jagged curves are just arrays.
+    ``index``: the study request's row. ``lagged``: (R, gamma) confidences from two steps earlier
+    (fixed numbers: they never see the current drafts; default: the batch-mates' rows and
+    :data:`LAGGED_PRIOR` for the study row). ``accept_rate``: (gamma,) online acceptance
+    estimate (for ``goodput``).
+    """
+
+    others: np.ndarray
+    sps: np.ndarray
+    index: int = 0
+    lagged: np.ndarray | None = None
+    accept_rate: np.ndarray | None = None
+
+    def step_time(self, b: np.ndarray) -> np.ndarray:
+        """Seconds per target step at token batch b (vectorised; b past the table is clipped)."""
+        idx = np.clip(np.asarray(b).astype(np.int64), 1, self.sps.shape[0] - 1)
+        return 1.0 / self.sps[idx]
+
+    def conf_matrix(self, row: np.ndarray) -> np.ndarray:
+        return np.insert(self.others, self.index, row, axis=0)
+
+
+def alone(gamma: int, sps: np.ndarray | None = None) -> Batch:
+    """A batch of one request on a flat cost curve (unless ``sps`` is given)."""
+    if sps is None:
+        sps = np.ones(gamma + 2)
+    return Batch(others=np.zeros((0, gamma)), sps=np.asarray(sps, dtype=np.float64))
+
+
+@dataclass(frozen=True, eq=False)
+class BlockView:
+    """What a scheduler may see for one block of the study request."""
+
+    conf_row: np.ndarray  # (gamma,) c_1..c_gamma of the current drafts
+    batch: Batch
+    drafts: np.ndarray  # (gamma,) the draft tokens: only anticipating mutants read them
+    q_drafts: np.ndarray  # (gamma,) q(x_k) as reported: only anticipating mutants read them
+
+
+Scheduler = Callable[[BlockView], int]
+Drafter = Callable[[np.ndarray], np.ndarray]
+
+
+def policy_scheduler(spec: str | Policy) -> Scheduler:
+    """Adapt a registry policy: it sees the batch's confidence matrix, the step cost, and the
+    lagged confidences and acceptance estimate, and its length for the study row is used."""
+    policy = get_policy(spec)
+    if "accept_len" in policy.needs:
+        raise SpecsimError(
+            f"policy {policy.name!r} reads the true acceptance length: it is an upper bound, "
+            "not a scheduler, and cannot be checked for losslessness"
+        )
+
+    def schedule(view: BlockView) -> int:
+        b = view.batch
+        conf = b.conf_matrix(view.conf_row)
+        lagged = b.lagged
+        if lagged is None:
+            lagged = b.conf_matrix(np.full(conf.shape[1], LAGGED_PRIOR))
+        inp = StepInput(
+            conf=conf, step_time=b.step_time, lagged_conf=lagged, accept_rate=b.accept_rate
+        )
+        return int(check_lengths(policy(inp), inp, policy.name)[b.index])
+
+    schedule.policy = policy  # type: ignore[attr-defined]
+    return schedule
+
+
+def same_law(q: np.ndarray) -> np.ndarray:
+    """The correct drafter: drafts are drawn from exactly the q the verifier is told."""
+    return q
+
+
+@dataclass(frozen=True)
+class OracleResult:
+    law: dict[Seq, float]  # first m tokens -> probability
+    target: dict[Seq, float]
+
+    @property
+    def tv(self) -> float:
+        return total_variation(self.law, self.target)
+
+    @property
+    def lossless(self) -> bool:
+        return self.tv <= TOLERANCE
+
+    def marginal(self, position: int = 0) -> np.ndarray:
+        """Law of the token at ``position`` (0-based)."""
+        vocab = 1 + max(max(s) for s in self.target)
+        out = np.zeros(vocab)
+        for s, w in self.law.items():
+            out[s[position]] += w
+        return out
+
+    def worst(self) -> tuple[Seq, float, float]:
+        """The sequence with the largest |law - target|: the counterexample to show."""
+        keys = set(self.law) | set(self.target)
+        s = max(keys, key=lambda k: abs(self.law.get(k, 0.0) - self.target.get(k, 0.0)))
+        return s, self.law.get(s, 0.0), self.target.get(s, 0.0)
+
+
+def total_variation(a: dict, b: dict) -> float:
+    keys = set(a) | set(b)
+    return 0.5 * float(sum(abs(a.get(k, 0.0) - b.get(k, 0.0)) for k in keys))
+
+
+def target_law(toy: ToyLM, m: int, greedy: bool = False) -> dict[Seq, float]:
+    """The non-speculative law of the first m tokens: product of p's (argmax chain if greedy)."""
+    law: dict[Seq, float] = {(): 1.0}
+    for _ in range(m):
+        nxt: dict[Seq, float] = {}
+        for s, w in law.items():
+            p = toy.p(s)
+            if greedy:
+                nxt[(*s, int(np.argmax(p)))] = w
+                continue
+            for t in np.flatnonzero(p > 0):
+                nxt[(*s, int(t))] = w * float(p[t])
+        law = nxt
+    return law
+
+
+def rejection_law(p: np.ndarray, q: np.ndarray, x: np.ndarray, length: int) -> np.ndarray:
+    """Closed form of :func:`~specsim.lossless.verifiers.rejection`'s (n, token) law, to
+    cross-check the integrator (and for speed where the verifier itself is not under test)."""
+    vocab = p.shape[1]
+    law = np.zeros((length + 1, vocab))
+    alive = 1.0
+    for k in range(length):
+        qx = q[k, x[k]]
+        a = min(1.0, p[k, x[k]] / qx) if qx > 0 else float(p[k, x[k]] > 0)
+        resid = np.maximum(p[k] - q[k], 0.0)
+        if a < 1.0 and resid.sum() > 0:
+            law[k] = alive * (1.0 - a) * resid / resid.sum()
+        alive *= a
+    law[length] = alive * p[length]
+    return law
+
+
+def output_law(
+    toy: ToyLM,
+    m: int,
+    gamma: int,
+    scheduler: Scheduler | str | Policy = "full",
+    rule: BlockRule | None = None,
+    batch: Batch | None = None,
+    drafter: Drafter = same_law,
+    greedy: bool = False,
+    law_fn: Callable | None = None,
+    extra=None,
+) -> OracleResult:
+    """Exact law of the first m output tokens of the study request.
+
+    ``rule``: the block rule (default: the reference rejection sampler, truncated at l).
+    ``drafter(q) -> law``: the law drafts are really drawn from (mutants differ from q).
+    ``law_fn(p, q, x, l)``: replaces the exact integration of ``rule`` (closed forms).
+    ``greedy``: compare with the argmax chain instead of the product of p's.
+    """
+    if not 1 <= gamma <= 4 or not 1 <= m <= 6:
+        raise SpecsimError(f"oracle sizes out of range: gamma {gamma} (1..4), m {m} (1..6)")
+    if not callable(scheduler) or isinstance(scheduler, Policy):
+        scheduler = policy_scheduler(scheduler)  # type: ignore[arg-type]
+    rule = rule or truncated(rejection)
+    batch = batch or alone(gamma)
+    if batch.others.shape[1] != gamma:
+        raise SpecsimError(f"batch rows have {batch.others.shape[1]} positions, gamma is {gamma}")
+
+    def law_of_block(p, q, x, length):
+        if law_fn is not None:
+            return law_fn(p, q, x, length)
+        return block_law(rule, p, q, x, length, extra=extra)
+
+    memo: dict[Seq, dict[Seq, float]] = {}
+
+    def from_state(y: Seq) -> dict[Seq, float]:
+        if len(y) >= m:
+            return {y[:m]: 1.0}
+        if y in memo:
+            return memo[y]
+        out: dict[Seq, float] = defaultdict(float)
+        for x in itertools.product(range(toy.vocab), repeat=gamma):
+            weight, qs, qx = 1.0, [], []
+            for k in range(gamma):
+                qk = toy.q((*y, *x[:k]))
+                weight *= float(drafter(qk)[x[k]])
+                qs.append(qk)
+                qx.append(qk[x[k]])
+                if weight == 0.0:
+                    break
+            if weight == 0.0:
+                continue
+            ps = np.stack([toy.p((*y, *x[:k])) for k in range(gamma + 1)])
+            prev = [y[-1] if y else -1, *x[: gamma - 1]]
+            conf = np.array([toy.conf(y, k + 1, prev[k]) for k in range(gamma)])
+            xa = np.asarray(x, dtype=np.int64)
+            view = BlockView(conf_row=conf, batch=batch, drafts=xa, q_drafts=np.asarray(qx))
+            length = int(scheduler(view))
+            law = law_of_block(ps, np.stack(qs), xa, length)
+            for n, tok in zip(*np.nonzero(law > 0), strict=True):
+                sub = from_state((*y, *x[:n], int(tok)))
+                w = weight * float(law[n, tok])
+                for s, ws in sub.items():
+                    out[s] += w * ws
+        memo[y] = dict(out)
+        return memo[y]
+
+    return OracleResult(law=from_state(()), target=target_law(toy, m, greedy=greedy))
+
+
+def multi_output_law(
+    verify: Callable, p: np.ndarray, q: np.ndarray, k: int, without_replacement: bool
+) -> np.ndarray:
+    """Exact law (V,) of a multi-draft verifier's token, over k candidates drawn from q i.i.d.
+    or without replacement, and over its uniforms."""
+    from specsim.lossless.uniforms import multi_law
+
+    vocab = p.shape[0]
+    out = np.zeros(vocab)
+    for xs in itertools.product(range(vocab), repeat=k):
+        if without_replacement and len(set(xs)) < k:
+            continue
+        w, cur = 1.0, q.copy()
+        for x in xs:
+            w *= cur[x]
+            if w == 0.0:
+                break
+            if without_replacement:
+                cur = cur.copy()
+                cur[x] = 0.0
+                cur = cur / cur.sum() if cur.sum() > 0 else cur
+        if w == 0.0:
+            continue
+        out += w * multi_law(verify, p, q, np.asarray(xs, dtype=np.int64))
+    return out
