@@ -56,6 +56,11 @@ class _Where:
         return TraceError(f"{self.path}: request {_rid(rid)}: {what}")
 
 
+def _py(value: object) -> object:
+    """A numpy scalar as the Python value, so messages read 10, not np.int64(10)."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
 def _first(mask: np.ndarray) -> int:
     return int(np.flatnonzero(mask)[0])
 
@@ -169,8 +174,8 @@ def _check_unit(where: _Where, name: str, values: np.ndarray) -> None:
         i, k = np.argwhere(bad)[0]
         raise where.row(
             int(i),
-            f"{name}[{int(k)}] = {values[i, k]!r} is NaN or outside [0, 1]; {name} entries are "
-            "probabilities: clip or fix them",
+            f"{name}[{int(k)}] = {float(values[i, k])!r} is NaN or outside [0, 1]; {name} "
+            "entries are probabilities: clip or fix them",
         )
 
 
@@ -278,7 +283,9 @@ def validate_table(table: pa.Table, path: str | Path = "<table>") -> Trace:
     if arrival is not None:
         bad = ~(np.isfinite(arrival) & (arrival >= 0))
         if bad.any():
-            raise where.row(_first(bad), f"arrival_s = {arrival[_first(bad)]!r} must be >= 0 s")
+            raise where.row(
+                _first(bad), f"arrival_s = {float(arrival[_first(bad)])!r} must be >= 0 s"
+            )
 
     # Requests in first-appearance order, rows sorted by (request, position).
     enc = pc.dictionary_encode(rid_col)
@@ -332,8 +339,8 @@ def validate_table(table: pa.Table, path: str | Path = "<table>") -> Trace:
             i = _first(bad)
             raise where.req(
                 raw_ids[i],
-                f"{name} differs between its rows ({values[starts[codes[i]]]!r} at "
-                f"position 0, {values[i]!r} at position {int(pos[i])}); it is per request, so "
+                f"{name} differs between its rows ({_py(values[starts[codes[i]]])!r} at "
+                f"position 0, {_py(values[i])!r} at position {int(pos[i])}); it is per request, so "
                 "every row of a request must carry the same value",
             )
     req_out = output_len[starts] if n_rows else np.zeros(0, dtype=np.int64)
