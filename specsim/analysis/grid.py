@@ -47,7 +47,9 @@ class Cell:
 
     def _coords(self, with_policy: bool) -> dict[str, Any]:
         d: dict[str, Any] = {
-            "trace": self.trace,
+            # the seed follows the trace's content (a copied file gives the same results); the
+            # key also names the path, so two copies in one sweep stay two cells
+            "trace": self.trace if with_policy or not self.trace_digest else self.trace_digest,
             "load_kind": self.load_kind,
             "load": _num(self.load),
             "replicate": self.replicate,

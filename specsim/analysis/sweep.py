@@ -232,7 +232,7 @@ def _execute_dask(
             for cell in todo
         ]
         by_key = {f.key: cell for f, cell in zip(futures, todo, strict=True)}
-        for fut in dask_completed(futures):
+        for fut in dask_completed(futures, loop=client.loop):
             yield by_key[fut.key], fut.result()
     finally:
         if own:
