@@ -48,6 +48,7 @@ class CostModel:
     sched_us_per_request: float = 0.0
     max_running: int = 256
     kv_tokens: int = 1 << 20
+    prefill_budget: int = 16384
     meta: dict[str, str] = field(default_factory=dict)
     _lut: np.ndarray = field(init=False, repr=False)
     _slope: np.ndarray = field(init=False, repr=False)
@@ -163,4 +164,5 @@ class CostModel:
             "sched_us_per_request": self.sched_us_per_request,
             "max_running": self.max_running,
             "kv_tokens": self.kv_tokens,
+            "prefill_budget": self.prefill_budget,
         }

@@ -10,9 +10,12 @@ One engine iteration (a "step"):
 1. Admission (at the step's start time t): every open-loop arrival with time <= t joins the FIFO
    queue (so an arrival at exactly a step boundary joins the step that starts there: the
    same-time rule, tested); then queued requests are admitted, head first, while a running slot
-   is free (``max_running``) and the request's KV reservation (prompt_len + output_len + gamma
-   tokens) fits in ``kv_tokens``. A request that does not fit blocks the queue (FIFO, no
-   skipping). There is no preemption: an admitted request keeps its slot and reservation.
+   is free (``max_running``), the request's KV reservation (prompt_len + output_len + gamma
+   tokens) fits in ``kv_tokens`` and its prompt fits in what is left of the step's
+   ``prefill_budget`` (prompt tokens per step, like vLLM's max_num_batched_tokens; the first
+   request of a step is admitted whatever its prompt). A request that does not fit blocks the
+   queue (FIFO, no skipping). There is no preemption: an admitted request keeps its slot and
+   reservation.
 2. Prefill: requests admitted at this step add their prompt tokens to the step's token batch
    (chunked-prefill style). The prefill forward yields the first output token: trace position 0,
    verified with l = 0 (one token; no drafts exist yet, the drafter needs the prompt's features).
@@ -74,6 +77,7 @@ class EngineLimits:
 
     max_running: int
     kv_tokens: int
+    prefill_budget: int = 1 << 62  # prompt tokens admitted per step (the first always goes)
 
 
 @dataclass(frozen=True, eq=False)
@@ -286,13 +290,16 @@ class Engine:
             if queue and r_job.shape[0] < max_run:
                 adm = []
                 room = max_run - r_job.shape[0]
+                budget = self.limits.prefill_budget
                 while queue and room:
                     j = queue[0]
-                    res = int(jobs.prompt[j] + jobs.out[j]) + gamma
-                    if kv_used + res > kv_cap:
+                    p = int(jobs.prompt[j])
+                    res = p + int(jobs.out[j]) + gamma
+                    if kv_used + res > kv_cap or (adm and p > budget):
                         break
                     queue.popleft()
                     kv_used += res
+                    budget -= p
                     adm.append(j)
                     room -= 1
                 if adm:

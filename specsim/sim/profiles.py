@@ -2,7 +2,8 @@
 
 Profile CSV format (docs/simulator.md): optional header lines ``# key: value`` holding the scalar
 costs (``draft_base_ms``, ``draft_per_request_ms``, ``draft_per_token_ms``, ``sched_base_us``,
-``sched_us_per_request``, ``max_running``, ``kv_tokens``; anything else is kept as metadata),
+``sched_us_per_request``, ``max_running``, ``kv_tokens``, ``prefill_budget``; anything else is
+kept as metadata),
 then a table with columns ``batch_tokens,step_ms`` and optionally ``context_tokens`` (a full
 grid: every batch size at every context).
 
@@ -12,6 +13,7 @@ docs/simulator.md) and every ``specsim/data/profiles/*.csv`` by its file stem.
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 from dataclasses import dataclass
@@ -26,7 +28,7 @@ from specsim.sim.cost import CostModel
 
 PROFILES: Registry[CostModel] = Registry("profile")
 
-_INT_KEYS = ("max_running", "kv_tokens")
+_INT_KEYS = ("max_running", "kv_tokens", "prefill_budget")
 _FLOAT_KEYS = (
     "draft_base_ms",
     "draft_per_request_ms",
@@ -260,12 +262,13 @@ V4_FLASH_MOE = ModelSpec(
 
 
 @PROFILES.register("h100-dense-8b", help="roofline: dense 8B bf16 on one H100 (generated)")
+@functools.cache
 def _h100_dense_8b(arg: str | None = None) -> CostModel:
     return roofline_profile(
         "h100-dense-8b",
         H100,
         DENSE_8B,
-        b_max=8192,
+        b_max=65536,
         context_tokens=1024.0,
         draft_base_ms=0.35,
         draft_per_request_ms=0.004,
@@ -278,12 +281,13 @@ def _h100_dense_8b(arg: str | None = None) -> CostModel:
 
 
 @PROFILES.register("v4-flash-like", help="roofline: V4-Flash-like MoE on an 8-GPU node")
+@functools.cache
 def _v4_flash_like(arg: str | None = None) -> CostModel:
     return roofline_profile(
         "v4-flash-like",
         V4_NODE,
         V4_FLASH_MOE,
-        b_max=8192,
+        b_max=65536,
         context_tokens=2048.0,
         draft_base_ms=2.0,
         draft_per_request_ms=0.02,

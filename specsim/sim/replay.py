@@ -76,12 +76,14 @@ def replay(
     calibrate: str | None = None,
     max_running: int | None = None,
     kv_tokens: int | None = None,
+    prefill_budget: int | None = None,
     record_tokens: bool = True,
     progress=None,
 ) -> ReplayResult:
     """Replay ``trace`` through the simulated server and return tidy results.
 
-    ``max_running`` / ``kv_tokens`` default to the profile's (header keys of the same names).
+    ``max_running`` / ``kv_tokens`` / ``prefill_budget`` default to the profile's (header keys
+    of the same names).
     ``calibrate="sts"`` fits STS on a held-out 30% of the trace's requests and replays the
     rest with calibrated confidences. ``progress``: a :class:`specsim.progress.Progress` (or
     anything with ``update(n)``), advanced per completed request.
@@ -106,7 +108,10 @@ def replay(
     limits = EngineLimits(
         max_running=int(max_running if max_running is not None else cost.max_running),
         kv_tokens=int(kv_tokens if kv_tokens is not None else cost.kv_tokens),
+        prefill_budget=int(prefill_budget if prefill_budget is not None else cost.prefill_budget),
     )
+    if limits.prefill_budget < 1:
+        raise SpecsimError(f"prefill_budget must be a positive integer, got {prefill_budget}")
     if limits.kv_tokens < 1:
         raise SpecsimError(f"--kv-tokens must be a positive integer, got {limits.kv_tokens}")
     engine = Engine(tr, pol, cost, wl, limits, record_tokens=record_tokens, progress=progress)
@@ -140,6 +145,7 @@ def replay(
         "calibrate": calibrate,
         "max_running": limits.max_running,
         "kv_tokens": limits.kv_tokens,
+        "prefill_budget": limits.prefill_budget,
         **cal,
     }
     cat = tr.category if tr.category is not None else None

@@ -1,0 +1,169 @@
+"""``specsim replay``: replay a trace through the simulated server under a policy and a load.
+
+specsim replay traces/synthetic-chat.parquet --policy hw-aware --concurrency 64
+specsim replay my.parquet --policy zos --arrivals azure-conv --requests 2000 --json
+specsim replay my.parquet --policy mtp1 --rate 20 --cv 3 --profile v4-flash-like --sla-tps 80
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+
+from specsim.errors import SpecsimError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "replay",
+        help="replay a trace in the serving simulator under a policy and a load",
+        description=__doc__.split("\n")[0],
+    )
+    p.add_argument("trace", metavar="TRACE", help="trace file (.parquet)")
+    p.add_argument("--policy", default="hw-aware", help="scheduler name (hw-aware)")
+    load = p.add_mutually_exclusive_group()
+    load.add_argument("--rate", type=float, help="open-loop Poisson arrivals, requests/s")
+    load.add_argument(
+        "--concurrency", type=int, help="closed loop: C requests in flight (default: 1)"
+    )
+    load.add_argument(
+        "--arrivals",
+        metavar="CSV",
+        help="arrival times from a CSV (Azure format) or azure-conv / azure-code",
+    )
+    p.add_argument("--cv", type=float, help="with --rate: Gamma gaps of this CV (bursts if > 1)")
+    bound = p.add_mutually_exclusive_group()
+    bound.add_argument("--requests", type=int, help="stop after N requests")
+    bound.add_argument("--duration", type=float, help="no arrivals after S simulated seconds")
+    p.add_argument(
+        "--profile", default="h100-dense-8b", help="cost profile name or CSV (h100-dense-8b)"
+    )
+    p.add_argument("--seed", type=int, default=0, help="random seed (0)")
+    p.add_argument("--sla-tps", type=float, help="per-user tok/s SLA for sla_attainment")
+    p.add_argument("--calibrate", choices=["sts"], help="STS-calibrate on a held-out 30%%")
+    p.add_argument("--max-running", type=int, help="max running requests (profile default)")
+    p.add_argument("--kv-tokens", type=int, help="KV cache capacity, tokens (profile default)")
+    p.add_argument("--out", metavar="FILE", help="write the per-request table (.parquet)")
+    p.add_argument("--force", action="store_true", help="overwrite --out")
+    p.add_argument("--json", action="store_true", help="print one JSON object (summary+config)")
+    p.set_defaults(func=run)
+
+
+def _clean(x: object) -> object:
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _clean(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_clean(v) for v in x]
+    if hasattr(x, "item"):  # numpy scalars
+        return _clean(x.item())
+    return x
+
+
+def _check_out(out: str | None, force: bool) -> Path | None:
+    if out is None:
+        return None
+    p = Path(out)
+    if p.is_dir():
+        raise SpecsimError(f"--out {out} is a directory; give a file name ending in .parquet")
+    if not p.parent.is_dir():
+        raise SpecsimError(f"--out: directory {str(p.parent)!r} does not exist; create it first")
+    if p.exists() and not force:
+        raise SpecsimError(f"--out {out} exists; pass --force to overwrite it")
+    return p
+
+
+def write_parquet_atomic(frame, path: Path) -> None:
+    """Write to a temporary name beside ``path``, then rename: no partial file looks complete."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        frame.to_parquet(tmp, index=False)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _fmt(x: float, spec: str = ".1f") -> str:
+    return "n/a" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:{spec}}"
+
+
+def table(summary: dict, config: dict) -> str:
+    """The readable report: one line per quantity."""
+    s = summary
+    rows = [
+        ("policy", f"{config['policy']}" + (" (ZOS)" if config["zos"] else "")),
+        ("load", config["load"]),
+        ("profile", config["profile"]),
+        ("requests completed", f"{s['requests_completed']:,}"),
+        ("simulated time", f"{_fmt(s['sim_time_s'], '.2f')} s"),
+        ("throughput", f"{_fmt(s['throughput_tok_s'], ',.0f')} tok/s"),
+        ("per-user speed", f"{_fmt(s['per_user_tps_mean'])} tok/s (mean)"),
+        ("TTFT p50 / p99", f"{_fmt(s['ttft_ms_p50'])} / {_fmt(s['ttft_ms_p99'])} ms"),
+        ("TPOT p50 / p99", f"{_fmt(s['tpot_ms_p50'], '.2f')} / {_fmt(s['tpot_ms_p99'], '.2f')} ms"),
+        ("tau (tokens/step)", _fmt(s["tau"], ".3f")),
+        ("verify efficiency", _fmt(s["verify_efficiency"], ".3f")),
+        ("mean batch", f"{_fmt(s['mean_batch_tokens'])} tokens"),
+    ]
+    if config.get("sla_tps") is not None:
+        rows.append(
+            (
+                f"SLA >= {config['sla_tps']:g} tok/s",
+                f"{_fmt(100 * s['sla_attainment'])}% of requests",
+            )
+        )
+    rows.append(("wall time", f"{_fmt(s['wall_time_s'], '.2f')} s"))
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+def run(args: argparse.Namespace) -> int:
+    from specsim.progress import Progress
+    from specsim.sim.replay import replay
+
+    out = _check_out(args.out, args.force)
+    if args.cv is not None and args.rate is None:
+        raise SpecsimError("--cv shapes open-loop arrivals; use it with --rate")
+    if not os.path.isfile(args.trace):
+        raise SpecsimError(f"trace file {args.trace!r} does not exist; give a .parquet trace")
+    total = args.requests or 0
+    with Progress(total, "replay", " req") as bar, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = replay(
+            args.trace,
+            args.policy,
+            rate=args.rate,
+            concurrency=args.concurrency,
+            arrivals=args.arrivals,
+            cv=args.cv,
+            requests=args.requests,
+            duration=args.duration,
+            profile=args.profile,
+            seed=args.seed,
+            sla_tps=args.sla_tps,
+            calibrate=args.calibrate,
+            max_running=args.max_running,
+            kv_tokens=args.kv_tokens,
+            record_tokens=False,
+            progress=bar,
+        )
+    for w in caught:
+        sys.stderr.write(f"specsim: warning: {w.message}\n")
+    if out is not None:
+        write_parquet_atomic(res.requests, out)
+    if args.json:
+        print(json.dumps(_clean({**res.summary, "config": res.config}), sort_keys=True))
+    else:
+        print(table(res.summary, res.config))
+        if out is not None:
+            print(f"per-request table: {out}")
+    return 0
