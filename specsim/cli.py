@@ -22,6 +22,7 @@ COMMANDS = (
     "sweep",
     "plot",
     "report",
+    "engine",
     "validate",
 )
 
