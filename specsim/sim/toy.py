@@ -39,5 +39,6 @@ def iid_trace(
         offsets=offsets,
         conf=c,
         accept_len=accept_len,
-        meta={"block_size": str(gamma), "source": f"iid_trace(alpha={alpha})"},
+        draft_tokens=np.zeros((rows, gamma), dtype=np.int32),  # ids carry no meaning here
+        meta={"block_size": str(gamma), "source": "synthetic", "generator": f"iid_trace({alpha})"},
     )
