@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from scipy.stats import rankdata
 
 from specsim.trace.model import Trace
 
@@ -27,14 +26,22 @@ ECE_BINS = 15
 
 
 def auroc(score: np.ndarray, label: np.ndarray) -> float:
-    """Area under the ROC curve (Mann-Whitney, ties count 1/2); NaN if one class is empty."""
+    """Area under the ROC curve (Mann-Whitney, ties count 1/2); NaN if one class is empty.
+
+    Sorts positives and negatives apart and counts, for each positive, the negatives below it
+    (and tied with it) by binary search: the same number as the rank formula, several times
+    faster than ranking millions of samples.
+    """
+    score = np.asarray(score)
     label = np.asarray(label, dtype=bool)
-    n_pos = int(label.sum())
-    n_neg = label.size - n_pos
-    if n_pos == 0 or n_neg == 0:
+    pos = np.sort(score[label])
+    neg = np.sort(score[~label])
+    if pos.size == 0 or neg.size == 0:
         return float("nan")
-    ranks = rankdata(np.asarray(score, dtype=np.float64))
-    return float((ranks[label].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
+    below = np.searchsorted(neg, pos, side="left")
+    tied = np.searchsorted(neg, pos, side="right") - below
+    wins = float(below.sum(dtype=np.int64)) + 0.5 * float(tied.sum(dtype=np.int64))
+    return wins / (float(pos.size) * float(neg.size))
 
 
 def ece(score: np.ndarray, label: np.ndarray, bins: int = ECE_BINS) -> float:
@@ -147,7 +154,11 @@ def trace_stats(trace: Trace) -> dict:
     stats = _core_stats(trace)
     if trace.category is not None:
         cats = trace.category.astype(str)
-        stats["categories"] = {
-            str(c): _core_stats(trace.select(np.flatnonzero(cats == c))) for c in np.unique(cats)
-        }
+        names = np.unique(cats)
+        if names.size == 1:  # one category: its statistics are the trace's
+            stats["categories"] = {str(names[0]): dict(stats)}
+        else:
+            stats["categories"] = {
+                str(c): _core_stats(trace.select(np.flatnonzero(cats == c))) for c in names
+            }
     return stats
