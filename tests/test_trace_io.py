@@ -253,3 +253,20 @@ def test_any_valid_trace_round_trips_and_validates(case):
         # Re-writing the trace read gives a trace identical bit for bit.
         again = read_trace(write_trace(trace, Path(d) / "again.parquet"))
         assert_same_trace(trace, again)
+
+
+def test_multi_row_group_file_with_dictionary_category(tmp_path):
+    """Files written by other tools: several row groups, a pandas categorical column."""
+    trace = small_trace(category="code")
+    frame = trace_to_frame(trace)
+    frame["category"] = frame["category"].astype("category")
+    table = pa.Table.from_pandas(frame, preserve_index=False).replace_schema_metadata(
+        {**trace.meta}
+    )
+    path = tmp_path / "other.parquet"
+    pq.write_table(table, path, row_group_size=7)
+    assert pq.ParquetFile(path).metadata.num_row_groups > 1
+    back = read_trace(path)
+    assert back.category.tolist() == ["code"] * trace.n_requests
+    assert np.array_equal(back.conf, trace.conf)
+    assert np.array_equal(back.offsets, trace.offsets)
