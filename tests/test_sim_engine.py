@@ -223,3 +223,10 @@ def test_emission_log_adds_up():
     first = tok.groupby("id")["time_s"].min().to_numpy()
     np.testing.assert_allclose(first, res.requests["first_token_s"].to_numpy())
     assert res.steps["emitted_tokens"].sum() == tok["tokens"].sum()
+    # per-request counters add up to the step log
+    for per_req, per_step in [
+        ("decode_steps", "decoding"),
+        ("verified_drafts", "verified_drafts"),
+        ("accepted_drafts", "accepted_drafts"),
+    ]:
+        assert res.requests[per_req].sum() == res.steps[per_step].sum()

@@ -95,11 +95,9 @@ class CostModel:
 
     def _row(self, lut: np.ndarray, slope: float, batch: np.ndarray) -> np.ndarray:
         bmax = lut.shape[0] - 1
-        idx = np.minimum(batch, bmax)
-        out = lut[idx]
-        over = batch > bmax
-        if np.any(over):
-            out = np.where(over, lut[bmax] + slope * (batch - bmax), out)
+        out = lut.take(batch, mode="clip")
+        if batch.size and batch.max() > bmax:
+            out = np.where(batch > bmax, lut[bmax] + slope * (batch - bmax), out)
         return out
 
     def step_time(self, batch, ctx: float | None = None):

@@ -103,6 +103,12 @@ class RawLog:
     max_batch_tokens: int
 
 
+# Rows of the running-batch state array.
+# _STEPS holds the index of the request's first decode step until it finishes.
+_JOB, _BASE, _N, _OUT, _PROMPT, _H1, _H2, _STEPS, _VER, _ACC = range(10)
+_NF = 10
+
+
 def _shifted(step_fn, extra: int):
     """``B -> step_fn(B + extra)``: the step time a policy sees when prefill tokens share it."""
     return lambda batch: step_fn(np.asarray(batch) + extra)
@@ -253,9 +259,13 @@ class Engine:
         conf_all = self.conf
         acc_all = self.accept_len
         lut = cost.lut_seconds(None)
+        n_lut = lut.shape[0]
         step_fn = cost.step_time_fn(None)
+        d_base, d_req = cost.draft_base_ms * 1e-3, cost.draft_per_request_ms * 1e-3
+        d_tok = cost.draft_per_token_ms * 1e-3 * gamma
         zos = bool(self.policy.zos)
         schedule = self.policy.schedule
+        trusted = getattr(schedule, "__module__", "").startswith("specsim.policies")
         need_lag = "lagged_conf" in self.needs
         need_rate = "accept_rate" in self.needs
         need_acc = "accept_len" in self.needs
@@ -264,13 +274,9 @@ class Engine:
         n_arr_total = arrivals.shape[0] if open_loop else 0
         kv_cap = self.limits.kv_tokens
         max_run = self.limits.max_running
-        # The running batch, compact, admission order. Prefilling ones sit at the end.
-        r_job = np.zeros(0, np.int64)
-        r_base = np.zeros(0, np.int64)
-        r_n = np.zeros(0, np.int64)
-        r_out = np.zeros(0, np.int64)
-        r_h1 = np.zeros(0, np.int64)  # trace row verified one decode step ago (-1: none)
-        r_h2 = np.zeros(0, np.int64)  # ... two decode steps ago
+        # The running batch: one (FIELDS, R) int64 array, columns in admission order, so one
+        # fancy index compacts every field at once. Prefilling requests sit at the end.
+        S = np.zeros((_NF, 0), np.int64)
         kv_used = 0
         zos_proc = None
         queue = self.queue
@@ -280,16 +286,15 @@ class Engine:
         while True:
             now = env.now
             # -- arrivals up to now join the queue (same-time rule: t_arrival <= now)
-            if open_loop and self.n_arrived < n_arr_total:
+            if open_loop and self.n_arrived < n_arr_total and arrivals[self.n_arrived] <= now:
                 upto = int(np.searchsorted(arrivals, now, side="right"))
-                if upto > self.n_arrived:
-                    queue.extend(range(self.n_arrived, upto))
-                    self.n_arrived = upto
+                queue.extend(range(self.n_arrived, upto))
+                self.n_arrived = upto
             # -- admission, FIFO, no skipping
             n_new = 0
-            if queue and r_job.shape[0] < max_run:
+            if queue and S.shape[1] < max_run:
                 adm = []
-                room = max_run - r_job.shape[0]
+                room = max_run - S.shape[1]
                 budget = self.limits.prefill_budget
                 while queue and room:
                     j = queue[0]
@@ -306,14 +311,15 @@ class Engine:
                     a = np.asarray(adm, dtype=np.int64)
                     n_new = a.shape[0]
                     jobs.admitted[a] = now
-                    r_job = np.concatenate((r_job, a))
-                    r_base = np.concatenate((r_base, self.offsets[jobs.trace[a]]))
-                    r_n = np.concatenate((r_n, np.zeros(n_new, np.int64)))
-                    r_out = np.concatenate((r_out, jobs.out[a]))
-                    neg = np.full(n_new, -1, np.int64)
-                    r_h1 = np.concatenate((r_h1, neg))
-                    r_h2 = np.concatenate((r_h2, neg))
-            n_run = r_job.shape[0]
+                    block = np.zeros((_NF, n_new), np.int64)
+                    block[_JOB] = a
+                    block[_BASE] = self.offsets[jobs.trace[a]]
+                    block[_OUT] = jobs.out[a]
+                    block[_PROMPT] = jobs.prompt[a]
+                    block[_H1] = block[_H2] = -1
+                    block[_STEPS] = len(log) + 1  # first decode step index (after prefill)
+                    S = np.concatenate((S, block), axis=1)
+            n_run = S.shape[1]
             n_queued = len(queue)
             if n_run == 0:
                 zos_proc = None
@@ -325,27 +331,24 @@ class Engine:
                 return
             # -- ZOS: wait for the scheduler process that ran during the previous step
             wait = 0.0
-            if zos:
-                if zos_proc is not None and not zos_proc.processed:
-                    yield zos_proc
-                    wait = env.now - now
-                    now = env.now
+            if zos and zos_proc is not None and not zos_proc.processed:
+                yield zos_proc
+                wait = env.now - now
+                now = env.now
             n_dec = n_run - n_new
+            prefill_tokens = int(S[_PROMPT, n_dec:].sum()) if n_new else 0
             # -- decode part: schedule and replay
             if n_dec:
-                rows = r_base[:n_dec] + r_n[:n_dec]
+                pos = S[_N, :n_dec]
+                rows = S[_BASE, :n_dec] + pos
                 conf = conf_all[rows]
                 acc = acc_all[rows]
                 if cost.is_2d:
-                    ctx = float(np.mean(jobs.prompt[r_job] + r_n))
-                    step_fn = cost.step_time_fn(ctx)
-                pol_fn = step_fn
-                if n_new:  # prompts share this step: the policy prices drafts on top of them
-                    pre = int(jobs.prompt[r_job[n_dec:]].sum())
-                    pol_fn = _shifted(step_fn, pre)
+                    step_fn = cost.step_time_fn(float(np.mean(S[_PROMPT] + S[_N])))
+                pol_fn = _shifted(step_fn, prefill_tokens) if n_new else step_fn
                 lag = None
                 if need_lag:
-                    h2 = r_h2[:n_dec]
+                    h2 = S[_H2, :n_dec]
                     lag = conf_all[np.where(h2 >= 0, h2, rows)]
                 rate = None
                 if need_rate:
@@ -358,37 +361,30 @@ class Engine:
                     accept_rate=rate,
                     accept_len=acc if need_acc else None,
                 )
-                lens = np.asarray(schedule(inp))
-                if lens.shape != (n_dec,) or lens.dtype.kind not in "iu":
+                lens = schedule(inp)
+                if not trusted:
                     from specsim.policies.base import check_lengths
 
                     lens = check_lengths(lens, inp, self.policy.name)
-                elif n_dec and (lens.min() < 0 or lens.max() > gamma):
-                    from specsim.policies.base import check_lengths
-
-                    lens = check_lengths(lens, inp, self.policy.name)
-                lens = lens.astype(np.int64, copy=False)
                 a_ok = np.minimum(lens, acc)
-                emit = np.minimum(a_ok + 1, r_out[:n_dec] - r_n[:n_dec])
+                emit = np.minimum(a_ok + 1, S[_OUT, :n_dec] - pos)
                 n_ver = int(lens.sum())
                 n_acc = int(a_ok.sum())
                 if need_rate:
                     reach = np.minimum(a_ok + 1, lens)
                     self.trials += np.bincount(reach, minlength=gamma + 1)[::-1].cumsum()[::-1]
                     self.succ += np.bincount(a_ok, minlength=gamma + 1)[::-1].cumsum()[::-1]
-                draft_s = cost.draft_ms(n_dec, gamma) * 1e-3
+                draft_s = d_base + (d_req + d_tok) * n_dec
                 sched_s = 0.0 if zos else cost.sched_s(n_dec)
             else:
                 n_ver = n_acc = 0
                 draft_s = sched_s = 0.0
-                lens = emit = None
-            prefill_tokens = int(jobs.prompt[r_job[n_dec:]].sum()) if n_new else 0
             batch = n_dec + n_ver + prefill_tokens
             if batch > self.max_b:
                 self.max_b = batch
             if cost.is_2d:
                 verify_s = float(step_fn(batch))
-            elif batch < lut.shape[0]:
+            elif batch < n_lut:
                 verify_s = float(lut[batch])
             else:
                 verify_s = float(cost.step_time(batch))
@@ -400,20 +396,21 @@ class Engine:
             end = env.now
             # -- advance
             if n_dec:
-                dj = r_job[:n_dec]
-                r_n[:n_dec] += emit
-                jobs.steps[dj] += 1
-                jobs.verified[dj] += lens
-                jobs.accepted[dj] += a_ok
-                r_h2[:n_dec] = r_h1[:n_dec]
-                r_h1[:n_dec] = rows
-            emitted = int(emit.sum()) if n_dec else 0
+                pos += emit  # a view: updates S in place
+                S[_VER, :n_dec] += lens
+                S[_ACC, :n_dec] += a_ok
+                if need_lag:
+                    S[_H2, :n_dec] = S[_H1, :n_dec]
+                    S[_H1, :n_dec] = rows
+                emitted = int(emit.sum())
+            else:
+                emitted = 0
             if n_new:
-                r_n[n_dec:] = 1
-                jobs.first[r_job[n_dec:]] = end
+                S[_N, n_dec:] = 1
+                jobs.first[S[_JOB, n_dec:]] = end
                 emitted += n_new
             if record:
-                self.tok_job.append(r_job)
+                self.tok_job.append(S[_JOB].copy())
                 self.tok_cnt.append(
                     np.concatenate((emit, np.ones(n_new, np.int64)))
                     if n_dec
@@ -421,16 +418,20 @@ class Engine:
                 )
                 self.tok_time.append(end)
                 self.tok_len.append(n_run)
-            done = r_n >= r_out
-            n_fin = int(done.sum())
-            if n_fin:
-                fj = r_job[done]
+            done = S[_N] >= S[_OUT]
+            n_fin = 0
+            if done.any():
+                fin = S[:, done]
+                n_fin = fin.shape[1]
+                fj = fin[_JOB]
                 jobs.finish[fj] = end
-                jobs.emitted[fj] = r_out[done]
-                kv_used -= int((jobs.prompt[fj] + r_out[done]).sum()) + gamma * n_fin
-                keep = ~done
-                r_job, r_base, r_n, r_out = r_job[keep], r_base[keep], r_n[keep], r_out[keep]
-                r_h1, r_h2 = r_h1[keep], r_h2[keep]
+                jobs.emitted[fj] = fin[_OUT]
+                # a running request takes part in every step from its first decode step on
+                jobs.steps[fj] = len(log) + 1 - fin[_STEPS]
+                jobs.verified[fj] = fin[_VER]
+                jobs.accepted[fj] = fin[_ACC]
+                kv_used -= int((fin[_PROMPT] + fin[_OUT]).sum()) + gamma * n_fin
+                S = S[:, ~done]
                 self.n_done += n_fin
                 if progress is not None:
                     progress.update(n_fin)
