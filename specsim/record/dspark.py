@@ -1,0 +1,433 @@
+"""The DSpark drafter: a parallel block drafter, a Markov sequential head and a confidence head.
+
+Architecture (DSpark paper; DFlash backbone; names follow the DeepSpec checkpoint layout):
+
+- Target features: hidden states of ``target_layer_ids`` (concatenated, ``n*H``) at the positions
+  STRICTLY BEFORE the anchor, projected by ``fc`` (``n*H -> H``) and ``hidden_norm``, become extra
+  keys/values in every drafter layer (each layer's own ``k_proj``/``v_proj``).
+- Block input: ``[anchor, mask x (gamma-1)]`` embedded with the target's frozen embedding; one
+  non-causal forward of ``num_hidden_layers`` decoder layers gives ``h_1..h_gamma``; ``h_k``
+  predicts draft token ``x_k`` (the token after the anchor, then the next, ...).
+- Markov head: step logits ``U_k + W2(W1[x_{k-1}])`` (``x_0`` is the anchor), sampled left to
+  right. ``W1: Embedding(V, r)``, ``W2: Linear(r, V_draft)``.
+- Confidence head: ``c_k = sigmoid(w^T [h_k ; W1[x_{k-1}]])``, the conditional probability that
+  ``x_k`` is accepted given ``x_{<k}`` were.
+- LM head: the target's, frozen; optionally restricted to a draft vocabulary (``d2t`` maps draft
+  ids to target ids, as EAGLE-3 does) because on a CPU the full 49k-row head dominates the cost.
+
+Checkpoint layout (DeepSpec): ``config.json`` with ``architectures=["Qwen3DSparkModel"]``,
+``block_size``, ``num_hidden_layers``, ``target_layer_ids``, ``mask_token_id``, ``markov_rank``,
+``markov_head_type``, ``enable_confidence_head`` and the Qwen3 shape keys; ``model.safetensors``
+with ``fc``, ``hidden_norm``, ``layers.{i}.self_attn.{q,k,v,o}_proj``, ``q_norm``, ``k_norm``,
+``mlp.*``, ``norm``, ``lm_head``, ``markov_head.markov_w1``, ``markov_head.markov_w2``,
+``confidence_head.proj``. specsim adds ``d2t`` (reduced vocabulary) and ``sts_temperatures``
+(in the config) when present.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn import functional as F  # noqa: N812
+
+from specsim.errors import SpecsimError
+
+ARCH = "Qwen3DSparkModel"
+
+
+@dataclass(frozen=True)
+class DSparkConfig:
+    """Shape and behaviour of a drafter (saved as the checkpoint's config.json)."""
+
+    hidden_size: int
+    intermediate_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    vocab_size: int  # the target's vocabulary
+    num_hidden_layers: int = 2
+    block_size: int = 7
+    target_layer_ids: tuple[int, ...] = (2, 10, 18, 26)
+    mask_token_id: int = 3
+    markov_rank: int = 64
+    markov_head_type: str = "linear"
+    enable_confidence_head: bool = True
+    rms_norm_eps: float = 1e-5
+    rope_theta: float = 100000.0
+    qk_norm: bool = True  # Qwen3 layers have q_norm/k_norm; drafters initialised from Llama don't
+    draft_vocab_size: int | None = None  # None: the full target vocabulary
+    context_window: int = 256  # target positions (before the anchor) the drafter attends to
+    sts_temperatures: tuple[float, ...] | None = None  # per-position STS, fitted after training
+    extra: dict[str, Any] = field(default_factory=dict)  # provenance (target hash, training)
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["target_layer_ids"] = list(self.target_layer_ids)
+        if self.sts_temperatures is not None:
+            d["sts_temperatures"] = list(self.sts_temperatures)
+        d["architectures"] = [ARCH]
+        d["model_type"] = "dspark"
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> DSparkConfig:
+        names = {f.name for f in fields(cls)}
+        kw = {k: v for k, v in d.items() if k in names}
+        if "head_dim" not in kw and "hidden_size" in d and "num_attention_heads" in d:
+            kw["head_dim"] = d["hidden_size"] // d["num_attention_heads"]
+        kw["target_layer_ids"] = tuple(kw.get("target_layer_ids", cls.target_layer_ids))
+        if kw.get("sts_temperatures") is not None:
+            kw["sts_temperatures"] = tuple(float(t) for t in kw["sts_temperatures"])
+        return cls(**kw)
+
+    @property
+    def n_draft_vocab(self) -> int:
+        return self.draft_vocab_size or self.vocab_size
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        var = x.float().pow(2).mean(-1, keepdim=True)
+        return (x.float() * torch.rsqrt(var + self.eps)).to(x.dtype) * self.weight
+
+
+def rope(x: torch.Tensor, pos: torch.Tensor, theta: float) -> torch.Tensor:
+    """Rotary embedding (half-split, as Llama/Qwen3). x: [N, heads, hd]; pos: [N]."""
+    hd = x.shape[-1]
+    inv = 1.0 / (theta ** (torch.arange(0, hd, 2, device=x.device, dtype=torch.float32) / hd))
+    ang = pos.to(torch.float32)[:, None] * inv[None, :]  # [N, hd/2]
+    cos = torch.cat([ang.cos(), ang.cos()], -1)[:, None, :].to(x.dtype)
+    sin = torch.cat([ang.sin(), ang.sin()], -1)[:, None, :].to(x.dtype)
+    x1, x2 = x[..., : hd // 2], x[..., hd // 2 :]
+    return x * cos + torch.cat([-x2, x1], -1) * sin
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: DSparkConfig) -> None:
+        super().__init__()
+        h, nh, nkv, hd = (
+            cfg.hidden_size,
+            cfg.num_attention_heads,
+            cfg.num_key_value_heads,
+            cfg.head_dim,
+        )
+        self.nh, self.nkv, self.hd, self.theta = nh, nkv, hd, cfg.rope_theta
+        self.q_proj = nn.Linear(h, nh * hd, bias=False)
+        self.k_proj = nn.Linear(h, nkv * hd, bias=False)
+        self.v_proj = nn.Linear(h, nkv * hd, bias=False)
+        self.o_proj = nn.Linear(nh * hd, h, bias=False)
+        self.q_norm = RMSNorm(hd, cfg.rms_norm_eps) if cfg.qk_norm else None
+        self.k_norm = RMSNorm(hd, cfg.rms_norm_eps) if cfg.qk_norm else None
+
+    def forward(
+        self,
+        x: torch.Tensor,  # [Q, H] block tokens (normed)
+        ctx: torch.Tensor,  # [C, H] projected target features
+        qpos: torch.Tensor,  # [Q]
+        cpos: torch.Tensor,  # [C]
+        mask: torch.Tensor,  # [Q, C + Q] bool, True = may attend
+    ) -> torch.Tensor:
+        q = self.q_proj(x).view(-1, self.nh, self.hd)
+        k = torch.cat([self.k_proj(ctx), self.k_proj(x)]).view(-1, self.nkv, self.hd)
+        v = torch.cat([self.v_proj(ctx), self.v_proj(x)]).view(-1, self.nkv, self.hd)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        kpos = torch.cat([cpos, qpos])
+        q, k = rope(q, qpos, self.theta), rope(k, kpos, self.theta)
+        rep = self.nh // self.nkv
+        k = k.repeat_interleave(rep, dim=1)
+        v = v.repeat_interleave(rep, dim=1)
+        # [heads, Q, hd] attention over [heads, C+Q, hd]
+        out = F.scaled_dot_product_attention(
+            q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), attn_mask=mask
+        )
+        return self.o_proj(out.transpose(0, 1).reshape(-1, self.nh * self.hd))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: DSparkConfig) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Layer(nn.Module):
+    def __init__(self, cfg: DSparkConfig) -> None:
+        super().__init__()
+        self.self_attn = Attention(cfg)
+        self.mlp = MLP(cfg)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def forward(self, x, ctx, qpos, cpos, mask):  # type: ignore[no-untyped-def]
+        x = x + self.self_attn(self.input_layernorm(x), ctx, qpos, cpos, mask)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class MarkovHead(nn.Module):
+    def __init__(self, cfg: DSparkConfig) -> None:
+        super().__init__()
+        self.markov_w1 = nn.Embedding(cfg.vocab_size, cfg.markov_rank)
+        self.markov_w2 = nn.Linear(cfg.markov_rank, cfg.n_draft_vocab, bias=False)
+        nn.init.normal_(self.markov_w1.weight, std=0.02)
+        nn.init.zeros_(self.markov_w2.weight)  # starts as the plain parallel drafter
+
+
+class ConfidenceHead(nn.Module):
+    def __init__(self, cfg: DSparkConfig) -> None:
+        super().__init__()
+        self.proj = nn.Linear(cfg.hidden_size + cfg.markov_rank, 1)
+
+
+@dataclass(frozen=True)
+class Drafts:
+    """One block per anchor: draft ids (target vocabulary), confidences, draft log-probs."""
+
+    tokens: torch.Tensor  # [A, gamma] long
+    conf: torch.Tensor  # [A, gamma] float, conditional c_k (STS applied when the drafter has it)
+    raw_conf: torch.Tensor  # [A, gamma] float, before STS
+    q: torch.Tensor | None  # [A, gamma, V_draft] draft probabilities (sampling only)
+
+
+class DSparkDrafter(nn.Module):
+    """A DSpark drafter. ``embed`` (the target's frozen embedding) is bound, never saved."""
+
+    def __init__(self, cfg: DSparkConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        n_feat = len(cfg.target_layer_ids) * cfg.hidden_size
+        self.fc = nn.Linear(n_feat, cfg.hidden_size, bias=False)
+        self.hidden_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.layers = nn.ModuleList(Layer(cfg) for _ in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.n_draft_vocab, bias=False)
+        self.markov_head = MarkovHead(cfg)
+        self.confidence_head = ConfidenceHead(cfg)
+        d2t = torch.arange(cfg.n_draft_vocab)
+        self.register_buffer("d2t", d2t, persistent=True)
+        self.embed: nn.Embedding | None = None
+
+    # ---- vocabulary ---------------------------------------------------------------------------
+    def t2d(self) -> torch.Tensor:
+        """Target id -> draft id, -1 where the draft vocabulary lacks the token."""
+        out = torch.full((self.cfg.vocab_size,), -1, dtype=torch.long, device=self.d2t.device)
+        out[self.d2t] = torch.arange(self.d2t.numel(), device=self.d2t.device)
+        return out
+
+    def bind(self, embed: nn.Embedding) -> DSparkDrafter:
+        """Attach the target's input embedding (frozen, shared, not part of the checkpoint)."""
+        object.__setattr__(self, "embed", embed)  # not a submodule: never saved or trained
+        return self
+
+    # ---- the parallel backbone ----------------------------------------------------------------
+    def backbone(
+        self, feats: torch.Tensor, seq: torch.Tensor, anchors: torch.Tensor, start: int = 0
+    ) -> torch.Tensor:
+        """Block hidden states ``h_1..h_gamma`` for anchors of ONE sequence.
+
+        feats: [L, n*H] target features of positions start..start+L-1; seq: token ids (at least
+        up to the last anchor); anchors: [A] positions of the anchor tokens. The block of anchor
+        ``a`` attends to the features of positions ``[a - context_window, a)`` (strictly before
+        the anchor: the anchor is the bonus token, whose target hidden state does not exist when
+        drafting) and to its own block, non-causally. Returns [A, gamma, H].
+        """
+        if self.embed is None:
+            raise RuntimeError("bind the target's embedding first: drafter.bind(embed)")
+        g, w = self.cfg.block_size, self.cfg.context_window
+        a_n = anchors.numel()
+        lo = max(start, int(anchors.min()) - w)
+        hi = int(anchors.max())
+        ctx = self.hidden_norm(self.fc(feats[lo - start : hi - start].to(self.fc.weight.dtype)))
+        cpos = torch.arange(lo, hi, device=feats.device)
+        qpos = (anchors[:, None] + torch.arange(g, device=feats.device)[None, :]).reshape(-1)
+        toks = torch.full((a_n, g), self.cfg.mask_token_id, dtype=torch.long, device=seq.device)
+        toks[:, 0] = seq[anchors]
+        x = self.embed(toks.reshape(-1)).to(self.fc.weight.dtype)
+        a_q = anchors.repeat_interleave(g)  # anchor of each query
+        ctx_ok = (cpos[None, :] < a_q[:, None]) & (cpos[None, :] >= a_q[:, None] - w)
+        blk = torch.arange(a_n, device=feats.device).repeat_interleave(g)
+        blk_ok = blk[:, None] == blk[None, :]
+        mask = torch.cat([ctx_ok, blk_ok], dim=1)
+        for layer in self.layers:
+            x = layer(x, ctx, qpos, cpos, mask)
+        return self.norm(x).view(a_n, g, -1)
+
+    # ---- heads ---------------------------------------------------------------------------------
+    def heads(self, h: torch.Tensor, prev: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Step logits ``U_k + W2(W1[x_{k-1}])`` and confidence logits, for given previous tokens.
+
+        h: [..., H]; prev: [...] target ids of x_{k-1}. Returns ([..., V_draft], [...]).
+        """
+        m = self.markov_head.markov_w1(prev)
+        logits = self.lm_head(h) + self.markov_head.markov_w2(m)
+        conf = self.confidence_head.proj(torch.cat([h, m.to(h.dtype)], -1)).squeeze(-1)
+        return logits, conf
+
+    @torch.no_grad()
+    def draft(
+        self,
+        feats: torch.Tensor,
+        seq: torch.Tensor,
+        anchors: torch.Tensor,
+        temperature: float = 0.0,
+        generator: torch.Generator | None = None,
+        chunk: int = 64,
+        start: int = 0,
+    ) -> Drafts:
+        """Draft a block after every anchor (greedy at temperature 0, else sampled from q)."""
+        outs = [
+            self._draft_chunk(feats, seq, anchors[s : s + chunk], temperature, generator, start)
+            for s in range(0, anchors.numel(), chunk)
+        ]
+        cat = lambda xs: None if xs[0] is None else torch.cat(xs)  # noqa: E731
+        return Drafts(
+            tokens=torch.cat([o.tokens for o in outs]),
+            conf=torch.cat([o.conf for o in outs]),
+            raw_conf=torch.cat([o.raw_conf for o in outs]),
+            q=cat([o.q for o in outs]),
+        )
+
+    def _draft_chunk(self, feats, seq, anchors, temperature, generator, start) -> Drafts:  # type: ignore[no-untyped-def]
+        h = self.backbone(feats, seq, anchors, start)
+        prev = seq[anchors]
+        toks, confs, qs = [], [], []
+        for k in range(self.cfg.block_size):
+            logits, c = self.heads(h[:, k], prev)
+            logits = logits.float()
+            if temperature > 0:
+                q = torch.softmax(logits / temperature, -1)
+                d = torch.multinomial(q, 1, generator=generator).squeeze(-1)
+                qs.append(q)
+            else:
+                d = logits.argmax(-1)
+            prev = self.d2t[d]
+            toks.append(prev)
+            confs.append(c.float())
+        raw = torch.stack(confs, 1)
+        temps = self.cfg.sts_temperatures
+        scaled = raw / torch.tensor(temps, dtype=raw.dtype) if temps else raw
+        return Drafts(
+            tokens=torch.stack(toks, 1),
+            conf=torch.sigmoid(scaled),
+            raw_conf=torch.sigmoid(raw),
+            q=torch.stack(qs, 1) if qs else None,
+        )
+
+
+# ---- construction, save and load ---------------------------------------------------------------
+def config_for_target(target_config: Any, **overrides: Any) -> DSparkConfig:
+    """A drafter config shaped like the target's layers (so they can initialise it)."""
+    tc = target_config
+    head_dim = getattr(tc, "head_dim", None) or tc.hidden_size // tc.num_attention_heads
+    rope_theta = getattr(tc, "rope_theta", None)
+    if rope_theta is None:
+        rope_theta = (getattr(tc, "rope_parameters", None) or {}).get("rope_theta", 10000.0)
+    n = tc.num_hidden_layers
+    base = dict(
+        hidden_size=tc.hidden_size,
+        intermediate_size=tc.intermediate_size,
+        num_attention_heads=tc.num_attention_heads,
+        num_key_value_heads=tc.num_key_value_heads,
+        head_dim=head_dim,
+        vocab_size=tc.vocab_size,
+        rms_norm_eps=float(tc.rms_norm_eps),
+        rope_theta=float(rope_theta),
+        target_layer_ids=tuple(sorted({max(1, round(i * (n - 2) / 3)) for i in range(4)})),
+        qk_norm=bool(getattr(tc, "model_type", "") in ("qwen3",)),
+    )
+    base.update(overrides)
+    return DSparkConfig(**base)
+
+
+def init_from_target(drafter: DSparkDrafter, target_model: Any, vocab: torch.Tensor | None) -> None:
+    """Initialise layers from the target's last layers; LM head = the target's rows, frozen."""
+    tl = target_model.model.layers
+    n = drafter.cfg.num_hidden_layers
+    for i, layer in enumerate(drafter.layers):
+        src = tl[len(tl) - n + i].state_dict()
+        missing, _ = layer.load_state_dict(src, strict=False)
+        assert all("q_norm" in m or "k_norm" in m for m in missing), missing
+    full = target_model.get_output_embeddings().weight.detach()
+    if vocab is not None:
+        drafter.d2t.copy_(vocab)
+        full = full[vocab]
+    drafter.lm_head.weight.data.copy_(full)
+    drafter.lm_head.weight.requires_grad_(False)
+    drafter.bind(target_model.get_input_embeddings())
+
+
+def save_drafter(drafter: DSparkDrafter, out_dir: str | Path, force: bool = False) -> Path:
+    """Write config.json + model.safetensors atomically (DeepSpec layout)."""
+    from safetensors.torch import save_file
+
+    out = Path(out_dir)
+    if out.exists() and not force:
+        raise SpecsimError(f"{out} exists; pass --force to overwrite it")
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    tmp.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().contiguous().cpu() for k, v in drafter.state_dict().items()}
+    if drafter.cfg.draft_vocab_size is None:
+        state.pop("d2t")
+    save_file(state, str(tmp / "model.safetensors"))
+    (tmp / "config.json").write_text(json.dumps(drafter.cfg.to_json(), indent=2) + "\n")
+    if out.exists():
+        import shutil
+
+        shutil.rmtree(out)
+    tmp.rename(out)
+    return out
+
+
+def load_drafter(path: str | Path, device: str = "cpu") -> DSparkDrafter:
+    """Load a DeepSpec-layout drafter directory (ours or a released ``dspark_*`` checkpoint)."""
+    from safetensors.torch import load_file
+
+    p = Path(path).expanduser()
+    cfg_file = p / "config.json"
+    if not cfg_file.exists():
+        raise SpecsimError(f"{p} is not a drafter directory (no config.json); train one first")
+    raw = json.loads(cfg_file.read_text())
+    if ARCH not in raw.get("architectures", [ARCH]):
+        raise SpecsimError(f"{p} holds {raw.get('architectures')}, not a {ARCH} drafter")
+    cfg = DSparkConfig.from_json(raw)
+    files = sorted(p.glob("*.safetensors"))
+    if not files:
+        raise SpecsimError(f"{p} has no .safetensors weights")
+    state: dict[str, torch.Tensor] = {}
+    for f in files:
+        state.update(load_file(str(f)))
+    state = {k.removeprefix("model."): v for k, v in state.items()}
+    if "d2t" in state and cfg.draft_vocab_size is None:
+        cfg = DSparkConfig.from_json({**raw, "draft_vocab_size": int(state["d2t"].numel())})
+    drafter = DSparkDrafter(cfg)
+    state.setdefault("d2t", drafter.d2t)
+    missing, unexpected = drafter.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise SpecsimError(
+            f"{p} does not match the DSpark layout (missing {missing[:3]}, unexpected "
+            f"{unexpected[:3]}); is it a DeepSpec dspark_* checkpoint?"
+        )
+    for prm in drafter.lm_head.parameters():
+        prm.requires_grad_(False)
+    return drafter.to(device).eval()
+
+
+def position_weights(gamma: int) -> torch.Tensor:
+    """The paper's per-position loss weights exp(-(k-1)/gamma), k = 1..gamma."""
+    return torch.tensor([math.exp(-k / gamma) for k in range(gamma)])

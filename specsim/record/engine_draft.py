@@ -1,0 +1,97 @@
+"""Drafting for the real engine: one block of gamma draft tokens per running request, batched.
+
+A proposer sees the engine's per-slot buffers (token ids and target features of every committed
+position) and returns, for each request, its draft tokens, the conditional confidences c_k the
+policy schedules on, and (when sampling) the draft distribution q each token was drawn from.
+
+``DSparkProposer`` runs the DSpark backbone once per request (each request attends to its own
+target-feature window) and then the Markov and confidence heads for ALL requests at once, position
+by position: the heads (the LM head above all) are most of a draft's cost, so that is where
+batching pays. It reproduces ``DSparkDrafter.draft`` (the recorder's drafting) exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+
+@dataclass(frozen=True, eq=False)
+class Proposal:
+    """Drafts of R requests: ``tokens`` (R, gamma) target ids, ``conf`` (R, gamma) in [0, 1],
+    ``q`` (R, gamma, V) draft probabilities over the target vocabulary (sampling only)."""
+
+    tokens: np.ndarray
+    conf: np.ndarray
+    q: torch.Tensor | None = None
+
+
+class Proposer(Protocol):
+    """What the engine needs from a drafter."""
+
+    gamma: int
+    feature_layers: tuple[int, ...]
+
+    def propose(
+        self,
+        slots: np.ndarray,
+        anchors: np.ndarray,
+        seq_buf: torch.Tensor,
+        feat_buf: torch.Tensor,
+        temperature: float,
+        generator: torch.Generator | None,
+    ) -> Proposal:
+        """Drafts after ``anchors[i]`` (the position of the last committed token) of slot
+        ``slots[i]``; ``seq_buf[s, :anchor+1]`` holds its tokens and ``feat_buf[s, :anchor]`` the
+        target features strictly before the anchor."""
+        ...
+
+
+class DSparkProposer:
+    """A trained (or untrained) :class:`specsim.record.dspark.DSparkDrafter` as a proposer."""
+
+    def __init__(self, drafter: Any, target_model: Any) -> None:
+        drafter.bind(target_model.get_input_embeddings())
+        self.drafter = drafter
+        self.gamma = int(drafter.cfg.block_size)
+        self.feature_layers = tuple(int(i) for i in drafter.cfg.target_layer_ids)
+        self.vocab = int(drafter.cfg.vocab_size)
+
+    @torch.no_grad()
+    def propose(self, slots, anchors, seq_buf, feat_buf, temperature, generator) -> Proposal:  # type: ignore[no-untyped-def]
+        d = self.drafter
+        hs = [
+            d.backbone(feat_buf[s], seq_buf[s], torch.tensor([int(a)]), start=0)
+            for s, a in zip(slots.tolist(), anchors.tolist(), strict=True)
+        ]
+        h = torch.cat(hs)  # [R, gamma, H]
+        prev = seq_buf[torch.as_tensor(slots), torch.as_tensor(anchors)]
+        toks, confs, qs = [], [], []
+        for k in range(self.gamma):
+            logits, c = d.heads(h[:, k], prev)
+            logits = logits.float()
+            if temperature > 0:
+                q = torch.softmax(logits / temperature, -1)
+                x = torch.multinomial(q, 1, generator=generator).squeeze(-1)
+                qs.append(q)
+            else:
+                x = logits.argmax(-1)
+            prev = d.d2t[x]
+            toks.append(prev)
+            confs.append(c.float())
+        raw = torch.stack(confs, 1)
+        temps = d.cfg.sts_temperatures
+        conf = torch.sigmoid(raw / torch.tensor(temps, dtype=raw.dtype) if temps else raw)
+        q_full = None
+        if qs:
+            qd = torch.stack(qs, 1)  # [R, gamma, V_draft]
+            q_full = torch.zeros((*qd.shape[:2], self.vocab), dtype=qd.dtype)
+            q_full[..., d.d2t] = qd
+        return Proposal(
+            tokens=torch.stack(toks, 1).numpy().astype(np.int64),
+            conf=conf.numpy().astype(np.float64),
+            q=q_full,
+        )

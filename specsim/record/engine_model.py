@@ -1,0 +1,230 @@
+"""The target side of the real engine: one forward over many requests' new tokens, with a KV cache.
+
+Why our own forward instead of ``model(...)``: a speculative step verifies a DIFFERENT number of
+tokens per request (prefill prompts, 1 + l_r decode tokens), each against its own cached context.
+Hugging Face's batched cache assumes equal lengths. So we reuse the model's own modules (norms,
+projections, MLPs, rotary embedding, LM head) and only do the bookkeeping ourselves:
+
+- KV cache: per layer one tensor ``[slots * cap, n_kv, head_dim]``; request slot ``s`` keeps
+  position ``p`` at row ``s * cap + p``. Rolling back rejected drafts is just a shorter length.
+- ``layout="flat"``: the B new tokens of all requests are one ``[B, H]`` matrix for every linear
+  layer (no padding), and attention is one SDPA call over the concatenation of the requests' keys
+  with a block-diagonal causal mask (what vLLM calls flattened verification; DSpark's marker
+  tensor).
+- ``layout="padded"``: tokens are padded to ``[R, Lmax]`` (the HF way); linear layers also run on
+  the padding, attention is batched per request. Kept to measure which is faster (docs/fidelity.md).
+
+Llama-family decoders (SmolLM2, Llama, Qwen2/3 with q/k norms) are supported: anything whose
+layers have ``input_layernorm``, ``self_attn.{q,k,v,o}_proj``, ``post_attention_layernorm`` and
+``mlp``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch.nn import functional as F  # noqa: N812
+
+from specsim.errors import SpecsimError
+
+LAYOUTS = ("flat", "padded")
+
+
+@dataclass(frozen=True, eq=False)
+class StepOut:
+    """One forward's results, rows in the order the requests' tokens were given (flattened)."""
+
+    logits: torch.Tensor  # [B, V] float32
+    feats: torch.Tensor | None  # [B, n*H] concatenated hidden states of the feature layers
+    offsets: np.ndarray  # (R+1,) row offsets of each request's tokens
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    h = x.shape[-1] // 2
+    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+
+
+class FlatTarget:
+    """A decoder-only target run over variable-length token groups with a slot KV cache."""
+
+    def __init__(
+        self,
+        model: Any,
+        slots: int,
+        cap: int,
+        feature_layers: tuple[int, ...] = (),
+        layout: str = "flat",
+    ) -> None:
+        if layout not in LAYOUTS:
+            raise SpecsimError(f"unknown layout {layout!r}; use one of {', '.join(LAYOUTS)}")
+        inner = getattr(model, "model", None)
+        if inner is None or not hasattr(inner, "layers") or not hasattr(inner, "rotary_emb"):
+            raise SpecsimError(
+                f"{type(model).__name__} is not a Llama-family decoder; the engine supports "
+                "Llama/Qwen-style models"
+            )
+        cfg = model.config
+        self.model = model
+        self.inner = inner
+        self.layers = list(inner.layers)
+        self.n_layers = len(self.layers)
+        self.n_heads = int(cfg.num_attention_heads)
+        self.n_kv = int(getattr(cfg, "num_key_value_heads", None) or self.n_heads)
+        self.hd = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // self.n_heads)
+        self.slots = int(slots)
+        self.cap = int(cap)
+        self.layout = layout
+        self.feature_layers = tuple(int(i) for i in feature_layers)
+        bad = [i for i in self.feature_layers if not 0 <= i < self.n_layers]
+        if bad:
+            raise SpecsimError(
+                f"drafter wants target layers {bad} but the target has {self.n_layers}"
+            )
+        p = next(model.parameters())
+        self.dtype, self.device = p.dtype, p.device
+        shape = (self.n_layers, self.slots * self.cap, self.n_kv, self.hd)
+        self.k = torch.zeros(shape, dtype=self.dtype, device=self.device)
+        self.v = torch.zeros(shape, dtype=self.dtype, device=self.device)
+        self.lengths = np.zeros(self.slots, dtype=np.int64)
+
+    # ---- cache bookkeeping ---------------------------------------------------------------------
+    def reset(self, slot: int) -> None:
+        self.lengths[slot] = 0
+
+    def truncate(self, slot: int, length: int) -> None:
+        """Keep the first ``length`` cached positions of ``slot`` (drops rejected drafts)."""
+        self.lengths[slot] = min(int(length), int(self.lengths[slot]))
+
+    # ---- the forward ---------------------------------------------------------------------------
+    @torch.no_grad()
+    def forward(self, slots: list[int], tokens: list[list[int]]) -> StepOut:
+        """Append ``tokens[i]`` to the context of ``slots[i]`` and run them all in ONE forward.
+
+        Returns logits (and feature-layer hidden states) for every new token; the cache then
+        holds the new tokens too (call :meth:`truncate` to drop rejected ones).
+        """
+        lens = np.fromiter((len(t) for t in tokens), dtype=np.int64, count=len(tokens))
+        past = self.lengths[np.asarray(slots, dtype=np.int64)]
+        if np.any(lens < 1):
+            raise SpecsimError("internal: a request fed no token to the target")
+        if np.any(past + lens > self.cap):
+            raise SpecsimError(
+                f"a request reached {int((past + lens).max())} cached tokens, over the cache "
+                f"capacity {self.cap}; raise the engine's max context"
+            )
+        if self.layout == "flat":
+            out = self._flat(slots, tokens, lens, past)
+        else:
+            out = self._padded(slots, tokens, lens, past)
+        self.lengths[np.asarray(slots, dtype=np.int64)] = past + lens
+        return out
+
+    def _embed_rope(self, ids: torch.Tensor, pos: torch.Tensor):  # type: ignore[no-untyped-def]
+        x = self.inner.embed_tokens(ids)
+        cos, sin = self.inner.rotary_emb(x, pos)
+        return x, cos.unsqueeze(-2), sin.unsqueeze(-2)  # cos/sin broadcast over heads
+
+    def _qkv(self, layer: Any, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):  # type: ignore[no-untyped-def]
+        attn = layer.self_attn
+        lead = h.shape[:-1]
+        q = attn.q_proj(h).view(*lead, self.n_heads, self.hd)
+        k = attn.k_proj(h).view(*lead, self.n_kv, self.hd)
+        v = attn.v_proj(h).view(*lead, self.n_kv, self.hd)
+        if getattr(attn, "q_norm", None) is not None:
+            q, k = attn.q_norm(q), attn.k_norm(k)
+        q = q * cos + _rotate_half(q) * sin
+        k = k * cos + _rotate_half(k) * sin
+        return q, k, v
+
+    def _finish(self, x: torch.Tensor, feats: list[torch.Tensor], offsets: np.ndarray) -> StepOut:
+        x = self.inner.norm(x)
+        logits = self.model.lm_head(x).float()
+        f = torch.cat(feats, -1) if feats else None
+        return StepOut(logits=logits, feats=f, offsets=offsets)
+
+    def _feature(self, i: int, x: torch.Tensor, feats: list[torch.Tensor]) -> None:
+        # hidden_states[i + 1] in Hugging Face terms; the last one is after the final norm
+        if i in self.feature_layers:
+            feats.append(self.inner.norm(x) if i == self.n_layers - 1 else x)
+
+    def _flat(self, slots, tokens, lens, past) -> StepOut:  # type: ignore[no-untyped-def]
+        dev = self.device
+        r = len(slots)
+        offsets = np.zeros(r + 1, dtype=np.int64)
+        np.cumsum(lens, out=offsets[1:])
+        owner = np.repeat(np.arange(r), lens)
+        qpos_np = np.concatenate([np.arange(p, p + n) for p, n in zip(past, lens, strict=True)])
+        slot_np = np.asarray(slots, dtype=np.int64)
+        write = torch.from_numpy(slot_np[owner] * self.cap + qpos_np).to(dev)
+        tot = past + lens
+        kowner = np.repeat(np.arange(r), tot)
+        kpos_np = np.concatenate([np.arange(t) for t in tot])
+        read = torch.from_numpy(slot_np[kowner] * self.cap + kpos_np).to(dev)
+        mask = torch.from_numpy(
+            (kowner[None, :] == owner[:, None]) & (kpos_np[None, :] <= qpos_np[:, None])
+        ).to(dev)
+        ids = torch.as_tensor(np.concatenate(tokens), dtype=torch.long, device=dev)
+        x, cos, sin = self._embed_rope(ids[None], torch.from_numpy(qpos_np)[None].to(dev))
+        x, cos, sin = x[0], cos[0], sin[0]
+        feats: list[torch.Tensor] = []
+        for i, layer in enumerate(self.layers):
+            q, k, v = self._qkv(layer, layer.input_layernorm(x), cos, sin)  # [B, heads, hd]
+            self.k[i][write] = k
+            self.v[i][write] = v
+            kk = self.k[i][read].transpose(0, 1)[None]  # [1, n_kv, K, hd]
+            vv = self.v[i][read].transpose(0, 1)[None]
+            o = F.scaled_dot_product_attention(
+                q.transpose(0, 1)[None], kk, vv, attn_mask=mask, enable_gqa=True
+            )  # [1, heads, B, hd]
+            x = x + layer.self_attn.o_proj(o[0].transpose(0, 1).reshape(x.shape[0], -1))
+            x = x + layer.mlp(layer.post_attention_layernorm(x))
+            self._feature(i, x, feats)
+        return self._finish(x, feats, offsets)
+
+    def _padded(self, slots, tokens, lens, past) -> StepOut:  # type: ignore[no-untyped-def]
+        dev = self.device
+        r = len(slots)
+        lq = int(lens.max())
+        tot = past + lens
+        lk = int(tot.max())
+        offsets = np.zeros(r + 1, dtype=np.int64)
+        np.cumsum(lens, out=offsets[1:])
+        ids = np.zeros((r, lq), dtype=np.int64)
+        valid = np.arange(lq)[None, :] < lens[:, None]  # [R, Lq]
+        for j, t in enumerate(tokens):
+            ids[j, : len(t)] = t
+        qpos = past[:, None] + np.arange(lq)[None, :]  # padding rows get harmless positions
+        slot_np = np.asarray(slots, dtype=np.int64)
+        write = torch.from_numpy((slot_np[:, None] * self.cap + qpos)[valid]).to(dev)
+        kpos = np.arange(lk)[None, :]
+        read = torch.from_numpy(slot_np[:, None] * self.cap + np.minimum(kpos, tot[:, None] - 1))
+        read = read.reshape(-1).to(dev)
+        mask = torch.from_numpy(
+            (kpos[:, None, :] <= qpos[:, :, None]) & (kpos[:, None, :] < tot[:, None, None])
+        )[:, None].to(dev)  # [R, 1, Lq, Lk]
+        x, cos, sin = self._embed_rope(
+            torch.from_numpy(ids).to(dev), torch.from_numpy(qpos).to(dev)
+        )  # [R, Lq, H], [R, Lq, 1, hd]
+        vmask = torch.from_numpy(valid).to(dev)
+        feats: list[torch.Tensor] = []
+        for i, layer in enumerate(self.layers):
+            q, k, v = self._qkv(layer, layer.input_layernorm(x), cos, sin)  # [R, Lq, heads, hd]
+            self.k[i][write] = k[vmask]
+            self.v[i][write] = v[vmask]
+            kk = self.k[i][read].view(r, lk, self.n_kv, self.hd).transpose(1, 2)
+            vv = self.v[i][read].view(r, lk, self.n_kv, self.hd).transpose(1, 2)
+            o = F.scaled_dot_product_attention(
+                q.transpose(1, 2), kk, vv, attn_mask=mask, enable_gqa=True
+            )  # [R, heads, Lq, hd]
+            x = x + layer.self_attn.o_proj(o.transpose(1, 2).reshape(r, lq, -1))
+            x = x + layer.mlp(layer.post_attention_layernorm(x))
+            self._feature(i, x, feats)
+        out = self._finish(x, feats, offsets)
+        return StepOut(
+            logits=out.logits[vmask],
+            feats=None if out.feats is None else out.feats[vmask],
+            offsets=offsets,
+        )

@@ -1,0 +1,222 @@
+"""Record a trace: per decoding position, the drafter's block, its confidences and acceptance.
+
+Greedy (temperature 0): one greedy generation plus one teacher-forced target pass give every
+position's draft, confidences and accept_len EXACTLY: greedy verification accepts draft k iff it
+equals the target's argmax given the prefix, and with the drafts' prefix accepted that prefix is
+the generated text itself. Position n (n output tokens committed) drafts from the anchor, the
+last committed token, with target features strictly before it; accept_len is the number of
+leading drafts equal to the output's next tokens, capped at ``output_len - 1 - n`` so that a step
+never emits more than the output holds (accept_len + 1 tokens per step).
+
+Sampling (temperature T > 0): the output is sampled from the target at T; at every position the
+drafter samples a block from q, the target scores prefix + block in one batched pass (a 4-D mask,
+each block seeing only its own prefix), and the block is verified by rejection sampling
+(``verify.py``); ``accept_prob`` = min(1, p/q) is recorded.
+
+Resumable: finished requests are appended to ``OUT.partial.parquet`` side files (one per chunk);
+a restarted run skips them, and the final trace is written atomically.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from specsim.errors import SpecsimError
+from specsim.progress import Progress
+from specsim.record.prompts import Prompt
+
+
+@dataclass(frozen=True)
+class RequestRows:
+    """The trace rows of one request (column arrays)."""
+
+    draft_tokens: np.ndarray  # [L, gamma] int32
+    confidence: np.ndarray  # [L, gamma] float32
+    accept_len: np.ndarray  # [L] int16
+    accept_prob: np.ndarray | None = None  # [L, gamma] float32
+
+
+def greedy_rows(drafter: Any, s: Any, raw: bool = False) -> RequestRows:
+    """Rows of one greedy request from its teacher-forced ``Sequence`` (features.py)."""
+    import torch
+
+    p, n_out = s.prompt_len, s.output_len
+    g = drafter.cfg.block_size
+    anchors = torch.arange(p - 1, p - 1 + n_out)
+    d = drafter.draft(s.feats, s.seq, anchors, start=s.start)
+    out = s.seq[p:]
+    pad = torch.cat([out, torch.full((g,), -1, dtype=out.dtype)])
+    nxt = torch.stack([pad[torch.arange(n_out) + k] for k in range(g)], 1)  # [L, g]
+    match = (d.tokens == nxt).to(torch.int64)
+    acc = match.cumprod(1).sum(1)
+    cap = n_out - 1 - torch.arange(n_out)
+    acc = torch.minimum(acc, cap)
+    conf = d.raw_conf if raw else d.conf
+    return RequestRows(
+        draft_tokens=d.tokens.numpy().astype(np.int32),
+        confidence=conf.numpy().astype(np.float32),
+        accept_len=acc.numpy().astype(np.int16),
+    )
+
+
+def rows_frame(rows: RequestRows, request_id: int, prompt_len: int, category: str) -> pd.DataFrame:
+    n = rows.accept_len.shape[0]
+    frame = pd.DataFrame(
+        {
+            "request_id": np.full(n, request_id, dtype=np.int64),
+            "position": np.arange(n, dtype=np.int32),
+            "prompt_len": np.full(n, prompt_len, dtype=np.int32),
+            "output_len": np.full(n, n, dtype=np.int32),
+            "draft_tokens": list(rows.draft_tokens),
+            "confidence": list(rows.confidence),
+            "accept_len": rows.accept_len,
+            "category": category,
+        }
+    )
+    if rows.accept_prob is not None:
+        frame["accept_prob"] = list(rows.accept_prob)
+    return frame
+
+
+@dataclass(frozen=True)
+class RecordConfig:
+    temperature: float = 0.0
+    max_new_tokens: int = 256
+    batch_size: int = 16
+    seed: int = 0
+    chunk: int = 8  # requests per resume checkpoint
+
+
+def record(
+    target: Any,
+    drafter: Any,
+    drafter_name: str,
+    prompts: list[Prompt],
+    out: Path,
+    cfg: RecordConfig,
+    force: bool = False,
+    extra_meta: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """Record ``prompts`` into the trace ``out``; returns a summary (timings, counts)."""
+    import torch
+
+    from specsim.record.features import target_pass
+    from specsim.record.generate import greedy_outputs
+    from specsim.record.models import prompt_ids
+    from specsim.trace.io import write_trace
+
+    if out.exists() and not force:
+        raise SpecsimError(f"{out} exists; pass --force to overwrite it")
+    part_dir = out.with_name(out.name + ".partial")
+    part_dir.mkdir(parents=True, exist_ok=True)
+    key = {
+        "prompts": [p.source for p in prompts],
+        "temperature": cfg.temperature,
+        "max_new_tokens": cfg.max_new_tokens,
+        "seed": cfg.seed,
+        "target": target.sha256,
+        "drafter": drafter_name,
+    }
+    key_file = part_dir / "key.json"
+    if key_file.exists() and json.loads(key_file.read_text()) != key:
+        raise SpecsimError(
+            f"{part_dir} holds a partial recording with other settings; delete it or use them"
+        )
+    key_file.write_text(json.dumps(key))
+    done = {int(f.stem.split("-")[1]) for f in part_dir.glob("chunk-*.parquet")}
+    ids = [prompt_ids(target.tokenizer, p.text) for p in prompts]
+    t0 = time.perf_counter()
+    timings = {"generate_s": 0.0, "target_pass_s": 0.0, "draft_s": 0.0}
+    mismatches = 0
+    with Progress(len(prompts), f"record {out.name}", " requests") as bar:
+        for c0 in range(0, len(prompts), cfg.chunk):
+            if c0 in done:
+                bar.update(min(cfg.chunk, len(prompts) - c0))
+                continue
+            idx = list(range(c0, min(c0 + cfg.chunk, len(prompts))))
+            t = time.perf_counter()
+            if cfg.temperature == 0:
+                outs = greedy_outputs(
+                    target,
+                    [ids[i] for i in idx],
+                    cfg.max_new_tokens,
+                    cfg.batch_size,
+                    desc="generate",
+                )
+            else:
+                from specsim.record.sampled import sample_outputs
+
+                outs = sample_outputs(target, [ids[i] for i in idx], cfg, c0)
+            timings["generate_s"] += time.perf_counter() - t
+            frames = []
+            for i, o in zip(idx, outs, strict=True):
+                if len(o) == 0:
+                    continue
+                t = time.perf_counter()
+                s = target_pass(
+                    target, ids[i], o, drafter.cfg.target_layer_ids, drafter.cfg.context_window
+                )
+                timings["target_pass_s"] += time.perf_counter() - t
+                t = time.perf_counter()
+                if cfg.temperature == 0:
+                    cut = s.first_mismatch()
+                    if cut < s.output_len:  # batched generation and the full pass disagree
+                        mismatches += 1
+                        if cut == 0:
+                            continue
+                        s = target_pass(
+                            target,
+                            ids[i],
+                            o[:cut],
+                            drafter.cfg.target_layer_ids,
+                            drafter.cfg.context_window,
+                        )
+                    rows = greedy_rows(drafter, s)
+                else:
+                    from specsim.record.sampled import sampled_rows
+
+                    gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + i)
+                    rows = sampled_rows(target, drafter, s, cfg.temperature, gen)
+                timings["draft_s"] += time.perf_counter() - t
+                frames.append(rows_frame(rows, i, len(ids[i]), prompts[i].category))
+            chunk_file = part_dir / f"chunk-{c0:06d}.parquet"
+            tmp = chunk_file.with_name(chunk_file.name + ".tmp")
+            if frames:
+                pd.concat(frames, ignore_index=True).to_parquet(tmp)
+            else:
+                pd.DataFrame().to_parquet(tmp)
+            tmp.rename(chunk_file)
+            bar.update(len(idx))
+    parts = [pd.read_parquet(f) for f in sorted(part_dir.glob("chunk-*.parquet"))]
+    frame = pd.concat([p for p in parts if len(p)], ignore_index=True)
+    meta = {
+        "temperature": f"{cfg.temperature:g}",
+        "target": target.name,
+        "drafter": drafter_name,
+        "source": "recorded",
+        "max_new_tokens": str(cfg.max_new_tokens),
+        "seed": str(cfg.seed),
+        "prompts": json.dumps(sorted({p.source.split("#")[0] for p in prompts})),
+        "recorded_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "greedy_mismatch_requests": str(mismatches),
+    }
+    meta.update(target.provenance())
+    meta.update(extra_meta or {})
+    write_trace(frame, out, meta, force=force)
+    for f in part_dir.iterdir():
+        f.unlink()
+    part_dir.rmdir()
+    timings["total_s"] = time.perf_counter() - t0
+    return {
+        "requests": int(frame["request_id"].nunique()),
+        "rows": len(frame),
+        "mismatch_requests": mismatches,
+        **timings,
+    }
