@@ -14,7 +14,7 @@ table, one row per (pipeline, world, check):
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -134,7 +134,7 @@ def exact_check(pipe: Pipeline, world: World) -> dict:
         return _row(pipe, world, "exact", True, detail=f"skipped: {exc}")
     seq, got, want = res.worst()
     first = np.array2string(res.marginal(0), precision=6, separator=", ")
-    detail = f"worst {seq}: {got:.6g} vs target {want:.6g}; first-token law {first}"
+    detail = f"worst {seq}: {got:.9g} vs target {want:.9g}; first-token law {first}"
     return _row(pipe, world, "exact", res.lossless, tv=res.tv, detail=detail)
 
 
@@ -179,10 +179,17 @@ def check_pipeline(
     checks: tuple[str, ...] = ("exact", "edge", "statistical"),
     stop_at_first_failure: bool = False,
     progress: bool | None = None,
+    model: ToyLM | None = None,
 ) -> pd.DataFrame:
-    """Run the checks of ``pipe`` over the standard worlds; one tidy row per check."""
+    """Run the checks of ``pipe`` over the standard worlds; one tidy row per check.
+
+    ``model``: a user's toy LM replacing the random tables of every world.
+    """
     worlds = multi_worlds(seed) if pipe.multi is not None else standard_worlds(seed)
     stat_ws = worlds if pipe.multi is not None else stat_worlds(seed)
+    if model is not None:
+        worlds = [replace(w, name=f"{w.name}[{model.name}]", toy=model) for w in worlds]
+        stat_ws = [replace(w, name=f"{w.name}[{model.name}]", toy=model) for w in stat_ws]
     jobs: list[tuple[str, World]] = []
     if pipe.uniforms:
         jobs += [("exact", w) for w in worlds if "exact" in checks]

@@ -11,6 +11,7 @@ noncentral chi-square with noncentrality 4 n eps^2.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 from scipy import optimize, stats
@@ -62,6 +63,7 @@ def merge_cells(counts: np.ndarray, expected: np.ndarray) -> tuple[np.ndarray, n
     )
 
 
+@lru_cache(maxsize=1024)
 def detectable_tv(n: int, df: int, alpha: float = ALPHA, power: float = POWER) -> float:
     """Smallest TV the G-test rejects with probability >= ``power`` (worst direction)."""
     if df < 1 or n < 1:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 
@@ -77,15 +77,15 @@ def random_toy(
     if not 2 <= vocab <= 8:
         raise SpecsimError(f"toy vocabulary must have 2..8 tokens (got {vocab})")
 
-    @lru_cache(maxsize=None)
+    @cache
     def p(seq: Seq) -> np.ndarray:
         return _random_law(_rng(seed, "p", seq), vocab, zeros, near_one, ties)
 
-    @lru_cache(maxsize=None)
+    @cache
     def q(seq: Seq) -> np.ndarray:
         return _random_law(_rng(seed, "q", seq), vocab, zeros, near_one, ties)
 
-    @lru_cache(maxsize=None)
+    @cache
     def conf(prefix: Seq, k: int, prev: int) -> float:
         rng = _rng(seed, "conf", (*prefix, -2, k, prev))  # -2: separator
         if rng.random() < conf_extremes:

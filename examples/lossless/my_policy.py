@@ -1,0 +1,28 @@
+"""A user's prefix scheduler, checked for losslessness by ``specsim check-lossless``.
+
+Covers: the policy callable interface (``schedule(inp: StepInput) -> lengths``).
+Scenario: verify each request's drafts while its survival a_k = c_1 * ... * c_k stays above a
+floor that rises with the batch size (busy GPU: verify less).
+
+    PYTHONPATH=examples/lossless specsim check-lossless --policy my_policy:survival_floor
+
+It is lossless because admitting draft k looks at c_1..c_k only (non-anticipating).
+``peeking`` looks one position ahead (c_{k+1}, which depends on the draft x_k): lossy.
+"""
+
+import numpy as np
+
+FLOOR_PER_REQUEST = 0.1  # survival floor added per running request
+
+
+def survival_floor(inp):
+    survival = np.cumprod(inp.conf, axis=1)  # (R, gamma)
+    floor = min(0.9, FLOOR_PER_REQUEST * inp.n_requests)
+    ok = survival >= floor
+    return np.cumprod(ok, axis=1).sum(axis=1)  # leading run of admitted positions
+
+
+def peeking(inp):
+    """Admit draft k only if the NEXT confidence c_{k+1} is high: reads the future."""
+    nxt = np.concatenate([inp.conf[:, 1:], np.ones((inp.n_requests, 1))], axis=1)
+    return np.cumprod(nxt >= 0.5, axis=1).sum(axis=1)
