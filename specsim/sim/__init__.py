@@ -1,0 +1,27 @@
+"""The serving simulator: cost profiles, workloads, the SimPy engine, metrics and ``replay()``.
+
+See docs/simulator.md. Names are loaded on first use so ``import specsim.sim`` stays light.
+"""
+
+_LAZY = {
+    "replay": "specsim.sim.replay",
+    "ReplayResult": "specsim.sim.replay",
+    "CostModel": "specsim.sim.cost",
+    "get_profile": "specsim.sim.profiles",
+    "PROFILES": "specsim.sim.profiles",
+    "roofline_profile": "specsim.sim.profiles",
+    "read_profile_csv": "specsim.sim.profiles",
+    "write_profile_csv": "specsim.sim.profiles",
+    "make_workload": "specsim.sim.workload",
+    "iid_trace": "specsim.sim.toy",
+}
+
+__all__ = list(_LAZY)
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'specsim.sim' has no attribute {name!r}")
