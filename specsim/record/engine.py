@@ -1,0 +1,531 @@
+"""A real speculative-decoding server: continuous batching over a torch target and drafter.
+
+Each engine step, in wall-clock time (the simulator's step, :mod:`specsim.sim.engine`, done for
+real; the two share admission rules, workloads and metric code so that they can be compared):
+
+1. Admission: open-loop arrivals up to now join a FIFO queue; queued requests are admitted while
+   a slot is free (``max_running``), their KV reservation fits (``kv_tokens``) and their prompt
+   fits the step's ``prefill_budget`` (the first admitted request always goes).
+2. Draft: the proposer drafts a block of gamma tokens for every decoding request (batched).
+3. Schedule: the policy (the SAME registry the simulator uses) picks each request's verification
+   length l_r from the real confidences; ``step_time`` comes from the measured SPS profile.
+4. Verify: ONE target forward over every request's ``[anchor, d_1..d_l]`` plus the prompts of the
+   requests admitted this step (chunked-prefill style); flattened (default) or padded.
+5. Accept: greedy (T = 0: a draft is accepted iff it equals the target's argmax, then the argmax
+   at the first mismatch, or the bonus token, is emitted) or rejection sampling (T > 0: accept
+   x with probability min(1, p(x)/q(x)); on rejection sample norm(max(p - q, 0)); after a fully
+   accepted prefix sample the bonus token from p). Tokens stream out at the step's end.
+
+At T = 0 the output of every request is, token for token, the target's plain greedy decoding
+(``tests/test_engine_greedy.py`` checks it for every policy).
+
+Metrics are derived by the simulator's own functions (:mod:`specsim.sim.metrics`) from the same
+raw arrays, so TTFT, TPOT, tau, throughput mean the same thing on both sides.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from specsim.errors import SpecsimError
+from specsim.policies.base import Policy, StepInput, check_lengths
+from specsim.record.engine_draft import Proposer
+from specsim.record.engine_model import FlatTarget
+from specsim.sim.cost import CostModel
+from specsim.sim.engine import STEP_COLUMNS, RawLog
+from specsim.sim.workload import Workload
+
+PRIOR_RATE = 0.5  # the simulator's online acceptance prior (specsim.sim.engine)
+PRIOR_WEIGHT = 2.0
+# Wall-clock breakdown of each step, logged next to the simulator's step columns.
+TIMING_COLUMNS = ("admit_s", "draft_s", "sched_s", "verify_s", "accept_s", "ctx_mean")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """How the engine runs (the load comes from the :class:`Workload`)."""
+
+    temperature: float = 0.0
+    seed: int = 0
+    layout: str = "flat"
+    max_running: int = 256
+    kv_tokens: int = 1 << 20
+    prefill_budget: int = 16384
+    eos_ids: tuple[int, ...] = ()
+    warmup_steps: int = 2  # untimed forwards before the clock starts (allocator, thread pools)
+
+
+@dataclass(frozen=True, eq=False)
+class EngineResult:
+    """Like :class:`specsim.sim.replay.ReplayResult`, plus the generated token ids per job."""
+
+    summary: dict
+    requests: Any  # pandas.DataFrame, one row per job
+    steps: Any  # pandas.DataFrame, one row per step (simulator columns + wall-clock breakdown)
+    tokens: Any  # pandas.DataFrame, (job, time, tokens) emissions
+    outputs: list[list[int]]  # generated ids per job
+    config: dict = field(default_factory=dict)
+    raw: RawLog | None = None
+
+
+class _Req:
+    """A running request."""
+
+    __slots__ = ("job", "slot", "n", "cap", "res", "prefilled", "h1", "h2", "out")
+
+    def __init__(self, job: int, slot: int, cap: int, res: int) -> None:
+        self.job, self.slot, self.cap, self.res = job, slot, cap, res
+        self.n = 0  # output tokens committed
+        self.prefilled = False
+        self.h1: np.ndarray | None = None  # confidences of one decode step ago
+        self.h2: np.ndarray | None = None  # ... two decode steps ago
+        self.out: list[int] = []
+
+
+def _shifted(step_fn, extra: int):  # type: ignore[no-untyped-def]
+    return lambda batch: step_fn(np.asarray(batch) + extra)
+
+
+class RealEngine:
+    """Serves ``prompts`` (token ids per trace request) under ``workload``. Call :meth:`run`."""
+
+    def __init__(
+        self,
+        target_model: Any,
+        proposer: Proposer,
+        policy: Policy,
+        cost: CostModel,
+        prompts: list[list[int]],
+        workload: Workload,
+        cfg: EngineConfig,
+        progress: Any = None,
+    ) -> None:
+        if policy.needs & {"accept_len"}:
+            raise SpecsimError(
+                f"policy {policy.name!r} reads the true acceptance (an oracle); a real engine "
+                "cannot run it"
+            )
+        if cfg.temperature < 0 or not np.isfinite(cfg.temperature):
+            raise SpecsimError(f"--temperature must be >= 0, got {cfg.temperature}")
+        self.model = target_model
+        self.proposer = proposer
+        self.policy = policy
+        self.cost = cost
+        self.prompts = prompts
+        self.wl = workload
+        self.cfg = cfg
+        self.progress = progress
+        self.gamma = int(proposer.gamma)
+        longest = max(len(p) for p in prompts) + int(np.max(workload.output_len)) + self.gamma + 2
+        if workload.open_loop:
+            slots = min(cfg.max_running, int(workload.arrival_s.shape[0]))
+        else:
+            slots = min(cfg.max_running, int(workload.concurrency))
+        self.slots = max(1, slots)
+        self.cap = longest
+        self.target = FlatTarget(
+            target_model, self.slots, self.cap, proposer.feature_layers, cfg.layout
+        )
+        n_feat = len(proposer.feature_layers) * int(target_model.config.hidden_size)
+        self.seq_buf = torch.zeros((self.slots, self.cap), dtype=torch.long)
+        self.feat_buf = torch.zeros((self.slots, self.cap, max(n_feat, 1)), dtype=torch.float16)
+        self.gen = torch.Generator().manual_seed(int(cfg.seed))
+        self.eos = frozenset(int(e) for e in cfg.eos_ids)
+
+    # ------------------------------------------------------------------ verification
+    def _accept(
+        self, logits: torch.Tensor, drafts: np.ndarray, q: torch.Tensor | None
+    ) -> tuple[int, list[int]]:
+        """Accepted draft count and emitted tokens for one request's verified rows.
+
+        logits: [l+1, V] target logits at the anchor and after each verified draft; drafts (l,).
+        """
+        l_r = drafts.shape[0]
+        t = self.cfg.temperature
+        if t == 0:
+            pred = logits.argmax(-1).numpy()
+            m = 0
+            while m < l_r and drafts[m] == pred[m]:
+                m += 1
+            return m, [int(x) for x in drafts[:m]] + [int(pred[m])]
+        p = torch.softmax(logits / t, -1)
+        u = torch.rand(l_r, generator=self.gen, dtype=torch.float64) if l_r else None
+        for k in range(l_r):
+            x = int(drafts[k])
+            px, qx = float(p[k, x]), float(q[k, x])  # type: ignore[index]
+            if qx <= 0 or float(u[k]) * qx >= px:  # type: ignore[index]  # reject (u >= p/q)
+                resid = torch.clamp(p[k] - q[k], min=0)  # type: ignore[index]
+                s = float(resid.sum())
+                dist = resid / s if s > 0 else p[k]
+                y = int(torch.multinomial(dist, 1, generator=self.gen))
+                return k, [int(v) for v in drafts[:k]] + [y]
+        y = int(torch.multinomial(p[l_r], 1, generator=self.gen))
+        return l_r, [int(v) for v in drafts] + [y]
+
+    # ------------------------------------------------------------------ run
+    def _warmup(self) -> None:
+        """A few throwaway forwards so that the first timed step pays no one-off costs."""
+        for _ in range(self.cfg.warmup_steps):
+            tok = [int(t) for t in self.prompts[0][:8]] or [0]
+            self.target.forward([0], [tok])
+            self.target.reset(0)
+            if self.target.feature_layers and len(tok) > 1:
+                self.feat_buf[0, : len(tok)] = 0
+                self.seq_buf[0, : len(tok)] = torch.tensor(tok)
+                self.proposer.propose(
+                    np.array([0]),
+                    np.array([len(tok) - 1]),
+                    self.seq_buf,
+                    self.feat_buf,
+                    self.cfg.temperature,
+                    torch.Generator().manual_seed(0),
+                )
+
+    def run(self) -> EngineResult:
+        self._warmup()
+        wl, cfg, gamma = self.wl, self.cfg, self.gamma
+        job_trace: list[int] = []
+        arrival: list[float] = []
+        admitted: list[float] = []
+        first: list[float] = []
+        finish: list[float] = []
+        prompt_len: list[int] = []
+        out_len: list[int] = []
+        steps_j: list[int] = []
+        ver_j: list[int] = []
+        acc_j: list[int] = []
+        outputs: list[list[int]] = []
+
+        def add_job(t_idx: int, at: float, cap: int) -> int:
+            job_trace.append(t_idx)
+            arrival.append(at)
+            admitted.append(np.nan)
+            first.append(np.nan)
+            finish.append(np.nan)
+            prompt_len.append(len(self.prompts[t_idx]))
+            out_len.append(cap)
+            steps_j.append(0)
+            ver_j.append(0)
+            acc_j.append(0)
+            outputs.append([])
+            return len(job_trace) - 1
+
+        queue: deque[int] = deque()
+        n_started = 0
+
+        def spawn(now: float) -> None:
+            nonlocal n_started
+            if wl.max_jobs is not None and n_started >= wl.max_jobs:
+                return
+            if wl.duration is not None and now > wl.duration:
+                return
+            t_idx, _p, o = wl.job(n_started)
+            n_started += 1
+            queue.append(add_job(t_idx, now, o))
+
+        if wl.open_loop:
+            for i in range(wl.arrival_s.shape[0]):
+                add_job(int(wl.trace_idx[i]), float(wl.arrival_s[i]), int(wl.output_len[i]))
+            n_arrived = 0
+        else:
+            for _ in range(
+                wl.concurrency if wl.max_jobs is None else min(wl.concurrency, wl.max_jobs)
+            ):
+                spawn(0.0)
+        running: list[_Req] = []
+        free = list(range(self.slots - 1, -1, -1))
+        kv_used = 0
+        trials = np.zeros(gamma + 1, dtype=np.int64)
+        succ = np.zeros(gamma + 1, dtype=np.int64)
+        log: list[tuple] = []
+        timing: list[tuple] = []
+        tok_job: list[int] = []
+        tok_time: list[float] = []
+        tok_cnt: list[int] = []
+        max_b = 0
+        step_fn = self.cost.step_time_fn(None)
+        t0 = time.perf_counter()
+
+        def clock() -> float:
+            return time.perf_counter() - t0
+
+        while True:
+            now = clock()
+            if wl.open_loop:
+                while n_arrived < wl.arrival_s.shape[0] and wl.arrival_s[n_arrived] <= now:
+                    queue.append(n_arrived)
+                    n_arrived += 1
+            new: list[_Req] = []
+            budget = cfg.prefill_budget
+            while queue and len(running) + len(new) < min(cfg.max_running, self.slots):
+                j = queue[0]
+                p = prompt_len[j]
+                res = p + out_len[j] + gamma
+                if kv_used + res > cfg.kv_tokens or (new and p > budget):
+                    break
+                queue.popleft()
+                kv_used += res
+                budget -= p
+                admitted[j] = now
+                req = _Req(j, free.pop(), out_len[j], res)
+                self.target.reset(req.slot)
+                new.append(req)
+            if not running and not new:
+                if wl.open_loop and n_arrived < wl.arrival_s.shape[0]:
+                    time.sleep(max(0.0, float(wl.arrival_s[n_arrived]) - clock()))
+                    continue
+                if queue:
+                    raise SpecsimError("a request does not fit --kv-tokens even alone")
+                break
+            dec = running
+            n_dec, n_new = len(dec), len(new)
+            t_adm = clock()
+            # -- draft and schedule
+            lens = np.zeros(0, dtype=np.int64)
+            prop = None
+            t_draft = t_adm
+            if n_dec:
+                slots = np.array([r.slot for r in dec], dtype=np.int64)
+                anchors = np.array([len(self.prompts[job_trace[r.job]]) + r.n - 1 for r in dec])
+                prop = self.proposer.propose(
+                    slots, anchors, self.seq_buf, self.feat_buf, cfg.temperature, self.gen
+                )
+                t_draft = clock()
+                ctx_now = float(np.mean(anchors + 1))
+                fn = self.cost.step_time_fn(ctx_now) if self.cost.is_2d else step_fn
+                pre = sum(prompt_len[r.job] for r in new)
+                lag = None
+                if "lagged_conf" in self.policy.needs:
+                    lag = np.stack(
+                        [r.h2 if r.h2 is not None else prop.conf[i] for i, r in enumerate(dec)]
+                    )
+                rate = None
+                if "accept_rate" in self.policy.needs:
+                    rate = (succ[1:] + PRIOR_RATE * PRIOR_WEIGHT) / (
+                        trials[1:].astype(np.float64) + PRIOR_WEIGHT
+                    )
+                inp = StepInput(
+                    conf=prop.conf,
+                    step_time=_shifted(fn, pre) if pre else fn,
+                    lagged_conf=lag,
+                    accept_rate=rate,
+                )
+                lens = check_lengths(self.policy.schedule(inp), inp, self.policy.name)
+            t_sched = clock()
+            # -- one target forward over decode groups and prompts
+            slots_f: list[int] = []
+            toks_f: list[list[int]] = []
+            for i, r in enumerate(dec):
+                a = len(self.prompts[job_trace[r.job]]) + r.n - 1
+                toks_f.append([int(self.seq_buf[r.slot, a])] + prop.tokens[i, : lens[i]].tolist())
+                slots_f.append(r.slot)
+            for r in new:
+                p_ids = self.prompts[job_trace[r.job]]
+                self.seq_buf[r.slot, : len(p_ids)] = torch.as_tensor(p_ids)
+                toks_f.append(list(p_ids))
+                slots_f.append(r.slot)
+            out = self.target.forward(slots_f, toks_f)
+            batch = int(out.offsets[-1])
+            max_b = max(max_b, batch)
+            t_ver = clock()
+            # -- accept, commit, stream
+            n_ver = int(lens.sum()) if n_dec else 0
+            n_acc = 0
+            emitted_total = 0
+            feats = out.feats
+            for i, r in enumerate(dec + new):
+                lo, hi = int(out.offsets[i]), int(out.offsets[i + 1])
+                p_len = len(self.prompts[job_trace[r.job]])
+                if i < n_dec:
+                    l_r = int(lens[i])
+                    q = prop.q[i] if prop.q is not None else None
+                    m, emit = self._accept(out.logits[lo:hi], prop.tokens[i, :l_r], q)
+                    a = p_len + r.n - 1
+                    keep = m + 1  # anchor + accepted drafts stay in the cache
+                    n_acc += m
+                    steps_j[r.job] += 1
+                    ver_j[r.job] += l_r
+                    acc_j[r.job] += m
+                    if "accept_rate" in self.policy.needs:
+                        reach = min(m + 1, l_r)
+                        trials[: reach + 1] += 1
+                        succ[: m + 1] += 1
+                    r.h2, r.h1 = r.h1, prop.conf[i]
+                else:
+                    m, emit = self._accept(out.logits[hi - 1 : hi], np.zeros(0, np.int64), None)
+                    a = 0
+                    keep = p_len
+                    r.prefilled = True
+                if feats is not None:
+                    self.feat_buf[r.slot, a : a + keep] = feats[lo : lo + keep].to(torch.float16)
+                self.target.truncate(r.slot, a + keep)
+                emit = emit[: r.cap - r.n]
+                for k, tok in enumerate(emit):
+                    if tok in self.eos:
+                        emit = emit[: k + 1]
+                        break
+                base = p_len + r.n
+                self.seq_buf[r.slot, base : base + len(emit)] = torch.as_tensor(emit)
+                r.out.extend(emit)
+                r.n += len(emit)
+                emitted_total += len(emit)
+                tok_job.append(r.job)
+                tok_cnt.append(len(emit))
+                if i < n_dec:
+                    acc_j[r.job] -= m - min(m, len(emit) - 1)  # drafts cut by the cap/EOS
+                    n_acc -= m - min(m, len(emit) - 1)
+                if r.n >= r.cap or (emit and emit[-1] in self.eos):
+                    r.cap = r.n  # done
+            end = clock()
+            tok_time.extend([end] * (n_dec + n_new))
+            for r in new:
+                first[r.job] = end
+            still: list[_Req] = []
+            n_fin = 0
+            for r in dec + new:
+                if r.n >= r.cap:
+                    finish[r.job] = end
+                    outputs[r.job] = r.out
+                    out_len[r.job] = r.n
+                    kv_used -= r.res
+                    free.append(r.slot)
+                    n_fin += 1
+                    if self.progress is not None:
+                        self.progress.update(1)
+                else:
+                    still.append(r)
+            running = still
+            prefill_tokens = sum(prompt_len[r.job] for r in new)
+            log.append(
+                (
+                    now,
+                    end - now,
+                    batch,
+                    n_dec + n_new,
+                    n_dec,
+                    n_new,
+                    len(queue),
+                    prefill_tokens,
+                    n_ver,
+                    n_acc,
+                    emitted_total,
+                    0.0,
+                    n_fin,
+                )
+            )
+            ctx_mean = float(np.mean(self.target.lengths[np.asarray(slots_f)]))
+            timing.append(
+                (
+                    t_adm - now,
+                    t_draft - t_adm,
+                    t_sched - t_draft,
+                    t_ver - t_sched,
+                    end - t_ver,
+                    ctx_mean,
+                )
+            )
+            if not wl.open_loop:
+                for _ in range(n_fin):
+                    spawn(end)
+        return self._result(
+            job_trace,
+            arrival,
+            admitted,
+            first,
+            finish,
+            prompt_len,
+            out_len,
+            steps_j,
+            ver_j,
+            acc_j,
+            outputs,
+            log,
+            timing,
+            tok_job,
+            tok_time,
+            tok_cnt,
+            clock(),
+            max_b,
+        )
+
+    def _result(
+        self,
+        job_trace,
+        arrival,
+        admitted,
+        first,
+        finish,
+        prompt_len,
+        out_len,
+        steps_j,
+        ver_j,
+        acc_j,
+        outputs,
+        log,
+        timing,
+        tok_job,
+        tok_time,
+        tok_cnt,
+        t_end,
+        max_b,
+    ) -> EngineResult:  # type: ignore[no-untyped-def]
+        import pandas as pd
+
+        from specsim.sim.metrics import request_frame, step_frame, summarize, token_frame
+
+        f64 = lambda x: np.asarray(x, dtype=np.float64)  # noqa: E731
+        i64 = lambda x: np.asarray(x, dtype=np.int64)  # noqa: E731
+        done = np.isfinite(f64(finish))
+        emitted = np.where(done, i64(out_len), 0)
+        raw = RawLog(
+            job_trace=i64(job_trace),
+            arrival_s=f64(arrival),
+            admitted_s=f64(admitted),
+            first_token_s=f64(first),
+            finish_s=f64(finish),
+            prompt_len=i64(prompt_len),
+            output_len=i64(out_len),
+            emitted=emitted,
+            steps=i64(steps_j),
+            verified=i64(ver_j),
+            accepted=i64(acc_j),
+            step_log=np.asarray(log, dtype=np.float64).reshape(-1, len(STEP_COLUMNS)),
+            token_job=i64(tok_job),
+            token_time=f64(tok_time),
+            token_count=i64(tok_cnt),
+            sim_time_s=float(log[-1][0] + log[-1][1]) if log else 0.0,
+            max_batch_tokens=int(max_b),
+        )
+        summary = summarize(raw, None, t_end)
+        steps = step_frame(raw)
+        tim = np.asarray(timing, dtype=np.float64).reshape(-1, len(TIMING_COLUMNS))
+        for k, name in enumerate(TIMING_COLUMNS):
+            steps[name] = tim[:, k]
+        ids = np.arange(len(self.prompts), dtype=np.int64)
+        config = {
+            "policy": self.policy.name,
+            "load": self.wl.describe,
+            "temperature": self.cfg.temperature,
+            "layout": self.cfg.layout,
+            "seed": self.cfg.seed,
+            "block_size": self.gamma,
+            "profile": self.cost.name,
+            "max_running": self.cfg.max_running,
+            "prefill_budget": self.cfg.prefill_budget,
+            "torch_threads": torch.get_num_threads(),
+        }
+        return EngineResult(
+            summary=summary,
+            requests=request_frame(raw, ids, None),
+            steps=pd.DataFrame(steps),
+            tokens=token_frame(raw),
+            outputs=outputs,
+            config=config,
+            raw=raw,
+        )
