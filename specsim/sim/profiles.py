@@ -299,12 +299,16 @@ def _v4_flash_like(arg: str | None = None) -> CostModel:
     )
 
 
-def _register_data_csvs() -> None:
+def register_csv_folder(folder=None) -> list[str]:
+    """Register every ``*.csv`` in ``folder`` (default: ``specsim/data/profiles/``) under its
+    file stem; names already taken are left alone. Returns the names added."""
     try:
-        folder = resources.files("specsim") / "data" / "profiles"
+        if folder is None:
+            folder = resources.files("specsim") / "data" / "profiles"
         entries = sorted(folder.iterdir(), key=lambda e: e.name) if folder.is_dir() else []
     except (FileNotFoundError, ModuleNotFoundError):
         entries = []
+    added = []
     for entry in entries:
         if not entry.name.endswith(".csv"):
             continue
@@ -313,12 +317,14 @@ def _register_data_csvs() -> None:
             continue
 
         def factory(arg: str | None = None, _e=entry, _s=stem) -> CostModel:
-            return parse_profile_csv(_e.read_text(), _s, source=f"specsim/data/profiles/{_e.name}")
+            return parse_profile_csv(_e.read_text(), _s, source=str(_e))
 
-        PROFILES.register(stem, help=f"measured/shipped profile {entry.name}")(factory)
+        PROFILES.register(stem, help=f"profile CSV {entry.name}")(factory)
+        added.append(stem)
+    return added
 
 
-_register_data_csvs()
+register_csv_folder()
 
 
 def get_profile(spec: str | CostModel | os.PathLike) -> CostModel:
@@ -357,6 +363,7 @@ __all__ = [
     "pad_batch",
     "parse_profile_csv",
     "read_profile_csv",
+    "register_csv_folder",
     "roofline_ms",
     "roofline_profile",
     "write_profile_csv",
