@@ -53,23 +53,27 @@ def _cdf_points(law: np.ndarray) -> list[float]:
     return list(np.cumsum(law)[:-1] / total) + list(np.cumsum(law)[:-1])
 
 
-def block_breakpoints(p: np.ndarray, q: np.ndarray, x: np.ndarray) -> tuple[list, list]:
+def block_breakpoints(
+    p: np.ndarray, q: np.ndarray, x: np.ndarray, length: int
+) -> tuple[list, list]:
     """Thresholds for the acceptance uniforms and for v, from one block's tables.
 
-    p: (gamma+1, V), q: (gamma, V), x: (gamma,).
+    p: (gamma+1, V), q: (gamma, V), x: (gamma,). Positions up to l+1 are used (l+1: the bonus
+    position, and the draft at the cut, which a broken truncation may treat as rejected).
     """
     gamma = x.shape[0]
+    reach = min(length + 1, gamma)
     u_thr: list[float] = []
     v_thr: list[float] = []
-    for k in range(gamma):
+    for k in range(reach):
         px, qx = p[k, x[k]], q[k, x[k]]
-        u_thr += [min(1.0, px / qx) if qx > 0 else 1.0, px, qx]
+        u_thr.append(min(1.0, px / qx) if qx > 0 else 1.0)
         resid = np.maximum(p[k] - q[k], 0.0)
         no_x = p[k].copy()
         no_x[x[k]] = 0.0
         for law in (q[k], resid, no_x):
             v_thr += _cdf_points(law)
-    for k in range(gamma + 1):
+    for k in range(min(length + 2, gamma + 1)):
         v_thr += _cdf_points(p[k])
     return u_thr, v_thr
 
@@ -158,7 +162,7 @@ def block_law(
     thresholds.
     """
     gamma, vocab = x.shape[0], p.shape[1]
-    u_thr, v_thr = block_breakpoints(p, q, x)
+    u_thr, v_thr = block_breakpoints(p, q, x, length)
     if extra is not None:
         eu, ev = extra(p, q, x)
         u_thr, v_thr = u_thr + list(eu), v_thr + list(ev)

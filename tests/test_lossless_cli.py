@@ -1,0 +1,146 @@
+"""``specsim check-lossless`` on the worked example in examples/lossless and on bad callables:
+exit 0 when lossless, 1 when lossy, 2 with a one-line error when the callable is unusable."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from specsim.cli import main
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "lossless"
+FAST = ["--samples", "20000"]
+
+
+@pytest.fixture(autouse=True)
+def _examples_on_path(monkeypatch, tmp_path):
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+
+def _module(tmp_path: Path, name: str, body: str) -> str:
+    (tmp_path / f"{name}.py").write_text(textwrap.dedent(body))
+    return name
+
+
+def test_example_verifier_is_lossless(capsys):
+    assert main(["check-lossless", "--verifier", "my_verifier:verify", *FAST]) == 0
+    out = capsys.readouterr().out
+    assert "verdict: lossless" in out and "LOSSY" not in out
+    assert out.count(" exact ") == 5 and out.count(" statistical ") == 3
+
+
+def test_example_buggy_verifier_is_caught_with_a_counterexample(capsys):
+    code = main(["check-lossless", "--verifier", "my_verifier:verify_buggy", *FAST])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "verdict: LOSSY" in out and "counterexample (appendix-A, exact)" in out
+
+
+def test_rng_verifier_gets_statistical_checks_only(capsys):
+    args = ["--verifier", "my_verifier:verify_rng", "--policy", "hw-aware", *FAST]
+    assert main(["check-lossless", *args]) == 0
+    out = capsys.readouterr().out
+    assert " exact " not in out and out.count(" statistical ") == 3
+
+
+def test_example_policy_passes_and_peeking_policy_fails(capsys):
+    assert main(["check-lossless", "--policy", "my_policy:survival_floor", *FAST]) == 0
+    assert main(["check-lossless", "--policy", "my_policy:peeking", *FAST]) == 1
+    assert "first-token law [0.85, 0.15]" in capsys.readouterr().out
+
+
+def test_registry_policy_by_name(capsys):
+    assert main(["check-lossless", "--policy", "hw-aware-global", "--checks", "exact"]) == 1
+    assert "first-token law [0.85, 0.15]" in capsys.readouterr().out
+
+
+def test_out_table_is_written_once_and_needs_force(tmp_path, capsys):
+    out = tmp_path / "verdict.parquet"
+    args = ["check-lossless", "--checks", "exact", "--out", str(out)]
+    assert main(args) == 0
+    df = pd.read_parquet(out)
+    assert set(df["check"]) == {"exact"} and df["lossless"].all()
+    assert main(args) == 2
+    assert "--force" in capsys.readouterr().err
+    assert main([*args, "--force"]) == 0
+
+
+WRONG_SHAPE = """
+import numpy as np
+def verify(p, q, x, u, v):
+    return np.zeros(3, dtype=int), np.zeros(x.shape[0], dtype=int)
+"""
+RAISES = """
+def verify(p, q, x, u, v):
+    raise ValueError("boom")
+"""
+FLOATS = """
+def verify(p, q, x, u, v):
+    return u[:, 0], v
+"""
+BAD_MODEL = """
+import numpy as np
+from specsim.lossless.toy import ToyLM
+def model():
+    return ToyLM(vocab=2, p=lambda s: np.array([0.6, 0.6]), q=lambda s: np.array([0.5, 0.5]),
+                 conf=lambda prefix, k, prev: 0.5)
+"""
+GOOD_MODEL = """
+import numpy as np
+from specsim.lossless.toy import ToyLM
+def model():
+    return ToyLM(vocab=2, p=lambda s: np.array([0.6, 0.4]), q=lambda s: np.array([0.5, 0.5]),
+                 conf=lambda prefix, k, prev: 0.9 if prev == 0 else 0.1)
+"""
+
+
+@pytest.mark.parametrize(
+    ("flag", "body", "message"),
+    [
+        ("--verifier", WRONG_SHAPE, "returned shapes (3,)"),
+        ("--verifier", RAISES, "raised ValueError: boom"),
+        ("--verifier", FLOATS, "integer arrays"),
+        ("--model", BAD_MODEL, "sums to 1.2, not 1"),
+    ],
+    ids=["wrong-shape", "raises", "floats", "model-not-normalised"],
+)
+def test_bad_callables_exit_2_with_one_line(tmp_path, capsys, flag, body, message):
+    name = _module(tmp_path, f"user_{abs(hash(body)) % 10**8}", body)
+    target = f"{name}:verify" if flag == "--verifier" else f"{name}:model"
+    assert main(["check-lossless", flag, target, "--checks", "exact"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--verifier", "no_such_module:verify"], "cannot import module"),
+        (["--verifier", "my_verifier:nothing"], "has no attribute"),
+        (["--verifier", "my_verifier:_sample"], "must take (p, q, x, u, v)"),
+        (["--policy", "hw-awar"], "did you mean 'hw-aware'"),
+        (["--checks", "exact,fuzzy"], "--checks"),
+        (["--multi"], "--multi needs --verifier"),
+    ],
+)
+def test_bad_arguments_exit_2(capsys, argv, message):
+    assert main(["check-lossless", *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+def test_user_model_replaces_the_tables(tmp_path, capsys):
+    name = _module(tmp_path, "user_good_model", GOOD_MODEL)
+    assert main(["check-lossless", "--model", f"{name}:model", "--policy", "hw-aware", *FAST]) == 0
+    assert "[user_good_model:model]" in capsys.readouterr().out
+
+
+def test_multi_draft_verifier(capsys):
+    spec = "specsim.lossless.verifiers:specinfer"
+    assert main(["check-lossless", "--verifier", spec, "--multi", *FAST]) == 0
+    spec = "specsim.lossless.mutants:specinfer_no_update"
+    assert main(["check-lossless", "--verifier", spec, "--multi", *FAST]) == 1
