@@ -114,6 +114,10 @@ def replay(
         raise SpecsimError(f"prefill_budget must be a positive integer, got {prefill_budget}")
     if limits.kv_tokens < 1:
         raise SpecsimError(f"--kv-tokens must be a positive integer, got {limits.kv_tokens}")
+    if progress is not None and not getattr(progress, "total", 1):
+        known = wl.arrival_s.shape[0] if wl.open_loop else wl.max_jobs
+        if known:  # a bar made before the load was known learns its total here
+            progress.total = float(known)
     engine = Engine(tr, pol, cost, wl, limits, record_tokens=record_tokens, progress=progress)
     raw = engine.run()
     wall = time.perf_counter() - t0
