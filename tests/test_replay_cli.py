@@ -84,6 +84,9 @@ def test_readable_table(trace_file, capsys):
         (["--arrivals", "missing.csv"], "does not exist"),
         (["--concurrency", "2", "--cv", "2"], "--cv"),
         (["--kv-tokens", "5"], "raise --kv-tokens"),
+        (["--max-running", "0"], "--max-running"),
+        (["--sla-tps", "-1"], "--sla-tps"),
+        (["--requests", "3", "--duration", "2"], "not allowed with argument"),
     ],
 )
 def test_bad_arguments_exit_2_with_one_line(trace_file, extra, msg):
