@@ -37,6 +37,11 @@ class Style:
     def kwargs(self) -> dict[str, str]:
         return {"color": self.color, "marker": self.marker, "linestyle": self.linestyle}
 
+    @property
+    def hatch(self) -> str:
+        """Bars have no dashes: a hatch tells apart families that share a hue."""
+        return _HATCH.get(self.linestyle, "")
+
 
 # Built-in policy families. yellow is kept for bars only (too light for thin lines on white),
 # so no family owns it.
@@ -53,6 +58,7 @@ _FAMILY: dict[str, Style] = {
     "goodput": Style("#8C564B", "h", "-."),  # brown: outside Okabe-Ito but distinct in CVD sims
     "oracle": Style(OKABE_ITO["black"], "", ":"),
 }
+_HATCH = {"-": "", "--": "////", ":": "....", "-.": "xxx"}
 _OTHER = [OKABE_ITO[k] for k in ("blue", "vermillion", "bluish_green", "reddish_purple", "orange")]
 _MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
 _DASHES = ["-", "--", "-.", ":"]

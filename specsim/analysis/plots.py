@@ -119,21 +119,29 @@ def plot_sla(
         vals = s["throughput_tok_s"].to_numpy()
         pos = xs - 0.4 + width * (i + 0.5)
         st = policy_style(pol)
-        ax.bar(pos, np.nan_to_num(vals), width * 0.92, color=st.color, label=pol, edgecolor="white")
-        for p, v, g in zip(
-            pos, vals, s.get("gain_pct", pd.Series(np.nan, index=s.index)), strict=True
-        ):
+        ax.bar(
+            pos,
+            np.nan_to_num(vals),
+            width * 0.92,
+            color=st.color,
+            hatch=st.hatch,
+            label=pol,
+            edgecolor="white",
+            linewidth=0.5,
+        )
+        gains = s["gain_pct"] if "gain_pct" in s else pd.Series(np.nan, index=s.index)
+        for p, v, g in zip(pos, vals, gains, strict=True):
             if not np.isfinite(v):
                 ax.text(p, top * 0.01, "n/a", ha="center", va="bottom", fontsize=6, rotation=90)
                 continue
             label = f"{v:,.0f}"
-            if baseline is not None and pol != baseline and np.isfinite(g):
-                label += f"\n{g:+.0f}%"
-            ax.text(p, v + top * 0.01, label, ha="center", va="bottom", fontsize=6)
+            if baseline is not None and pol != baseline:
+                label += f" ({g:+.0f}%)" if np.isfinite(g) else f" ({baseline} cannot)"
+            ax.text(p, v + top * 0.01, label, ha="center", va="bottom", fontsize=6, rotation=90)
     ax.set_xticks(xs, [f"{t:g}" for t in targets])
     ax.set_xlabel("SLA: per-user decode speed at least (tok/s/user)")
     ax.set_ylabel("throughput per GPU at the SLA (tok/s)")
-    ax.set_ylim(0, top * 1.22)
+    ax.set_ylim(0, top * 1.45)
     ax.grid(True, axis="y", alpha=0.3)
     title = "policy" if baseline is None else f"policy (gain vs {baseline})"
     ax.legend(title=title, fontsize=8, title_fontsize=8, ncols=min(n, 4))
@@ -293,6 +301,30 @@ def plot_calibration(
     return axes
 
 
+def _policy_handles(pols: list[str], bars: bool = False) -> list[Any]:
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    if bars:
+        return [
+            Patch(
+                facecolor=policy_style(p).color,
+                hatch=policy_style(p).hatch,
+                label=p,
+                edgecolor="white",
+            )  # fmt: skip
+            for p in pols
+        ]
+    return [Line2D([], [], label=p, markersize=5, **policy_style(p).kwargs()) for p in pols]
+
+
+def _drop_policy_legends(axes: Any) -> None:
+    for ax in np.asarray(axes).ravel():
+        leg = ax.get_legend()
+        if leg is not None and (leg.get_title().get_text() or "").startswith("policy"):
+            leg.remove()
+
+
 def figure(
     kind: str,
     data: Any,
@@ -300,9 +332,13 @@ def figure(
     targets: list[float] | None = None,
     baseline: str | None = "mtp1",
     traces: list[str] | None = None,
+    policies: list[str] | None = None,
     title: str | None = None,
 ) -> Any:
-    """A whole Figure of ``kind`` (one panel, or panel group, per trace in the table)."""
+    """A whole Figure of ``kind``: one panel (or panel group) per trace, one shared legend.
+
+    ``policies``: draw only these (default: all in the table, in table order).
+    """
     plt = _plt()
     if kind not in KINDS:
         raise SpecsimError(f"unknown plot kind {kind!r}; choose one of {', '.join(KINDS)}")
@@ -314,33 +350,57 @@ def figure(
         fig.tight_layout()
         return fig
     table = data
+    if policies is not None:
+        missing = [p for p in policies if p not in set(table["policy"])]
+        if missing:
+            raise SpecsimError(f"policy {missing[0]!r} is not in the table; sweep it first")
+        table = table[table["policy"].isin(policies)]
     names = traces or list(dict.fromkeys(table["trace"].astype(str)))
     n = len(names)
+    pols = _policies(table)
     profile = ", ".join(sorted(set(table["profile"].astype(str)))) if "profile" in table else ""
     if kind == "load":
-        fig, axes = plt.subplots(2 * n, 2, figsize=(10, 6.4 * n), squeeze=False)
+        fig, axes = plt.subplots(2 * n, 2, figsize=(10, 6.2 * n + 0.9), squeeze=False)
         for i, name in enumerate(names):
             block = axes[2 * i : 2 * i + 2]
             plot_load(table, block, trace=name)
             for ax in block.ravel():
                 ax.set_title(f"{ax.get_title()} ({name})", fontsize=10)
-    else:
-        fig, axes = plt.subplots(1, n, figsize=(6.6 * n, 5.0), squeeze=False)
+    elif kind == "pareto":
+        fig, axes = plt.subplots(1, n, figsize=(5.2 * n + 0.4, 5.2), squeeze=False)
         for ax, name in zip(axes[0], names, strict=True):
-            if kind == "pareto":
-                plot_pareto(table, ax, trace=name)
-            else:
-                if not targets:
-                    raise SpecsimError("the sla plot needs SLA targets: pass --sla 80,120")
-                plot_sla(table, targets, ax, baseline=baseline, trace=name)
+            plot_pareto(table, ax, trace=name)
             ax.set_title(f"trace {name}", fontsize=10)
+    else:
+        if not targets:
+            raise SpecsimError("the sla plot needs SLA targets: pass --sla 80,120")
+        width = max(7.0, 0.22 * len(pols) * len(targets) + 2.0)
+        fig, axes = plt.subplots(n, 1, figsize=(width, 4.4 * n + 0.9), squeeze=False)
+        for ax, name in zip(axes[:, 0], names, strict=True):
+            plot_sla(table, targets, ax, baseline=baseline, trace=name)
+            ax.set_title(f"trace {name}", fontsize=10)
+    _drop_policy_legends(axes)
     default = {
         "pareto": "throughput against per-user speed",
-        "sla": "throughput at SLA targets",
+        "sla": "throughput at SLA targets"
+        + (f", value and % gain over {baseline} on each bar" if baseline else ""),
         "load": "speculation and latency against load",
     }[kind]
     fig.suptitle(title or (f"{default} ({profile})" if profile else default))
-    fig.tight_layout()
+    ncols = min(len(pols), 6)
+    rows = -(-len(pols) // ncols)
+    fig_h = fig.get_size_inches()[1]
+    legend_h = (0.28 * rows + 0.35) / fig_h  # share of the figure the legend takes
+    fig.legend(
+        handles=_policy_handles(pols, bars=kind == "sla"),
+        title="policy",
+        loc="lower center",
+        ncols=ncols,
+        fontsize=8,
+        title_fontsize=8,
+        frameon=False,
+    )
+    fig.tight_layout(rect=(0, legend_h, 1, 1 - 0.45 / fig_h))
     return fig
 
 
