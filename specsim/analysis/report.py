@@ -54,6 +54,7 @@ class ReportContext:
     progress: bool | None = None
     lines: list[str] = field(default_factory=list)
     written: list[Path] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # for the footer (e.g. reused cells)
 
     # ---- config access with one-line errors
     def get(self, key: str, default: Any = ..., kind: type | tuple[type, ...] | None = None) -> Any:
@@ -244,7 +245,7 @@ def _footer(ctx: ReportContext, took_s: float) -> None:
         "```",
         "",
         f"from `config.toml` beside this file (run from the repository root; {took_s:.0f} s "
-        f"on {os.cpu_count()} CPU cores here).",
+        f"on {os.cpu_count()} CPU cores here" + "".join(f"; {n}" for n in ctx.notes) + ").",
         "",
         "Versions: " + ", ".join(f"{k} {val}" for k, val in v.items()) + ".",
         "",
