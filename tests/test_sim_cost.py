@@ -148,6 +148,10 @@ def test_builtin_profiles_are_calibrated():
     # compute takes over: doubling B at 2048 nearly doubles the step
     assert h.step_time(4096) / h.step_time(2048) > 1.8
     v = get_profile("v4-flash-like")
-    round_ms = v.step_time(640) * 1000 + v.draft_ms(128, 7)
-    assert 175 < round_ms < 200  # the paper's ~188-190 ms round at batch 128
+    # production SLA regime: MTP-1 (tau ~1.8, B = 2 per request) just reaches ~120 tok/s/user
+    # at one request, and 128 requests verifying ~5 tokens still give tens of tok/s/user.
+    assert 120 < 1.8 / v.step_time(2) < 180
+    assert 30e-3 < v.step_time(640) < 60e-3
+    # MoE: touching more experts makes small batches grow fast before compute takes over
+    assert v.step_time(64) / v.step_time(1) > 1.5
     assert {"h100-dense-8b", "v4-flash-like"} <= set(PROFILES.names())
