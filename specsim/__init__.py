@@ -54,6 +54,10 @@ _LAZY: dict[str, tuple[str, str]] = {
     "calibration_table": ("specsim.analysis.plots", "calibration_table"),
     "policy_style": ("specsim.analysis.palette", "policy_style"),
     "run_report": ("specsim.analysis.report", "run_report"),
+    # losslessness
+    "check_lossless": ("specsim.analysis.lossless", "check_lossless"),
+    "is_lossless": ("specsim.analysis.lossless", "is_lossless"),
+    "mutant_table": ("specsim.analysis.lossless", "mutant_table"),
 }
 
 __all__ = ["SpecsimError", "__version__", *_LAZY]
