@@ -52,6 +52,7 @@ class ReportContext:
     config: dict[str, Any]
     workers: int | None = None
     progress: bool | None = None
+    resume: bool = False  # reuse results.parquet rows (only when the code has not changed)
     lines: list[str] = field(default_factory=list)
     written: list[Path] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # for the footer (e.g. reused cells)
@@ -197,8 +198,14 @@ def run_report(
     *,
     workers: int | None = None,
     progress: bool | None = None,
+    resume: bool = False,
 ) -> Path:
-    """Regenerate ``root/name/`` (README.md, figures, results) and return the README path."""
+    """Regenerate ``root/name/`` (README.md, figures, results) and return the README path.
+
+    ``resume``: reuse the rows of ``results.parquet`` whose cells are unchanged. Off by default:
+    a cell's key names its inputs, not the code that simulated it, so after a change to the
+    simulator or a profile only a full run is honest.
+    """
     import specsim.analysis.reports  # noqa: F401  (registers the builders)
 
     folder = Path(root) / name
@@ -214,7 +221,9 @@ def run_report(
             f"{folder / 'config.toml'}: unknown kind {kind!r}; choose one of "
             f"{', '.join(sorted(BUILDERS))}"
         )
-    ctx = ReportContext(name=name, folder=folder, config=config, workers=workers, progress=progress)
+    ctx = ReportContext(
+        name=name, folder=folder, config=config, workers=workers, progress=progress, resume=resume
+    )
     title = config.get("title", name)
     ctx.md(f"# {title}", "")
     if "summary" in config:

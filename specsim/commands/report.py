@@ -23,6 +23,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--root", default="reports", help="folder holding the reports (default %(default)s)"
     )
     p.add_argument("--workers", type=int, default=None, help="local processes (default: CPUs)")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="reuse unchanged cells of results.parquet (only when the code is unchanged)",
+    )
     p.set_defaults(func=run)
 
 
@@ -35,6 +40,6 @@ def run(args: argparse.Namespace) -> int:
         for name in list_reports(Path(args.root)):
             print(name)
         return 0
-    readme = run_report(args.name, args.root, workers=args.workers)
+    readme = run_report(args.name, args.root, workers=args.workers, resume=args.resume)
     print(f"wrote {readme}", file=sys.stderr)
     return 0
