@@ -268,9 +268,9 @@ def catalogue() -> list[Mutant]:
            scheduler=zos_current_as_lagged, doc=zos_current_as_lagged.__doc__),
         _m("q-threshold-scheduler", "exact+statistical", "anticipating scheduler",
            scheduler=q_threshold_scheduler, doc=q_threshold_scheduler.__doc__),
-        _m("specinfer-no-update", "exact", "multi-draft bug",
+        _m("specinfer-no-update", "exact+statistical", "multi-draft bug",
            multi=specinfer_no_update, doc=specinfer_no_update.__doc__),
-        _m("without-replacement-iid-rule", "exact", "multi-draft bug",
+        _m("without-replacement-iid-rule", "exact+statistical", "multi-draft bug",
            multi=specinfer, without_replacement=True,
            doc="Candidates drawn without replacement but verified with the i.i.d. rule"),
     ]  # fmt: skip

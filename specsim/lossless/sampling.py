@@ -108,7 +108,7 @@ def _sample_multi(world, pipe: Pipeline, n: int, rng) -> tuple[np.ndarray, np.nd
     else:
         xs = sample_from(np.broadcast_to(q, (n * k, vocab)), rng.random(n * k)).reshape(n, k)
     tok = pipe.multi(
-        np.broadcast_to(p, (n, vocab)), np.broadcast_to(q, (n, vocab)), xs,
+        np.broadcast_to(p, (n, vocab)).copy(), np.broadcast_to(q, (n, vocab)).copy(), xs,
         rng.random((n, k)), rng.random(n),
     )  # fmt: skip
     return np.bincount(np.asarray(tok), minlength=vocab), p.copy()

@@ -169,9 +169,10 @@ def block_law(
         u_thr, v_thr = u_thr + list(eu), v_thr + list(ev)
     probe, volume = _grid(length, u_thr, v_thr, gamma)
     n_pts = volume.shape[0]
-    pb = np.broadcast_to(p, (n_pts, *p.shape))
-    qb = np.broadcast_to(q, (n_pts, *q.shape))
-    xb = np.broadcast_to(x, (n_pts, gamma))
+    # Real copies, not broadcast views: a verifier may write to its inputs (or hand them to torch).
+    pb = np.broadcast_to(p, (n_pts, *p.shape)).copy()
+    qb = np.broadcast_to(q, (n_pts, *q.shape)).copy()
+    xb = np.broadcast_to(x, (n_pts, gamma)).copy()
 
     def call(u, v):
         n, tok = rule(pb, qb, xb, length, u, v)
@@ -189,9 +190,9 @@ def multi_law(verify: Callable, p: np.ndarray, q: np.ndarray, xs: np.ndarray) ->
     k, vocab = xs.shape[0], p.shape[0]
     probe, volume = _grid(k, u_thr, v_thr, k)
     n_pts = volume.shape[0]
-    pb = np.broadcast_to(p, (n_pts, vocab))
-    qb = np.broadcast_to(q, (n_pts, vocab))
-    xb = np.broadcast_to(xs, (n_pts, k))
+    pb = np.broadcast_to(p, (n_pts, vocab)).copy()
+    qb = np.broadcast_to(q, (n_pts, vocab)).copy()
+    xb = np.broadcast_to(xs, (n_pts, k)).copy()
 
     def call(u, v):
         tok = np.asarray(verify(pb, qb, xb, u, v))
@@ -235,9 +236,9 @@ def edge_uniform_outputs(rule: BlockRule, p, q, x, length: int):
     u[:, :length] = corners[:, :length]
     v = corners[:, -1]
     n, tok = rule(
-        np.broadcast_to(p, (n_pts, *p.shape)),
-        np.broadcast_to(q, (n_pts, *q.shape)),
-        np.broadcast_to(x, (n_pts, gamma)),
+        np.broadcast_to(p, (n_pts, *p.shape)).copy(),
+        np.broadcast_to(q, (n_pts, *q.shape)).copy(),
+        np.broadcast_to(x, (n_pts, gamma)).copy(),
         length,
         u,
         v,
