@@ -22,6 +22,7 @@ from specsim.lossless.verifiers import (
     final_law,
     first_rejection,
     normalise,
+    rejection,
     rrs_without_replacement,
     sample_from,
     specinfer,
@@ -149,19 +150,13 @@ def cut_from_residual(p, q, x, length, u, v):
     norm(max(p - q, 0)) as if its unverified draft had been rejected (it must come from p)."""
     gamma = x.shape[1]
     if length >= gamma:
-        return truncated(_reference)(p, q, x, length, u, v)
+        return truncated(rejection)(p, q, x, length, u, v)
     forced = u[:, : length + 1].copy()
     forced[:, length] = 1.0  # the draft at the cut is always "rejected"
     xs = x[:, : length + 1]
     n = first_rejection(forced < acceptance_ratio(p[:, : length + 1], q[:, : length + 1], xs))
     n = np.minimum(n, length)
     return n, sample_from(final_law(p[:, : length + 2], q[:, : length + 1], n), v)
-
-
-def _reference(p, q, x, u, v):
-    from specsim.lossless.verifiers import rejection
-
-    return rejection(p, q, x, u, v)
 
 
 # --- broken drafters: drafts drawn from a law other than the q the verifier is told ---------
@@ -211,8 +206,8 @@ def zos_current_as_lagged(view: BlockView) -> int:
 
 
 def specinfer_no_update(p, q, xs, u, v):
-    """SpecInfer that keeps testing every candidate against the ORIGINAL p (never updates it to
-    the residual) and samples the fallback from p."""
+    """SpecInfer that tests every candidate against the ORIGINAL p (never updates it to the
+    residual after a rejection); the fallback uses the first residual only."""
     token = np.full(xs.shape[0], -1, dtype=np.int64)
     rows = np.arange(xs.shape[0])
     for i in range(xs.shape[1]):
