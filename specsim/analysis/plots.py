@@ -144,7 +144,9 @@ def plot_sla(
     ax.set_ylim(0, top * 1.45)
     ax.grid(True, axis="y", alpha=0.3)
     title = "policy" if baseline is None else f"policy (gain vs {baseline})"
-    ax.legend(title=title, fontsize=8, title_fontsize=8, ncols=min(n, 4))
+    ax.legend(
+        title=title, fontsize=8, title_fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0)
+    )  # outside: the bar labels need the space above the bars
     return ax
 
 
