@@ -82,6 +82,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     tr.add_argument("--anchors-per-seq", type=int, default=12)
     tr.add_argument("--lr", type=float, default=6e-4)
     tr.add_argument("--seed", type=int, default=0)
+    tr.add_argument(
+        "--cached-only",
+        action="store_true",
+        help="train only on prompts whose greedy outputs are already cached (no generation)",
+    )
     tr.add_argument("--force", action="store_true", help="overwrite --out")
     tr.set_defaults(func=run_train)
 

@@ -40,11 +40,9 @@ def build_drafter(
     context_window: int = 192,
     train_cfg: Any = None,
     force: bool = False,
+    cached_only: bool = False,
     log: Any = print,
 ) -> dict[str, Any]:
-    import numpy as np
-    import torch
-
     from specsim.errors import SpecsimError
     from specsim.policies.calibrate import apply_sts, fit_sts
     from specsim.record.dspark import (
@@ -55,7 +53,7 @@ def build_drafter(
     )
     from specsim.record.evaluate import rows_trace, summary
     from specsim.record.features import target_pass
-    from specsim.record.generate import greedy_outputs
+    from specsim.record.generate import cached_mask, greedy_outputs
     from specsim.record.models import prompt_ids
     from specsim.record.train import TrainConfig, choose_vocab, train, vocab_coverage
 
@@ -73,6 +71,12 @@ def build_drafter(
     )
     t = time.perf_counter()
     ids = [prompt_ids(target.tokenizer, p.text) for p in prompts]
+    if cached_only:
+        keep = cached_mask(target, ids, max_new_tokens)
+        prompts = [p for p, k in zip(prompts, keep, strict=True) if k]
+        ids = [i for i, k in zip(ids, keep, strict=True) if k]
+        if not prompts:
+            raise SpecsimError("--cached-only: no cached generations for these prompts yet")
     outs = greedy_outputs(target, ids, max_new_tokens, desc="generate")
     timings["generate_s"] = time.perf_counter() - t
     t = time.perf_counter()
@@ -120,6 +124,7 @@ def build_drafter(
     after = summary(rep_tr.with_conf(apply_sts(rep_tr.conf, temps)))
     timings["evaluate_s"] = time.perf_counter() - t
     report = {
+        "prompts_used": len(prompts),
         "train_sequences": len(trn),
         "train_tokens": int(sum(s.output_len for s in trn)),
         "heldout_fit_sequences": len(fit_half),
@@ -149,6 +154,4 @@ def build_drafter(
     )
     save_drafter(drafter, out, force=force)
     (out / "training_report.json").write_text(json.dumps(report, indent=2) + "\n")
-    _ = np  # numpy is used by the evaluation helpers
-    _ = torch
     return report

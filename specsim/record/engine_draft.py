@@ -95,3 +95,75 @@ class DSparkProposer:
             conf=conf.numpy().astype(np.float64),
             q=q_full,
         )
+
+
+class NgramProposer:
+    """Prompt lookup (:mod:`specsim.record.ngram`): no target features, deterministic drafts.
+
+    Deterministic drafts are a one-hot q, so rejection sampling accepts draft x with probability
+    p(x) and resamples from norm(max(p - onehot(x), 0)): still lossless.
+    """
+
+    feature_layers: tuple[int, ...] = ()
+
+    def __init__(self, n: int = 3, block_size: int = 7, vocab_size: int = 0) -> None:
+        self.n, self.gamma, self.vocab = int(n), int(block_size), int(vocab_size)
+
+    def propose(self, slots, anchors, seq_buf, feat_buf, temperature, generator) -> Proposal:  # type: ignore[no-untyped-def]
+        from specsim.record.ngram import lookup
+
+        rows = [
+            lookup(seq_buf[s, : a + 1].numpy(), int(a), self.n, self.gamma)
+            for s, a in zip(slots.tolist(), anchors.tolist(), strict=True)
+        ]
+        tokens = np.stack([r[0] for r in rows]).astype(np.int64)
+        q = None
+        if temperature > 0:
+            q = torch.zeros((tokens.shape[0], self.gamma, self.vocab), dtype=torch.float32)
+            q.scatter_(2, torch.from_numpy(tokens)[..., None], 1.0)
+        return Proposal(tokens=tokens, conf=np.stack([r[1] for r in rows]), q=q)
+
+
+def make_proposer(spec: str, target: Any, block_size: int | None = None) -> tuple[Any, str]:
+    """A proposer by name: ``dspark`` (the trained drafter in the cache), a DSpark checkpoint
+    directory, ``ngram[:N]``, or ``init`` (an UNTRAINED DSpark drafter initialised from the
+    target's last layers: a cost stand-in, acceptance near zero). Returns (proposer, name)."""
+    from pathlib import Path
+
+    from specsim.errors import SpecsimError
+
+    model = target.model
+    if spec.startswith("ngram"):
+        n = int(spec.split(":", 1)[1]) if ":" in spec else 3
+        g = block_size or 7
+        return NgramProposer(n, g, int(model.config.vocab_size)), f"ngram:{n}"
+    from specsim.record.dspark import (
+        DSparkDrafter,
+        config_for_target,
+        init_from_target,
+        load_drafter,
+    )
+
+    if spec == "init":
+        cfg = config_for_target(model.config, block_size=block_size or 7, context_window=192)
+        drafter = DSparkDrafter(cfg)
+        init_from_target(drafter, model, None)
+        return DSparkProposer(drafter.to(target.device).eval(), model), "dspark:init"
+    if spec == "dspark":
+        from specsim.record.build import default_drafter_dir
+
+        path = default_drafter_dir(target)
+        if not path.exists():
+            raise SpecsimError(
+                f"no trained DSpark drafter for this target at {path}; run 'specsim "
+                "train-drafter' first, or pass --drafter ngram"
+            )
+    else:
+        path = Path(spec).expanduser()
+    drafter = load_drafter(path, device=target.device)
+    if block_size and block_size != drafter.cfg.block_size:
+        raise SpecsimError(
+            f"the drafter at {path} drafts blocks of {drafter.cfg.block_size}, not {block_size}; "
+            "drop --block-size"
+        )
+    return DSparkProposer(drafter, model), f"dspark:{path.name}"

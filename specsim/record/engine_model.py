@@ -8,9 +8,10 @@ projections, MLPs, rotary embedding, LM head) and only do the bookkeeping oursel
 - KV cache: per layer one tensor ``[slots * cap, n_kv, head_dim]``; request slot ``s`` keeps
   position ``p`` at row ``s * cap + p``. Rolling back rejected drafts is just a shorter length.
 - ``layout="flat"``: the B new tokens of all requests are one ``[B, H]`` matrix for every linear
-  layer (no padding), and attention is one SDPA call over the concatenation of the requests' keys
-  with a block-diagonal causal mask (what vLLM calls flattened verification; DSpark's marker
-  tensor).
+  layer (no padding; what vLLM calls flattened verification, DSpark's marker tensor), and
+  attention runs per request over that request's own cached keys (a CPU has no varlen attention
+  kernel; one SDPA over all requests' keys with a block-diagonal mask was measured to waste
+  B x sum(context) work).
 - ``layout="padded"``: tokens are padded to ``[R, Lmax]`` (the HF way); linear layers also run on
   the padding, attention is batched per request. Kept to measure which is faster (docs/fidelity.md).
 
@@ -159,13 +160,17 @@ class FlatTarget:
         qpos_np = np.concatenate([np.arange(p, p + n) for p, n in zip(past, lens, strict=True)])
         slot_np = np.asarray(slots, dtype=np.int64)
         write = torch.from_numpy(slot_np[owner] * self.cap + qpos_np).to(dev)
-        tot = past + lens
-        kowner = np.repeat(np.arange(r), tot)
-        kpos_np = np.concatenate([np.arange(t) for t in tot])
-        read = torch.from_numpy(slot_np[kowner] * self.cap + kpos_np).to(dev)
-        mask = torch.from_numpy(
-            (kowner[None, :] == owner[:, None]) & (kpos_np[None, :] <= qpos_np[:, None])
-        ).to(dev)
+        base = (slot_np * self.cap).tolist()
+        tot = (past + lens).tolist()
+        # per request: its rows of the batch, its cached keys, and a causal mask for new tokens
+        groups = []
+        for j in range(r):
+            lo, hi = int(offsets[j]), int(offsets[j + 1])
+            mask = None
+            if hi - lo > 1:
+                kpos = torch.arange(tot[j], device=dev)
+                mask = kpos[None, :] <= torch.from_numpy(qpos_np[lo:hi]).to(dev)[:, None]
+            groups.append((lo, hi, base[j], base[j] + tot[j], mask))
         ids = torch.as_tensor(np.concatenate(tokens), dtype=torch.long, device=dev)
         x, cos, sin = self._embed_rope(ids[None], torch.from_numpy(qpos_np)[None].to(dev))
         x, cos, sin = x[0], cos[0], sin[0]
@@ -174,12 +179,23 @@ class FlatTarget:
             q, k, v = self._qkv(layer, layer.input_layernorm(x), cos, sin)  # [B, heads, hd]
             self.k[i][write] = k
             self.v[i][write] = v
-            kk = self.k[i][read].transpose(0, 1)[None]  # [1, n_kv, K, hd]
-            vv = self.v[i][read].transpose(0, 1)[None]
-            o = F.scaled_dot_product_attention(
-                q.transpose(0, 1)[None], kk, vv, attn_mask=mask, enable_gqa=True
-            )  # [1, heads, B, hd]
-            x = x + layer.self_attn.o_proj(o[0].transpose(0, 1).reshape(x.shape[0], -1))
+            q = q.transpose(0, 1)  # [heads, B, hd]
+            kc, vc = self.k[i], self.v[i]
+            # attention per request over its own keys only: no work on other requests' keys
+            o = torch.cat(
+                [
+                    F.scaled_dot_product_attention(
+                        q[None, :, lo:hi],
+                        kc[k0:k1].transpose(0, 1)[None],
+                        vc[k0:k1].transpose(0, 1)[None],
+                        attn_mask=mask,
+                        enable_gqa=True,
+                    )[0]
+                    for lo, hi, k0, k1, mask in groups
+                ],
+                dim=1,
+            )  # [heads, B, hd]
+            x = x + layer.self_attn.o_proj(o.transpose(0, 1).reshape(x.shape[0], -1))
             x = x + layer.mlp(layer.post_attention_layernorm(x))
             self._feature(i, x, feats)
         return self._finish(x, feats, offsets)

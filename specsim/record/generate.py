@@ -99,5 +99,11 @@ def greedy_outputs(
     return [done[k] for k in keys]
 
 
+def cached_mask(target: Target, prompts: list[list[int]], max_new_tokens: int) -> list[bool]:
+    """Which prompts already have a cached greedy output (to train on what exists)."""
+    done = _read_cache(generation_cache(target, max_new_tokens))
+    return [prompt_key(p) in done for p in prompts]
+
+
 def describe(target: Any) -> str:
     return f"{target.name} ({target.sha256[:12]})"

@@ -183,3 +183,24 @@ def prompt_ids(tokenizer: Any, text: str) -> list[int]:
         ids = enc["input_ids"] if not isinstance(enc, list) else enc
         return [int(t) for t in ids]
     return [int(t) for t in tokenizer(text)["input_ids"]]
+
+
+def forward_cached(model: Any, input_ids: Any, cache: Any, **kw: Any) -> Any:
+    """Forward with a KV cache in any transformers 5.x (``past_key_values`` became ``cache``)."""
+    import inspect
+
+    names = inspect.signature(model.forward).parameters
+    key = "cache" if "cache" in names else "past_key_values"
+    return model(input_ids=input_ids, use_cache=True, **{key: cache}, **kw)
+
+
+def output_cache(out: Any) -> Any:
+    """The KV cache of a forward's output (``cache`` or ``past_key_values``)."""
+    return getattr(out, "cache", None) or out.past_key_values
+
+
+def crop_cache(cache: Any, length: int) -> None:
+    """Keep the first ``length`` positions (crop(-n) removes n in every 5.x version)."""
+    extra = cache.get_seq_length() - length
+    if extra > 0:
+        cache.crop(-extra)

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from specsim.progress import Progress
+from specsim.record.models import crop_cache, forward_cached, output_cache
 
 TOKENS_PER_REQUEST = 8
 
@@ -43,18 +44,17 @@ def time_step(target: Any, batch_tokens: int, context: int, repeats: int, seed: 
     new = torch.randint(100, vocab, (r, t), generator=gen)
     dev = target.device
     with torch.no_grad():
-        out = target.model(input_ids=ctx.to(dev), use_cache=True)
-        cache = out.past_key_values
+        cache = output_cache(forward_cached(target.model, ctx.to(dev), None))
         times = []
         for i in range(repeats + 1):
             if dev.startswith("cuda"):
                 torch.cuda.synchronize()
             t0 = time.perf_counter()
-            target.model(input_ids=new.to(dev), past_key_values=cache, use_cache=True)
+            forward_cached(target.model, new.to(dev), cache)
             if dev.startswith("cuda"):
                 torch.cuda.synchronize()
             dt = time.perf_counter() - t0
-            cache.crop(context)
+            crop_cache(cache, context)
             if i:  # the first run is a warm-up
                 times.append(dt * 1000)
     return statistics.median(times)
