@@ -36,7 +36,12 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="specsim", description=__doc__.split("\n")[0])
+    parser = _Parser(
+        prog="specsim",
+        description="Schedule speculative decoding under load: record traces, replay them in a "
+        "serving simulator under any prefix scheduler, prove schedulers lossless, plot.",
+        epilog="Run 'specsim COMMAND --help' for a command's options. Docs: docs/ in the repo.",
+    )
     from specsim import __version__
 
     parser.add_argument("--version", action="version", version=f"specsim {__version__}")
