@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from specsim.cli import main
+from specsim.lossless.mutants import catalogue
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "lossless"
 FAST = ["--samples", "20000"]
@@ -144,3 +145,10 @@ def test_multi_draft_verifier(capsys):
     assert main(["check-lossless", "--verifier", spec, "--multi", *FAST]) == 0
     spec = "specsim.lossless.mutants:specinfer_no_update"
     assert main(["check-lossless", "--verifier", spec, "--multi", *FAST]) == 1
+
+
+def test_mutants_catalogue_from_the_cli(capsys):
+    assert main(["check-lossless", "--mutants", "--checks", "exact,edge"]) == 0
+    out = capsys.readouterr().out
+    n = len(catalogue())
+    assert f"caught {n} of {n} mutants" in out and "hw-aware-global" in out

@@ -1,4 +1,4 @@
-"""``specsim check-lossless``: prove a verifier or a prefix scheduler keeps the target's law.
+"""Prove that a verifier or a prefix scheduler keeps the target's law (check-lossless).
 
 Runs the exact checks (when the verifier accepts injected uniforms), the edge-uniform check and
 the G-tests over the standard worlds, prints a verdict table, and exits 1 when anything is lossy,
@@ -15,6 +15,10 @@ import sys
 import pandas as pd
 
 from specsim.errors import SpecsimError
+
+MUTANT_COLUMNS = [
+    "mutant", "expected", "exact_tv", "edge_caught", "stat_p_value", "stat_detectable_tv", "caught",
+]  # fmt: skip
 
 
 def register(subparsers) -> None:
@@ -111,8 +115,11 @@ def run(args: argparse.Namespace) -> int:
     if args.mutants:
         from specsim.lossless.report import mutant_table
 
-        table = mutant_table(seed=args.seed, samples=args.samples)
-        sys.stdout.write(table.to_string(index=False) + "\n")
+        table = mutant_table(seed=args.seed, samples=args.samples, checks=checks)
+        show = [c for c in MUTANT_COLUMNS if c in table.columns]
+        sys.stdout.write(table[show].to_string(index=False, float_format="{:.3g}".format) + "\n")
+        caught = int(table["caught"].sum())
+        sys.stdout.write(f"caught {caught} of {len(table)} mutants (checks: {args.checks})\n")
         if args.out:
             _write(table, args.out, args.force)
         return 0 if table["caught"].all() else 1

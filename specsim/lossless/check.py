@@ -29,7 +29,7 @@ from specsim.lossless.oracle import (
 from specsim.lossless.pipeline import Pipeline
 from specsim.lossless.sampling import sample_block
 from specsim.lossless.stats import g_test
-from specsim.lossless.toy import ToyLM, appendix_a_toy, random_toy
+from specsim.lossless.toy import ToyLM, appendix_a_toy, random_toy, stationary_toy
 from specsim.lossless.uniforms import NotPiecewiseConstant, edge_uniform_outputs
 from specsim.policies.base import Policy
 from specsim.progress import Progress
@@ -89,8 +89,14 @@ def standard_worlds(seed: int = 0) -> list[World]:
 
 
 def multi_worlds(seed: int = 0) -> list[World]:
-    """Multi-draft worlds: first-token laws with full draft support, k = 2 or 3 candidates."""
+    """Multi-draft worlds: first-token laws with full draft support, k = 2 or 3 candidates.
+
+    The fixed one (p = (0.5, 0.4, 0.1), q = (0.1, 0.3, 0.6), k = 2) is where both multi-draft
+    mutants are far from p (TV 0.15); random tables can hide them (some give TV 0 exactly).
+    """
+    fixed = stationary_toy([0.5, 0.4, 0.1], [0.1, 0.3, 0.6], lambda s, k, x: 0.5, "fixed")
     return [
+        World("multi-fixed-V3-k2", fixed, 2, 1, alone(2)),
         World("multi-V3-k2", random_toy(seed * 7 + 5, 3, zeros=0.0, near_one=0.0), 2, 1,
               alone(2)),
         World("multi-V4-k3", random_toy(seed * 7 + 6, 4, zeros=0.0, near_one=0.0), 3, 1,
