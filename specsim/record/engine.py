@@ -44,6 +44,7 @@ from specsim.sim.workload import Workload
 PRIOR_RATE = 0.5  # the simulator's online acceptance prior (specsim.sim.engine)
 PRIOR_WEIGHT = 2.0
 # Wall-clock breakdown of each step, logged next to the simulator's step columns.
+# ctx_mean: mean cached context (tokens) of the step's requests before the step.
 TIMING_COLUMNS = ("admit_s", "draft_s", "sched_s", "verify_s", "accept_s", "ctx_mean")
 
 
@@ -330,6 +331,7 @@ class RealEngine:
                 self.seq_buf[r.slot, : len(p_ids)] = torch.as_tensor(p_ids)
                 toks_f.append(list(p_ids))
                 slots_f.append(r.slot)
+            ctx_mean = float(np.mean(self.target.lengths[np.asarray(slots_f)]))  # before the step
             out = self.target.forward(slots_f, toks_f)
             batch = int(out.offsets[-1])
             max_b = max(max_b, batch)
@@ -419,7 +421,6 @@ class RealEngine:
                     n_fin,
                 )
             )
-            ctx_mean = float(np.mean(self.target.lengths[np.asarray(slots_f)]))
             timing.append(
                 (
                     t_adm - now,

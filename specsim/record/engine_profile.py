@@ -155,9 +155,14 @@ def measure_profile(
     per_req = pd.DataFrame(per, columns=["requests", "draft_ms", "verify_extra_ms", "sched_us"])
     rr = per_req["requests"].to_numpy(np.float64)
     d_slope, d_base = np.polyfit(rr, per_req["draft_ms"].to_numpy(), 1)
-    # verify_extra is (R - 1) x the per-request overhead of splitting one group into R
     v_slope = float(np.polyfit(rr - 1.0, per_req["verify_extra_ms"].to_numpy(), 1)[0])
     s_slope, s_base = np.polyfit(rr, per_req["sched_us"].to_numpy(), 1)
+    # the engine loop's own overhead (admission, building the batch, accepting, streaming,
+    # splitting attention per request), measured by running the engine itself on random prompts
+    table_only = _table_cost(steps)
+    over = _loop_overhead(model, proposer, table_only, requests, layout, gen, vocab)
+    per_req = per_req.merge(over, on="requests")
+    o_slope, o_base = np.polyfit(rr, per_req["loop_overhead_ms"].to_numpy(), 1)
     piv = steps.pivot_table(index="context_tokens", columns="batch_tokens", values="step_ms")
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     meta = {
@@ -168,7 +173,9 @@ def measure_profile(
         "layout": layout,
         "draft_context": str(draft_context),
         "draft_per_request_ms_drafting": f"{max(d_slope, 0.0):.4f}",
-        "draft_per_request_ms_verify_overhead": f"{max(v_slope, 0.0):.4f}",
+        "draft_per_request_ms_verify_split": f"{max(v_slope, 0.0):.4f}",
+        "draft_base_ms_loop": f"{o_base:.4f}",
+        "draft_per_request_ms_loop": f"{o_slope:.4f}",
         "repeats": str(repeats),
     }
     lim = limits or {}
@@ -177,8 +184,8 @@ def measure_profile(
         batch_tokens=piv.columns.to_numpy(np.int64),
         step_ms=piv.to_numpy(np.float64) if len(piv) > 1 else piv.to_numpy(np.float64)[0],
         context_tokens=piv.index.to_numpy(np.float64) if len(piv) > 1 else None,
-        draft_base_ms=round(float(max(d_base, 0.0)), 4),
-        draft_per_request_ms=round(float(max(d_slope, 0.0) + max(v_slope, 0.0)), 4),
+        draft_base_ms=round(float(max(d_base + o_base, 0.0)), 4),
+        draft_per_request_ms=round(float(max(d_slope + o_slope, 0.0)), 4),
         sched_base_us=round(float(max(s_base, 0.0)), 2),
         sched_us_per_request=round(float(max(s_slope, 0.0)), 3),
         max_running=int(lim.get("max_running", 256)),
@@ -187,6 +194,73 @@ def measure_profile(
         meta=meta,
     )
     return EngineProfile(cost=cost, steps=steps, per_request=per_req)
+
+
+def _table_cost(steps: Any) -> Any:
+    """A CostModel of the step table alone (no draft, no scheduler costs)."""
+    from specsim.sim.cost import CostModel
+
+    piv = steps.pivot_table(index="context_tokens", columns="batch_tokens", values="step_ms")
+    return CostModel(
+        name="table",
+        batch_tokens=piv.columns.to_numpy(np.int64),
+        step_ms=piv.to_numpy(np.float64) if len(piv) > 1 else piv.to_numpy(np.float64)[0],
+        context_tokens=piv.index.to_numpy(np.float64) if len(piv) > 1 else None,
+    )
+
+
+def _loop_overhead(
+    model: Any,
+    proposer: Any,
+    table: Any,
+    requests: tuple[int, ...],
+    layout: str,
+    gen: np.random.Generator,
+    vocab: int,
+    prompt: int = 32,
+    out: int = 16,
+) -> Any:
+    """Median per-step time the engine spends outside the target forward's table cost, the
+    drafting and the policy, at R decoding requests (``static:3``: 4 tokens each)."""
+    import pandas as pd
+
+    from specsim.policies.base import get_policy
+    from specsim.record.engine import EngineConfig, RealEngine
+    from specsim.sim.workload import Workload
+
+    rows = []
+    for r in requests:
+        prompts = [_ids(gen, vocab, prompt).tolist() for _ in range(r)]
+        wl = Workload(
+            kind="closed",
+            describe="calibration",
+            arrival_s=None,
+            trace_idx=np.arange(r),
+            prompt_len=np.full(r, prompt),
+            output_len=np.full(r, out),
+            concurrency=r,
+            max_jobs=r,
+        )
+        res = RealEngine(
+            model,
+            proposer,
+            get_policy("static:3"),
+            table,
+            prompts,
+            wl,
+            EngineConfig(max_running=r, layout=layout, warmup_steps=1),
+        ).run()
+        st = res.steps
+        st = st[(st["prefilling"] == 0) & (st["decoding"] == r)]
+        pred = np.array(
+            [
+                table.step_time(int(b), float(c))
+                for b, c in zip(st["batch_tokens"], st["ctx_mean"], strict=True)
+            ]
+        )
+        resid = st["duration_s"].to_numpy() - st["draft_s"] - st["sched_s"] - pred
+        rows.append((r, float(np.median(resid)) * 1000.0 if len(st) else 0.0))
+    return pd.DataFrame(rows, columns=["requests", "loop_overhead_ms"])
 
 
 def compare_layouts(
