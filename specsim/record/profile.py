@@ -40,8 +40,8 @@ def time_step(target: Any, batch_tokens: int, context: int, repeats: int, seed: 
     r, t = _shape(batch_tokens)
     gen = torch.Generator().manual_seed(seed)
     vocab = target.model.config.vocab_size
-    ctx = torch.randint(100, vocab, (r, context), generator=gen)
-    new = torch.randint(100, vocab, (r, t), generator=gen)
+    ctx = torch.randint(min(100, vocab // 2), vocab, (r, context), generator=gen)
+    new = torch.randint(min(100, vocab // 2), vocab, (r, t), generator=gen)
     dev = target.device
     with torch.no_grad():
         cache = output_cache(forward_cached(target.model, ctx.to(dev), None))
@@ -69,7 +69,7 @@ def time_drafter(target: Any, drafter: Any, requests: list[int], repeats: int) -
     ms = []
     for r in requests:
         feats = torch.randn(ctx + r, n_feat, dtype=torch.float16)
-        seq = torch.randint(100, target.model.config.vocab_size, (ctx + r + 8,))
+        seq = torch.randint(0, target.model.config.vocab_size, (ctx + r + 8,))
         anchors = torch.arange(ctx, ctx + r)
         vals = []
         for i in range(repeats + 1):
