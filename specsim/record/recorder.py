@@ -135,6 +135,11 @@ def record(
     t0 = time.perf_counter()
     timings = {"generate_s": 0.0, "target_pass_s": 0.0, "draft_s": 0.0}
     mismatches = 0
+    all_outs: list[list[int]] = []
+    if cfg.temperature == 0:  # stage 1: every greedy output (batched, cached, resumable)
+        t = time.perf_counter()
+        all_outs = greedy_outputs(target, ids, cfg.max_new_tokens, cfg.batch_size)
+        timings["generate_s"] += time.perf_counter() - t
     with Progress(len(prompts), f"record {out.name}", " requests") as bar:
         for c0 in range(0, len(prompts), cfg.chunk):
             if c0 in done:
@@ -143,13 +148,7 @@ def record(
             idx = list(range(c0, min(c0 + cfg.chunk, len(prompts))))
             t = time.perf_counter()
             if cfg.temperature == 0:
-                outs = greedy_outputs(
-                    target,
-                    [ids[i] for i in idx],
-                    cfg.max_new_tokens,
-                    cfg.batch_size,
-                    desc="generate",
-                )
+                outs = [all_outs[i] for i in idx]
             else:
                 from specsim.record.sampled import sample_outputs
 
