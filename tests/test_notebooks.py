@@ -18,7 +18,7 @@ CELL_TIMEOUT_S = 300
 
 def test_there_are_notebooks():
     names = [p.name for p in NOTEBOOKS]
-    for want in ("01-quickstart", "02-scheduler-comparison", "03-losslessness"):
+    for want in ("01-quickstart", "02-scheduler-comparison", "03-losslessness", "04-recording"):
         assert any(n.startswith(want) for n in names), f"notebooks/{want}*.ipynb is missing"
 
 
@@ -31,8 +31,18 @@ def test_committed_without_outputs(path):
             assert cell.execution_count is None, f"{path.name}: clear execution counts"
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def _marks(path: Path) -> list:
+    """Notebook 04 records with a real model: it needs the ``record`` extra and is slow."""
+    if "recording" in path.stem:
+        return [pytest.mark.record, pytest.mark.slow]
+    return []
+
+
+@pytest.mark.parametrize("path", [pytest.param(p, id=p.stem, marks=_marks(p)) for p in NOTEBOOKS])
 def test_notebook_runs_top_to_bottom(path, monkeypatch):
+    if _marks(path):
+        pytest.importorskip("torch")
+        pytest.importorskip("transformers")
     monkeypatch.setenv("SPECSIM_PROGRESS", "0")
     monkeypatch.setenv("MPLBACKEND", "Agg")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

@@ -253,10 +253,17 @@ def calibration_table(trace: Any, holdout: float = 0.3, seed: int = 0) -> pd.Dat
 
 
 def plot_calibration(
-    trace: Any, axes: Any = None, *, holdout: float = 0.3, seed: int = 0, n_bins: int = 10
+    trace: Any,
+    axes: Any = None,
+    *,
+    holdout: float = 0.3,
+    seed: int = 0,
+    n_bins: int = 10,
+    min_count: int = 20,
 ) -> Any:
     """Reliability diagram of the survival a_k per position k: raw confidences (left) and
-    after STS (right), both scored on held-out requests; ECE per position in the legends."""
+    after STS (right), both scored on held-out requests; ECE per position in the legends.
+    Bins holding fewer than ``min_count`` rows are not drawn (noise)."""
     plt = _plt()
     from specsim.policies.calibrate import apply_sts, fit_sts, split_requests
 
@@ -280,7 +287,7 @@ def plot_calibration(
         for k in range(gamma):
             lab = rest.accept_len >= k + 1
             rel = reliability(a[:, k], lab, n_bins)
-            rel = rel[rel["count"] >= 20]  # bins with too few rows are noise
+            rel = rel[rel["count"] >= min_count]
             ece = table.loc[k, col]
             ax.plot(
                 rel["predicted"],
