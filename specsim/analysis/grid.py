@@ -1,10 +1,11 @@
 """The cells of a sweep and the seed each one runs with.
 
 A sweep is the product traces x policies x loads x seed replicates. Each cell gets its seed from
-``(base seed, trace, load, replicate)`` and NOT from the policy: every policy at one load sees
-the same arrivals and the same sampled requests (common random numbers), so the difference
-between two policies is the policy, not the dice. Because the seed is a pure function of the
-cell, a cell gives the same row whether it runs locally, on a Dask worker, or in a resumed run.
+``(base seed, trace content, load, replicate)`` and NOT from the policy or the cost profile:
+every policy (and profile) at one load sees the same arrivals and the same sampled requests
+(common random numbers), so the difference between two policies is the policy, not the dice.
+Because the seed is a pure function of the cell, a cell gives the same row whether it runs
+locally, on a Dask worker, or in a resumed run.
 """
 
 from __future__ import annotations
@@ -53,7 +54,6 @@ class Cell:
             "load_kind": self.load_kind,
             "load": _num(self.load),
             "replicate": self.replicate,
-            "profile": self.profile,
             "base_seed": self.base_seed,
             "requests": self.requests,
             "duration": _num(self.duration),
@@ -61,6 +61,7 @@ class Cell:
         }
         if with_policy:
             d["policy"] = self.policy
+            d["profile"] = self.profile
             d["trace_digest"] = self.trace_digest
         return d
 
@@ -76,7 +77,7 @@ class Cell:
 
     @property
     def seed(self) -> int:
-        """The replay seed: from everything but the policy (common random numbers)."""
+        """The replay seed: from everything but the policy and profile (common random numbers)."""
         text = json.dumps(self._coords(False), sort_keys=True, separators=(",", ":"))
         ss = np.random.SeedSequence([int(self.base_seed), zlib.crc32(text.encode("utf-8"))])
         return int(ss.generate_state(1, dtype=np.uint32)[0] >> 1)
