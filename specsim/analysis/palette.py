@@ -57,6 +57,9 @@ _FAMILY: dict[str, Style] = {
     "zos": Style(OKABE_ITO["vermillion"], "*", "-"),
     "goodput": Style("#8C564B", "h", "-."),  # brown: outside Okabe-Ito but distinct in CVD sims
     "oracle": Style(OKABE_ITO["black"], "", ":"),
+    # the ZOS report's variants (specsim.analysis.variants)
+    "zos-serial": Style(OKABE_ITO["vermillion"], "v", "--"),
+    "fresh-overlapped": Style(OKABE_ITO["black"], "X", ":"),
 }
 _HATCH = {"-": "", "--": "////", ":": "....", "-.": "xxx"}
 _OTHER = [OKABE_ITO[k] for k in ("blue", "vermillion", "bluish_green", "reddish_purple", "orange")]

@@ -44,10 +44,13 @@ def _load_trace(path: str):  # noqa: ANN202 - Trace, imported lazily
 
 def run_cell(cell: Cell) -> dict[str, Any]:
     """Replay one cell and return its row (knobs + summary). Top-level so it pickles."""
+    from specsim.analysis.variants import resolve_profile
     from specsim.sim.replay import replay
 
     trace = _load_trace(cell.trace)
-    result = replay(trace, cell.policy, record_tokens=False, **cell.replay_kwargs())
+    kwargs = cell.replay_kwargs()
+    kwargs["profile"] = resolve_profile(cell.profile)
+    result = replay(trace, cell.policy, record_tokens=False, **kwargs)
     row = cell.knobs()
     for k, v in result.summary.items():
         if k in row:
