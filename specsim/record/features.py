@@ -81,3 +81,42 @@ def target_pass(
         topk_p=probs,
         category=category,
     )
+
+
+def cached_target_pass(
+    target: Target,
+    prompt: list[int],
+    output: list[int],
+    layer_ids: tuple[int, ...],
+    window: int,
+    topk: int = 0,
+    category: str = "",
+) -> Sequence:
+    """``target_pass`` memoised on disk (``<cache>/features/``), keyed by everything it reads.
+
+    Why: on a CPU the teacher-forced pass costs about as much as generating; a recording that is
+    restarted, or recorded again with another drafter of the same feature layers, reuses it.
+    """
+    import hashlib
+    import json
+    import os
+
+    from specsim.record.models import cache_dir
+
+    key = hashlib.sha1(
+        json.dumps([target.sha256, prompt, output, list(layer_ids), window, topk]).encode()
+    ).hexdigest()
+    path = cache_dir() / "features" / f"{key}.pt"
+    if path.exists():
+        try:
+            d = torch.load(path, weights_only=True)
+            return Sequence(category=category, **d)
+        except Exception:  # noqa: BLE001 - a torn file from an interrupted run: recompute
+            pass
+    s = target_pass(target, prompt, output, layer_ids, window, topk, category)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    fields = ("seq", "prompt_len", "start", "feats", "greedy", "topk_ids", "topk_p")
+    torch.save({f: getattr(s, f) for f in fields}, tmp)
+    os.replace(tmp, path)
+    return s

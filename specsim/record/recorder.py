@@ -107,7 +107,7 @@ def record(
     """Record ``prompts`` into the trace ``out``; returns a summary (timings, counts)."""
     import torch
 
-    from specsim.record.features import target_pass
+    from specsim.record.features import cached_target_pass as target_pass
     from specsim.record.generate import greedy_outputs
     from specsim.record.models import prompt_ids
     from specsim.trace.io import write_trace
