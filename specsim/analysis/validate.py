@@ -149,8 +149,9 @@ def run_validation(
 
         say("measuring the engine's cost profile")
         longest = int(lens.max() + trace.output_len.max())
-        batches = profile_batches or tuple(b for b in DEFAULT_B if b <= max(64, 2 * lens.max()))
-        ctxs = tuple(c for c in profile_contexts if c <= max(64, longest)) or (64,)
+        batches = profile_batches or DEFAULT_B
+        grid = sorted(profile_contexts)
+        ctxs = tuple(c for c in grid if c < longest) + tuple(c for c in grid if c >= longest)[:1]
         prof = measure_profile(
             target.model,
             proposer,

@@ -49,7 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--prefill-budget",
         type=int,
-        default=16384,
+        default=256,
         help="prompt tokens admitted per step (both sides)",
     )
     p.add_argument("--out", type=Path, default=Path("reports/fidelity"))

@@ -106,6 +106,9 @@ def measure_profile(
                 rows.append((ctx, b, _median_ms(step, repeats)))
                 bar.update()
         steps = pd.DataFrame(rows, columns=["context_tokens", "batch_tokens", "step_ms"])
+        # more tokens never cost less: a noisy median below a smaller batch's is lifted to it
+        # (also keeps the simulator's linear extrapolation beyond the table non-negative)
+        steps["step_ms"] = steps.groupby("context_tokens")["step_ms"].cummax()
         # per-request costs at a typical decode shape: R requests x 4 tokens at draft_context
         for s in range(r_max):
             _fill(ft, s, draft_context, gen, vocab)
