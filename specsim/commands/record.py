@@ -101,6 +101,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     pr.add_argument("--contexts", default="128,512", help="context lengths (comma-separated)")
     pr.add_argument("--repeats", type=int, default=5, help="timed repeats per point (median)")
     pr.add_argument("--drafter", default=None, help="also time this drafter's forward")
+    pr.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="wall time, or process CPU time (for a shared machine; use with --threads 1)",
+    )
     pr.add_argument("--force", action="store_true", help="overwrite --out")
     pr.set_defaults(func=run_profile)
 
@@ -222,7 +228,14 @@ def run_profile(args: argparse.Namespace) -> int:
     drafter = None
     if args.drafter:
         drafter, _ = _load_drafter(args.drafter, target, None)
-    table, scalars = profile_target(target, batches, contexts, args.repeats, drafter)
-    write_profile(table, scalars, args.out, target, force=args.force)
+    table, scalars = profile_target(target, batches, contexts, args.repeats, drafter, args.clock)
+    import torch
+
+    extra = {
+        "clock": args.clock,
+        "threads": str(torch.get_num_threads()),
+        "command": "specsim " + " ".join(sys.argv[1:]),
+    }
+    write_profile(table, scalars, args.out, target, force=args.force, extra=extra)
     print(table.to_string(index=False))
     return 0

@@ -33,8 +33,16 @@ def _shape(b: int) -> tuple[int, int]:
     return r, math.ceil(b / r)
 
 
-def time_step(target: Any, batch_tokens: int, context: int, repeats: int, seed: int = 0) -> float:
-    """Median ms of one verification forward of ``batch_tokens`` tokens at context ``context``."""
+def time_step(
+    target: Any, batch_tokens: int, context: int, repeats: int, seed: int = 0, clock: str = "wall"
+) -> float:
+    """Median ms of one verification forward of ``batch_tokens`` tokens at context ``context``.
+
+    ``clock="cpu"`` measures process CPU time instead of wall time: on a shared machine it is
+    what the step costs the cores it runs on, without the time other jobs held them (use it
+    with one thread; with several it sums their time).
+    """
+    now = time.process_time if clock == "cpu" else time.perf_counter
     import torch
 
     r, t = _shape(batch_tokens)
@@ -49,19 +57,22 @@ def time_step(target: Any, batch_tokens: int, context: int, repeats: int, seed: 
         for i in range(repeats + 1):
             if dev.startswith("cuda"):
                 torch.cuda.synchronize()
-            t0 = time.perf_counter()
+            t0 = now()
             forward_cached(target.model, new.to(dev), cache)
             if dev.startswith("cuda"):
                 torch.cuda.synchronize()
-            dt = time.perf_counter() - t0
+            dt = now() - t0
             crop_cache(cache, context)
             if i:  # the first run is a warm-up
                 times.append(dt * 1000)
     return statistics.median(times)
 
 
-def time_drafter(target: Any, drafter: Any, requests: list[int], repeats: int) -> dict[str, float]:
+def time_drafter(
+    target: Any, drafter: Any, requests: list[int], repeats: int, clock: str = "wall"
+) -> dict[str, float]:
     """Fit draft_ms = base + per_request * R from timed drafter forwards."""
+    now = time.process_time if clock == "cpu" else time.perf_counter
     import torch
 
     n_feat = len(drafter.cfg.target_layer_ids) * target.model.config.hidden_size
@@ -73,10 +84,10 @@ def time_drafter(target: Any, drafter: Any, requests: list[int], repeats: int) -
         anchors = torch.arange(ctx, ctx + r)
         vals = []
         for i in range(repeats + 1):
-            t0 = time.perf_counter()
+            t0 = now()
             drafter.draft(feats, seq, anchors)
             if i:
-                vals.append((time.perf_counter() - t0) * 1000)
+                vals.append((now() - t0) * 1000)
         ms.append(statistics.median(vals))
     slope, base = np.polyfit(np.asarray(requests, float), np.asarray(ms), 1)
     return {
@@ -91,6 +102,7 @@ def profile_target(
     contexts: list[int],
     repeats: int = 5,
     drafter: Any = None,
+    clock: str = "wall",
 ) -> tuple[pd.DataFrame, dict[str, float]]:
     """A tidy table (context_tokens, batch_tokens, step_ms, requests, tokens_per_request)."""
     rows = []
@@ -98,7 +110,7 @@ def profile_target(
         for c in contexts:
             for b in batch_tokens:
                 r, t = _shape(b)
-                ms = time_step(target, b, c, repeats)
+                ms = time_step(target, b, c, repeats, clock=clock)
                 rows.append(
                     {
                         "context_tokens": c,
@@ -111,12 +123,17 @@ def profile_target(
                 bar.update()
     scalars: dict[str, float] = {}
     if drafter is not None:
-        scalars.update(time_drafter(target, drafter, [1, 4, 8, 16], repeats))
+        scalars.update(time_drafter(target, drafter, [1, 4, 8, 16], repeats, clock))
     return pd.DataFrame(rows), scalars
 
 
 def write_profile(
-    table: pd.DataFrame, scalars: dict[str, float], out: Path, target: Any, force: bool = False
+    table: pd.DataFrame,
+    scalars: dict[str, float],
+    out: Path,
+    target: Any,
+    force: bool = False,
+    extra: dict[str, str] | None = None,
 ) -> Path:
     """Write the SPS profile CSV (``# key: value`` header lines, then the table)."""
     from specsim.sim.cost import CostModel
@@ -129,6 +146,7 @@ def write_profile(
         "measured_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "tokens_per_request": str(TOKENS_PER_REQUEST),
         **{k: v for k, v in prov.items()},
+        **(extra or {}),
     }
     model = CostModel(
         name=out.stem,
