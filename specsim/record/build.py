@@ -52,7 +52,7 @@ def build_drafter(
         save_drafter,
     )
     from specsim.record.evaluate import rows_trace, summary
-    from specsim.record.features import target_pass
+    from specsim.record.features import cached_target_pass as target_pass
     from specsim.record.generate import cached_mask, greedy_outputs
     from specsim.record.models import prompt_ids
     from specsim.record.train import TrainConfig, choose_vocab, train, vocab_coverage
