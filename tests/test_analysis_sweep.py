@@ -275,3 +275,15 @@ def test_cli_errors_are_one_line_exit_2(trace_path, tmp_path, capsys, args, need
     err = capsys.readouterr().err
     assert rc == 2
     assert needle in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_find_max_load_on_dask_matches_local(trace_path):
+    distributed = pytest.importorskip("distributed")
+    kw = dict(sla_tps=280.0, concurrency=[1, 24], requests=40)
+    local = find_max_load(trace_path, ["zos"], workers=1, **kw)
+    with distributed.LocalCluster(
+        n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None
+    ) as cluster:
+        remote = find_max_load(trace_path, ["zos"], dask=cluster.scheduler_address, **kw)
+    assert remote["max_load"].tolist() == local["max_load"].tolist()
+    assert remote["throughput_tok_s"].tolist() == local["throughput_tok_s"].tolist()

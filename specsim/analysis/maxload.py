@@ -138,9 +138,9 @@ def find_max_load(
     rows: list[dict[str, Any]] = []
     with Progress(len(jobs), "find-max-load", " policies", enabled=progress) as bar:
         if dask is not None:
-            from distributed import Client
+            from specsim.analysis.sweep import dask_client
 
-            client = dask if isinstance(dask, Client) else Client(str(dask), timeout="10s")
+            client, own = dask_client(dask)
             try:
                 futs = [
                     client.submit(search_one, g, sla_tps, lo, hi, rel_tol, pure=False) for g in jobs
@@ -149,7 +149,7 @@ def find_max_load(
                     rows.append(f.result())
                     bar.update(1)
             finally:
-                if client is not dask:
+                if own:
                     client.close()
         else:
             n = int(workers) if workers else (os.cpu_count() or 1)

@@ -208,27 +208,31 @@ def _execute(
             raise
 
 
-def _execute_dask(
-    todo: list[Cell], dask: Any, runner: Callable[[Cell], dict[str, Any]]
-) -> Iterable[tuple[Cell, dict[str, Any]]]:
+def dask_client(dask: Any) -> tuple[Any, bool]:
+    """(client, owned): a ``distributed.Client`` as given, or a new one for an address."""
     try:
         from distributed import Client
-        from distributed import as_completed as dask_completed
     except ImportError:
         raise SpecsimError(
             "--dask needs dask.distributed; install it with pip install 'specsim[dask]'"
         ) from None
-    own = not isinstance(dask, Client)
-    if own:
-        try:
-            client = Client(str(dask), timeout="10s", set_as_default=False)
-        except OSError as exc:
-            raise SpecsimError(
-                f"cannot reach the Dask scheduler at {dask!r} ({exc}); check the address "
-                "(tcp://host:port) and that the scheduler is running"
-            ) from None
-    else:
-        client = dask
+    if isinstance(dask, Client):
+        return dask, False
+    try:
+        return Client(str(dask), timeout="10s", set_as_default=False), True
+    except OSError as exc:
+        raise SpecsimError(
+            f"cannot reach the Dask scheduler at {dask!r} ({exc}); check the address "
+            "(tcp://host:port) and that the scheduler is running"
+        ) from None
+
+
+def _execute_dask(
+    todo: list[Cell], dask: Any, runner: Callable[[Cell], dict[str, Any]]
+) -> Iterable[tuple[Cell, dict[str, Any]]]:
+    from distributed import as_completed as dask_completed
+
+    client, own = dask_client(dask)
     try:
         futures = [
             client.submit(runner, cell, key=f"specsim-cell-{cell.key_hash}", pure=False)
