@@ -157,7 +157,7 @@ LOAD_METRICS = (
         "draft_acceptance",
         None,
         "verify efficiency",
-        "accepted / verified draft tokens (share)",
+        "accepted / verified drafts (share)",
         False,
     ),
     ("ttft_ms_p50", "ttft_ms_p99", "time to first token", "TTFT (ms)", True),
@@ -409,7 +409,7 @@ def figure(
         title_fontsize=8,
         frameon=False,
     )
-    fig.tight_layout(rect=(0, legend_h, 1, 1 - 0.45 / fig_h))
+    fig.tight_layout(rect=(0, legend_h, 1, 1))  # tight_layout already makes room for suptitle
     return fig
 
 
