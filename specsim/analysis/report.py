@@ -62,7 +62,8 @@ class ReportContext:
         if key not in self.config:
             if default is ...:
                 raise SpecsimError(
-                    f"{self.folder / 'config.toml'} has no {key!r}; add it (see docs/api.md)"
+                    f"{self.folder / 'config.toml'} has no {key!r}; add it (the keys of each "
+                    "kind are listed in docs/api.md, Report configs)"
                 )
             return default
         value = self.config[key]
