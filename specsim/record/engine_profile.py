@@ -266,6 +266,26 @@ def _loop_overhead(
     return pd.DataFrame(rows, columns=["requests", "loop_overhead_ms"])
 
 
+def probe_ms(model: Any, points: tuple[tuple[int, int], ...], repeats: int = 3, seed: int = 1):
+    """Median ms of single-request forwards at (context, batch) points: re-timed during a long
+    validation to see how much faster or slower the (shared) machine is than at profiling."""
+    gen = np.random.default_rng(seed)
+    vocab = int(model.config.vocab_size)
+    cap = max(c for c, _ in points) + max(b for _, b in points) + 1
+    ft = FlatTarget(model, 1, cap)
+    out = []
+    for ctx, b in points:
+        _fill(ft, 0, ctx, gen, vocab)
+        toks = _ids(gen, vocab, b).tolist()
+
+        def step(toks=toks, ctx=ctx) -> None:
+            ft.forward([0], [toks])
+            ft.truncate(0, ctx)
+
+        out.append(_median_ms(step, repeats))
+    return out
+
+
 def compare_layouts(
     model: Any,
     lens: tuple[int, ...] = (1, 3, 5, 8, 2, 6, 1, 4),
