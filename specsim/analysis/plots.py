@@ -190,7 +190,7 @@ def plot_load(table: pd.DataFrame, axes: Any = None, *, trace: str | None = None
                 ax.plot(c["load"], c[m50], label=pol, markersize=4, **st.kwargs())
             if m99 is not None and m99 in c.columns:
                 ax.plot(c["load"], c[m99], color=st.color, linestyle="--", linewidth=0.9, alpha=0.8)
-        if kind == "concurrency":
+        if loads.size and loads.min() > 0 and loads.max() / loads.min() >= 8:  # spans octaves
             ax.set_xscale("log", base=2)
             ax.xaxis.set_major_locator(FixedLocator(loads))
             ax.xaxis.set_minor_locator(NullLocator())
