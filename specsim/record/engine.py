@@ -134,8 +134,11 @@ class RealEngine:
             target_model, self.slots, self.cap, proposer.feature_layers, cfg.layout
         )
         n_feat = len(proposer.feature_layers) * int(target_model.config.hidden_size)
-        self.seq_buf = torch.zeros((self.slots, self.cap), dtype=torch.long)
-        self.feat_buf = torch.zeros((self.slots, self.cap, max(n_feat, 1)), dtype=torch.float16)
+        dev = self.target.device  # buffers live with the model (CUDA: on the GPU)
+        self.seq_buf = torch.zeros((self.slots, self.cap), dtype=torch.long, device=dev)
+        self.feat_buf = torch.zeros(
+            (self.slots, self.cap, max(n_feat, 1)), dtype=torch.float16, device=dev
+        )
         self.gen = torch.Generator().manual_seed(int(cfg.seed))
         self.eos = frozenset(int(e) for e in cfg.eos_ids)
 
@@ -149,6 +152,8 @@ class RealEngine:
         """
         l_r = drafts.shape[0]
         t = self.cfg.temperature
+        logits = logits.float().cpu()  # at most gamma + 1 rows; sampling uses a CPU generator
+        q = q.cpu() if q is not None else None
         if t == 0:
             pred = logits.argmax(-1).numpy()
             m = 0

@@ -63,19 +63,20 @@ class DSparkProposer:
     @torch.no_grad()
     def propose(self, slots, anchors, seq_buf, feat_buf, temperature, generator) -> Proposal:  # type: ignore[no-untyped-def]
         d = self.drafter
+        dev = seq_buf.device
         hs = [
-            d.backbone(feat_buf[s], seq_buf[s], torch.tensor([int(a)]), start=0)
+            d.backbone(feat_buf[s], seq_buf[s], torch.tensor([int(a)], device=dev), start=0)
             for s, a in zip(slots.tolist(), anchors.tolist(), strict=True)
         ]
         h = torch.cat(hs)  # [R, gamma, H]
-        prev = seq_buf[torch.as_tensor(slots), torch.as_tensor(anchors)]
+        prev = seq_buf[torch.as_tensor(slots, device=dev), torch.as_tensor(anchors, device=dev)]
         toks, confs, qs = [], [], []
         for k in range(self.gamma):
             logits, c = d.heads(h[:, k], prev)
             logits = logits.float()
             if temperature > 0:
-                q = torch.softmax(logits / temperature, -1)
-                x = torch.multinomial(q, 1, generator=generator).squeeze(-1)
+                q = torch.softmax(logits / temperature, -1).cpu()
+                x = torch.multinomial(q, 1, generator=generator).squeeze(-1).to(dev)
                 qs.append(q)
             else:
                 x = logits.argmax(-1)
@@ -84,15 +85,16 @@ class DSparkProposer:
             confs.append(c.float())
         raw = torch.stack(confs, 1)
         temps = d.cfg.sts_temperatures
-        conf = torch.sigmoid(raw / torch.tensor(temps, dtype=raw.dtype) if temps else raw)
+        scale = torch.tensor(temps, dtype=raw.dtype, device=raw.device) if temps else None
+        conf = torch.sigmoid(raw / scale if scale is not None else raw)
         q_full = None
         if qs:
             qd = torch.stack(qs, 1)  # [R, gamma, V_draft]
             q_full = torch.zeros((*qd.shape[:2], self.vocab), dtype=qd.dtype)
-            q_full[..., d.d2t] = qd
+            q_full[..., d.d2t.cpu()] = qd
         return Proposal(
-            tokens=torch.stack(toks, 1).numpy().astype(np.int64),
-            conf=conf.numpy().astype(np.float64),
+            tokens=torch.stack(toks, 1).cpu().numpy().astype(np.int64),
+            conf=conf.cpu().numpy().astype(np.float64),
             q=q_full,
         )
 
@@ -113,7 +115,7 @@ class NgramProposer:
         from specsim.record.ngram import lookup
 
         rows = [
-            lookup(seq_buf[s, : a + 1].numpy(), int(a), self.n, self.gamma)
+            lookup(seq_buf[s, : a + 1].cpu().numpy(), int(a), self.n, self.gamma)
             for s, a in zip(slots.tolist(), anchors.tolist(), strict=True)
         ]
         tokens = np.stack([r[0] for r in rows]).astype(np.int64)

@@ -94,17 +94,31 @@ def measure_profile(
     rows = []
     total = len(contexts) * len(batch_tokens) + 3 * len(requests)
     with Progress(total, "profile engine", " points") as bar:
-        for ctx in contexts:
-            _fill(ft, 0, ctx, gen, vocab)
-            for b in batch_tokens:
-                toks = _ids(gen, vocab, b).tolist()
-
-                def step(toks=toks, ctx=ctx) -> None:
-                    ft.forward([0], [toks])
-                    ft.truncate(0, ctx)
-
-                rows.append((ctx, b, _median_ms(step, repeats)))
-                bar.update()
+        # Interleaved passes: every pass times every (context, B) point once, in a shuffled
+        # order, and a point's value is its median over the passes. On a shared machine whose
+        # speed drifts, drift then moves all points alike instead of bending the curve.
+        # (slot c holds context contexts[c]; slots are filled once)
+        slots_ctx = {ctx: i for i, ctx in enumerate(contexts)}
+        if len(contexts) > ft.slots:
+            ft = FlatTarget(model, len(contexts), cap, proposer.feature_layers, layout)
+        for ctx, slot in slots_ctx.items():
+            _fill(ft, slot, ctx, gen, vocab)
+        points = [(ctx, b) for ctx in contexts for b in batch_tokens]
+        toks = {pt: _ids(gen, vocab, pt[1]).tolist() for pt in points}
+        times: dict[tuple[int, int], list[float]] = {pt: [] for pt in points}
+        for rep in range(repeats + 1):  # pass 0 is a warm-up
+            for k in gen.permutation(len(points)):
+                ctx, b = points[int(k)]
+                slot = slots_ctx[ctx]
+                t0 = time.perf_counter()
+                ft.forward([slot], [toks[(ctx, b)]])
+                dt = (time.perf_counter() - t0) * 1000.0
+                ft.truncate(slot, ctx)
+                if rep:
+                    times[(ctx, b)].append(dt)
+            bar.update(len(points) / (repeats + 1))
+        rows = [(ctx, b, statistics.median(times[(ctx, b)])) for ctx, b in points]
+        ft = FlatTarget(model, max(r_max, 1), cap, proposer.feature_layers, layout)
         steps = pd.DataFrame(rows, columns=["context_tokens", "batch_tokens", "step_ms"])
         # more tokens never cost less: a noisy median below a smaller batch's is lifted to it
         # (also keeps the simulator's linear extrapolation beyond the table non-negative)
