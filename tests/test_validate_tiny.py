@@ -57,7 +57,7 @@ def test_grid_table_is_complete(report):
     for m in METRICS:
         assert np.all(np.isfinite(table[f"real_{m}"])) and np.all(table[f"real_{m}"] > 0)
         want = (table[f"sim_{m}"] - table[f"real_{m}"]) / table[f"real_{m}"]
-        assert np.allclose(table[f"err_{m}"], want, rtol=1e-4)
+        assert np.allclose(table[f"err_{m}"], want, rtol=1e-3, atol=1e-4)  # CSV keeps 6 digits
 
 
 def test_greedy_replay_matches_the_engine_exactly(report):
