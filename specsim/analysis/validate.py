@@ -373,7 +373,12 @@ def plot_fidelity(table: pd.DataFrame, path: Path) -> Path:
     for ax, (m, label) in zip(axes, panels, strict=True):
         for k, (pol, grp) in enumerate(table.groupby("policy", sort=False)):
             ax.scatter(
-                grp[f"real_{m}"], grp[f"sim_{m}"], marker=markers[k % len(markers)], label=pol, s=40
+                grp[f"real_{m}"],
+                grp[f"sim_{m}"],
+                marker=markers[k % len(markers)],
+                label=pol,
+                s=40,
+                zorder=3,
             )
             for _, r in grp.iterrows():
                 ax.annotate(
@@ -387,7 +392,7 @@ def plot_fidelity(table: pd.DataFrame, path: Path) -> Path:
         hi = float(max(table[f"real_{m}"].max(), table[f"sim_{m}"].max())) * 1.1
         xs = np.array([lo, hi])
         ax.plot(xs, xs, "k--", lw=1, label="sim = real")
-        ax.fill_between(xs, xs * 0.95, xs * 1.05, color="0.85", label="within 5%")
+        ax.fill_between(xs, xs * 0.95, xs * 1.05, color="0.85", label="within 5%", zorder=0)
         ax.set_xlim(lo, hi)
         ax.set_ylim(lo, hi)
         ax.set_xlabel(f"real engine: {label}")
