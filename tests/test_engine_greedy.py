@@ -247,3 +247,34 @@ def test_engine_metrics_are_consistent(model, prompts, reference):
 def test_oracle_policy_is_refused(model, prompts):
     with pytest.raises(SpecsimError, match="oracle"):
         run(model, NoisyOracle(model), "oracle", prompts)
+
+
+def test_open_loop_waits_for_arrivals(model, prompts, reference):
+    """Open loop: nobody is admitted before arriving; an idle engine sleeps until the next
+    arrival; outputs stay greedy-exact."""
+    n = len(prompts)
+    arrivals = np.array([0.0, 0.05, 0.1, 0.6, 0.61])
+    wl = Workload(
+        kind="poisson",
+        describe="test arrivals",
+        arrival_s=arrivals,
+        trace_idx=np.arange(n),
+        prompt_len=np.array([len(p) for p in prompts]),
+        output_len=np.array(OUT),
+    )
+    cfg = EngineConfig(max_running=2, warmup_steps=0)
+    res = RealEngine(
+        model,
+        NoisyOracle(model),
+        get_policy("hw-aware"),
+        get_profile("h100-dense-8b"),
+        prompts,
+        wl,
+        cfg,
+    ).run()
+    raw = res.raw
+    assert np.array_equal(raw.arrival_s, arrivals)
+    assert np.all(raw.admitted_s >= raw.arrival_s)
+    assert np.all(raw.first_token_s > raw.admitted_s)
+    assert outputs_by_prompt(res) == dict(enumerate(reference))
+    assert res.steps["running"].max() <= 2
