@@ -154,7 +154,7 @@ LOAD_METRICS = (
     # (p50 column, p99 column, panel title, y label, log y)
     ("tau", None, "acceptance length tau", "tokens per request-step (tok)", False),
     (
-        "draft_acceptance",
+        "verify_efficiency",
         None,
         "verify efficiency",
         "accepted / verified drafts (share)",

@@ -8,9 +8,12 @@ Definitions (stated once, here):
   user sees, the quantity the DSpark paper's "tok/s/user" SLAs bound.
 - tau = tokens emitted by decode steps / request decode steps (bonus token included; the
   prefill's first token is not a decode step and is excluded).
-- verify_efficiency = decode tokens emitted / tokens verified (sum over request-steps of 1 + l):
+- verify_efficiency = accepted draft tokens / verified draft tokens (the DSpark paper's "share
+  of verified draft tokens that are accepted"); NaN when no draft was verified (``ar``).
+- token_efficiency = decode tokens emitted / tokens verified (sum over request-steps of 1 + l):
   1.0 when nothing verified is wasted (e.g. ``ar``).
-- draft_acceptance = accepted draft tokens / verified draft tokens.
+- mean_batch_tokens = mean over engine steps of the step's token batch B (drafts, bonus
+  tokens and prefill tokens).
 - throughput = all output tokens / simulated time (time 0 to the last step's end).
 - sla_attainment = share of completed requests whose per-user tok/s >= sla_tps (one-token
   outputs, having no decode phase, count as meeting it).
@@ -69,8 +72,7 @@ def step_totals(log: np.ndarray) -> dict[str, float]:
         "verified": float(verified.sum()),
         "accepted": float(log[:, c["accepted_drafts"]].sum()),
         "engine_steps": float(log.shape[0]),
-        "busy_s": float(dur.sum()),
-        "batch_time_weighted": float((log[:, c["batch_tokens"]] * dur).sum()),
+        "batch_tokens": float(log[:, c["batch_tokens"]].sum()),
         "in_system_area": float((in_sys * dur).sum()),
     }
 
@@ -103,9 +105,9 @@ def summarize(raw: RawLog, sla_tps: float | None, wall_time_s: float) -> dict[st
         "tau": t["decode_emitted"] / dec if dec else float("nan"),
         "verified_draft_tokens": int(t["verified"]),
         "accepted_draft_tokens": int(t["accepted"]),
-        "draft_acceptance": t["accepted"] / t["verified"] if t["verified"] else float("nan"),
-        "verify_efficiency": (t["decode_emitted"] / (dec + t["verified"]) if dec else float("nan")),
-        "mean_batch_tokens": t["batch_time_weighted"] / t["busy_s"] if t["busy_s"] else 0.0,
+        "verify_efficiency": t["accepted"] / t["verified"] if t["verified"] else float("nan"),
+        "token_efficiency": (t["decode_emitted"] / (dec + t["verified"]) if dec else float("nan")),
+        "mean_batch_tokens": t["batch_tokens"] / steps if steps else 0.0,
         "engine_steps": int(steps),
         "mean_in_system": t["in_system_area"] / sim_t if sim_t > 0 else float("nan"),
         "max_batch_tokens": int(raw.max_batch_tokens),
