@@ -376,10 +376,16 @@ def figure(
             for ax in block.ravel():
                 ax.set_title(f"{ax.get_title()} ({name})", fontsize=10)
     elif kind == "pareto":
-        fig, axes = plt.subplots(1, n, figsize=(5.2 * n + 0.4, 5.2), squeeze=False)
-        for ax, name in zip(axes[0], names, strict=True):
+        cols = min(n, 3)  # wrap: more than 3 traces make rows of 3 panels
+        rows_p = -(-n // cols)
+        fig, axes = plt.subplots(
+            rows_p, cols, figsize=(5.2 * cols + 0.4, 4.6 * rows_p + 0.9), squeeze=False
+        )
+        for ax, name in zip(axes.ravel(), names, strict=False):
             plot_pareto(table, ax, trace=name)
             ax.set_title(f"trace {name}", fontsize=10)
+        for ax in axes.ravel()[n:]:
+            ax.set_visible(False)
     else:
         if not targets:
             raise SpecsimError("the sla plot needs SLA targets: pass --sla 80,120")
