@@ -439,56 +439,9 @@ class RealEngine:
             if not wl.open_loop:
                 for _ in range(n_fin):
                     spawn(end)
-        return self._result(
-            job_trace,
-            arrival,
-            admitted,
-            first,
-            finish,
-            prompt_len,
-            out_len,
-            steps_j,
-            ver_j,
-            acc_j,
-            outputs,
-            log,
-            timing,
-            tok_job,
-            tok_time,
-            tok_cnt,
-            clock(),
-            max_b,
-        )
-
-    def _result(
-        self,
-        job_trace,
-        arrival,
-        admitted,
-        first,
-        finish,
-        prompt_len,
-        out_len,
-        steps_j,
-        ver_j,
-        acc_j,
-        outputs,
-        log,
-        timing,
-        tok_job,
-        tok_time,
-        tok_cnt,
-        t_end,
-        max_b,
-    ) -> EngineResult:  # type: ignore[no-untyped-def]
-        import pandas as pd
-
-        from specsim.sim.metrics import request_frame, step_frame, summarize, token_frame
-
         f64 = lambda x: np.asarray(x, dtype=np.float64)  # noqa: E731
         i64 = lambda x: np.asarray(x, dtype=np.int64)  # noqa: E731
         done = np.isfinite(f64(finish))
-        emitted = np.where(done, i64(out_len), 0)
         raw = RawLog(
             job_trace=i64(job_trace),
             arrival_s=f64(arrival),
@@ -497,7 +450,7 @@ class RealEngine:
             finish_s=f64(finish),
             prompt_len=i64(prompt_len),
             output_len=i64(out_len),
-            emitted=emitted,
+            emitted=np.where(done, i64(out_len), 0),
             steps=i64(steps_j),
             verified=i64(ver_j),
             accepted=i64(acc_j),
@@ -508,6 +461,14 @@ class RealEngine:
             sim_time_s=float(log[-1][0] + log[-1][1]) if log else 0.0,
             max_batch_tokens=int(max_b),
         )
+        return self._result(raw, outputs, timing, clock())
+
+    def _result(self, raw: RawLog, outputs, timing, t_end: float) -> EngineResult:
+        """Metrics (the simulator's own functions), frames and config of a finished run."""
+        import pandas as pd
+
+        from specsim.sim.metrics import request_frame, step_frame, summarize, token_frame
+
         summary = summarize(raw, None, t_end)
         steps = step_frame(raw)
         tim = np.asarray(timing, dtype=np.float64).reshape(-1, len(TIMING_COLUMNS))

@@ -76,7 +76,10 @@ class Workload:
         return int(self.max_jobs) if self.max_jobs is not None else 4 * max(self.concurrency, 1)
 
 
-def _check_bounds(requests: int | None, duration: float | None) -> None:
+def _check_bounds(trace: Trace, requests: int | None, duration: float | None) -> None:
+    """The checks every workload makes first: a non-empty trace and at most one bound."""
+    if trace.n_requests == 0:
+        raise SpecsimError("the trace has no requests; record or synthesise one first")
     if requests is not None and duration is not None:
         raise SpecsimError("give --requests or --duration, not both")
     if requests is not None and int(requests) < 1:
@@ -122,9 +125,7 @@ def synthetic(
     seed: int = 0,
 ) -> Workload:
     """Poisson / Gamma open loop at ``rate`` or closed loop at ``concurrency``."""
-    _check_bounds(requests, duration)
-    if trace.n_requests == 0:
-        raise SpecsimError("the trace has no requests; record or synthesise one first")
+    _check_bounds(trace, requests, duration)
     perm = stream(seed, "requests").permutation(trace.n_requests).astype(np.int64)
     prompt = trace.prompt_len.astype(np.int64)
     out = trace.output_len.astype(np.int64)
@@ -234,9 +235,7 @@ def replay_arrivals(
     seed: int = 0,
 ) -> Workload:
     """Open loop from an Azure-format CSV, mapped to trace requests by length-matched sampling."""
-    _check_bounds(requests, duration)
-    if trace.n_requests == 0:
-        raise SpecsimError("the trace has no requests; record or synthesise one first")
+    _check_bounds(trace, requests, duration)
     name, t, prompt, dec = read_arrivals(arrivals)
     keep = slice(None)
     if requests is not None:
