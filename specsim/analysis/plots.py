@@ -415,7 +415,9 @@ def figure(
         title_fontsize=8,
         frameon=False,
     )
-    fig.tight_layout(rect=(0, legend_h, 1, 1))  # tight_layout already makes room for suptitle
+    # reserve a fixed height for the suptitle: on tall figures tight_layout's own allowance is
+    # a share of the height and the title ran into the first panel
+    fig.tight_layout(rect=(0, legend_h, 1, 1 - 0.45 / fig_h))
     return fig
 
 
