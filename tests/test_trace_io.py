@@ -19,9 +19,8 @@ from hypothesis import strategies as st
 
 from specsim.errors import SpecsimError
 from specsim.trace import TRACE_VERSION, Trace
-from specsim.trace.io import load_meta, read_trace, trace_to_frame, write_trace
+from specsim.trace.io import load_meta, read_trace, trace_to_frame, validate_file, write_trace
 from specsim.trace.synth import PROFILES, synth_trace
-from specsim.trace.validate import validate_file
 
 ARRAYS = ("request_ids", "prompt_len", "output_len", "offsets", "conf", "accept_len")
 OPTIONAL = ("draft_tokens", "accept_prob", "category", "arrival_s")

@@ -1,9 +1,9 @@
 """Fidelity: the simulator against the real engine, cell by cell, on the same prompts and load.
 
-For each (policy, concurrency) cell the real engine (:mod:`specsim.record.engine`) serves the
+For each (policy, concurrency) cell the real engine (:mod:`specsim.torch_engine.engine`) serves the
 trace's prompts closed-loop, and the simulator replays the recorded trace of the same prompts
 with the same policy, concurrency, job order (the same seeded workload) and the cost profile
-measured from the engine's own components (:mod:`specsim.record.engine_profile`). The table
+measured from the engine's own components (:mod:`specsim.torch_engine.profile`). The table
 holds both sides' throughput, mean / p90 TPOT, mean TTFT and tau, and the relative error
 ``(sim - real) / real``. Only torch-free code lives here; the engine is imported lazily.
 """
@@ -112,14 +112,14 @@ def run_validation(
 ) -> pd.DataFrame:
     """Run the grid; write table, step logs, profile and config under ``out_dir``."""
     from specsim.progress import Progress
-    from specsim.record.engine import EngineConfig, RealEngine
-    from specsim.record.engine_draft import make_proposer
-    from specsim.record.engine_profile import DEFAULT_B, measure_profile
     from specsim.record.models import load_target, prompt_ids
     from specsim.record.prompts import load_many
     from specsim.sim.profiles import get_profile, write_profile_csv
     from specsim.sim.replay import replay
     from specsim.sim.workload import synthetic
+    from specsim.torch_engine.engine import EngineConfig, RealEngine
+    from specsim.torch_engine.profile import DEFAULT_B, measure_profile
+    from specsim.torch_engine.proposers import make_proposer
     from specsim.trace.io import read_trace
 
     say = log or (lambda msg: None)
@@ -192,7 +192,7 @@ def run_validation(
         )
     rows, step_frames = [], []
     eos = target.eos_ids
-    from specsim.record.engine_profile import probe_ms
+    from specsim.torch_engine.profile import probe_ms
 
     probe_pts = tuple((int(cost.context_tokens[0]) if cost.is_2d else 64, b) for b in (1, 8))
     probe_ref = [float(cost.step_time(b, c)) * 1000.0 for c, b in probe_pts]
@@ -280,7 +280,7 @@ def run_validation(
 
 def layouts_table(model: Any, prompt_len: int, repeats: int) -> pd.DataFrame:
     """Flat against padded verification: decode-only batches and a batch with a prefill."""
-    from specsim.record.engine_profile import compare_layouts
+    from specsim.torch_engine.profile import compare_layouts
 
     shapes = {
         "8 decodes, 1-8 tokens": (1, 3, 5, 8, 2, 6, 1, 4),

@@ -100,12 +100,12 @@ def run(args: argparse.Namespace) -> int:
     policy = get_policy(args.policy)
     set_threads(args.threads)
     from specsim.progress import Progress
-    from specsim.record.engine import EngineConfig, RealEngine
-    from specsim.record.engine_draft import make_proposer
     from specsim.record.models import load_target, prompt_ids
     from specsim.record.prompts import load_many
     from specsim.sim.profiles import get_profile
     from specsim.sim.workload import synthetic
+    from specsim.torch_engine.engine import EngineConfig, RealEngine
+    from specsim.torch_engine.proposers import make_proposer
 
     prompts = load_many(args.prompts)
     target = load_target(args.target, args.device)
@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
     if args.profile:
         cost = get_profile(args.profile)
     else:
-        from specsim.record.engine_profile import measure_profile
+        from specsim.torch_engine.profile import measure_profile
 
         cost = measure_profile(
             target.model,

@@ -133,7 +133,7 @@ def run_info(args: argparse.Namespace) -> int:
 
 
 def run_validate(args: argparse.Namespace) -> int:
-    from specsim.trace.validate import validate_file
+    from specsim.trace.io import validate_file
 
     trace = validate_file(args.file)
     print(f"ok: {trace.n_requests} requests, {trace.n_rows} rows")

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,16 +30,7 @@ import pandas as pd
 from specsim.errors import SpecsimError
 from specsim.progress import Progress
 from specsim.record.prompts import Prompt
-
-
-@dataclass(frozen=True)
-class RequestRows:
-    """The trace rows of one request (column arrays)."""
-
-    draft_tokens: np.ndarray  # [L, gamma] int32
-    confidence: np.ndarray  # [L, gamma] float32
-    accept_len: np.ndarray  # [L] int16
-    accept_prob: np.ndarray | None = None  # [L, gamma] float32
+from specsim.record.rows import RecordConfig, RequestRows
 
 
 def greedy_rows(drafter: Any, s: Any, raw: bool = False) -> RequestRows:
@@ -83,15 +73,6 @@ def rows_frame(rows: RequestRows, request_id: int, prompt_len: int, category: st
     if rows.accept_prob is not None:
         frame["accept_prob"] = list(rows.accept_prob)
     return frame
-
-
-@dataclass(frozen=True)
-class RecordConfig:
-    temperature: float = 0.0
-    max_new_tokens: int = 256
-    batch_size: int = 16
-    seed: int = 0
-    chunk: int = 8  # requests per resume checkpoint
 
 
 def record(

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from specsim.record.models import crop_cache, forward_cached, output_cache
-from specsim.record.recorder import RecordConfig, RequestRows
+from specsim.record.rows import RecordConfig, RequestRows
 from specsim.record.verify import draft_law, verify
 
 

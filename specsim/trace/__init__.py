@@ -12,7 +12,7 @@ _LAZY = {
     "trace_to_frame": "specsim.trace.io",
     "trace_to_table": "specsim.trace.io",
     "load_meta": "specsim.trace.io",
-    "validate_file": "specsim.trace.validate",
+    "validate_file": "specsim.trace.io",
     "validate_table": "specsim.trace.validate",
     "trace_stats": "specsim.trace.stats",
     "per_position_table": "specsim.trace.stats",

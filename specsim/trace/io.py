@@ -43,6 +43,11 @@ def read_trace(path: str | Path) -> Trace:
     return validate_table(_read_table(path), path)
 
 
+def validate_file(path: str | Path) -> Trace:
+    """Read and check a trace file (``specsim traces validate``): the path ``read_trace`` takes."""
+    return read_trace(path)
+
+
 def load_meta(path: str | Path) -> dict[str, str]:
     """The key-value metadata of a trace file (str -> str), read without loading the rows."""
     p = Path(path)

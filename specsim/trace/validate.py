@@ -372,10 +372,3 @@ def validate_table(table: pa.Table, path: str | Path = "<table>") -> Trace:
         meta=meta,
         path=path,
     )
-
-
-def validate_file(path: str | Path) -> Trace:
-    """Read and check a trace file; the CLI's ``specsim traces validate`` calls this."""
-    from specsim.trace.io import read_trace
-
-    return read_trace(path)

@@ -35,11 +35,11 @@ import torch
 
 from specsim.errors import SpecsimError
 from specsim.policies.base import Policy, StepInput, check_lengths
-from specsim.record.engine_draft import Proposer
-from specsim.record.engine_model import FlatTarget
 from specsim.sim.cost import CostModel
 from specsim.sim.engine import STEP_COLUMNS, RawLog
 from specsim.sim.workload import Workload
+from specsim.torch_engine.proposers import Proposer
+from specsim.torch_engine.target import FlatTarget
 
 PRIOR_RATE = 0.5  # the simulator's online acceptance prior (specsim.sim.engine)
 PRIOR_WEIGHT = 2.0

@@ -1,7 +1,7 @@
 """Measure the real engine's own costs as an SPS profile the simulator reads.
 
 Why not ``specsim profile``'s Hugging Face forward: the simulator must be told what THIS engine's
-step costs, and the engine runs its own flattened forward (``engine_model.py``). The step is
+step costs, and the engine runs its own flattened forward (``target.py``). The step is
 decomposed the way the simulator's cost model composes it (``specsim.sim.cost``):
 
 - ``step_ms(B, context)``: one target forward of B new tokens of ONE request after a cached
@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from specsim.progress import Progress
-from specsim.record.engine_model import FlatTarget
+from specsim.torch_engine.target import FlatTarget
 
 DEFAULT_B = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384)
 DEFAULT_CTX = (64, 256, 512)
@@ -201,7 +201,7 @@ def measure_profile(
     piv = steps.pivot_table(index="context_tokens", columns="batch_tokens", values="step_ms")
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     meta = {
-        "source": "measured by specsim.record.engine_profile (the real engine's own forward)",
+        "source": "measured by specsim.torch_engine.profile (the real engine's own forward)",
         "measured_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "torch_threads": str(torch.get_num_threads()),
         "loadavg_1min": f"{load:.2f}",
@@ -260,8 +260,8 @@ def _loop_overhead(
     import pandas as pd
 
     from specsim.policies.base import get_policy
-    from specsim.record.engine import EngineConfig, RealEngine
     from specsim.sim.workload import Workload
+    from specsim.torch_engine.engine import EngineConfig, RealEngine
 
     rows = []
     for r in requests:

@@ -1,0 +1,41 @@
+"""The resumable sweep every report runs into its folder's ``results.parquet``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from specsim.analysis.report import ReportContext
+
+
+def cells_resumable(ctx: ReportContext, cells: list, out: Path) -> bool:
+    """True when ``out`` may be resumed (it holds only cells of this grid)."""
+    if not out.exists():
+        return False
+    try:
+        old = pd.read_parquet(out, columns=["cell_key"])
+    except Exception:  # noqa: BLE001 - unreadable: start again
+        return True
+    return set(old["cell_key"]) <= {c.key for c in cells}
+
+
+def sweep_into_folder(
+    ctx: ReportContext, traces: list[str], policies: list[str], **kw: Any
+) -> pd.DataFrame:
+    """A resumable sweep into the report folder's results.parquet (reset if the grid changed)."""
+    from specsim.analysis.sweep import build_cells, run_cells
+
+    cells = build_cells(traces, policies, **kw)
+    out = ctx.folder / "results.parquet"
+    force = not ctx.resume or (out.exists() and not cells_resumable(ctx, cells, out))
+    table = run_cells(cells, out=out, workers=ctx.workers, force=force, progress=ctx.progress)
+    ctx.written.append(out)
+    if table.attrs["cells_reused"]:
+        ctx.notes.append(
+            f"{table.attrs['cells_reused']} of {table.attrs['cells_total']} sweep cells were "
+            "reused from `results.parquet` (same cell, same trace bytes, same result); delete "
+            "it to recompute everything"
+        )
+    return table

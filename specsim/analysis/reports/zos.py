@@ -1,0 +1,177 @@
+"""``zos``: what zero-overhead scheduling buys as the scheduler's compute cost grows."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from specsim.analysis.report import ReportContext
+from specsim.analysis.reports.common import cells_resumable
+
+ZOS_LABELS = {
+    "hw-aware": "hw-aware (serial, fresh, early stop)",
+    "hw-aware-global": "hw-aware-global (serial, fresh)",
+    "zos-serial": "zos-serial (serial, lagged)",
+    "zos": "zos (overlapped, lagged)",
+    "fresh-overlapped": "fresh-overlapped (ideal: overlapped, fresh)",
+}
+
+
+def build(ctx: ReportContext) -> None:
+    """What zero-overhead scheduling buys as the scheduler's compute cost grows: serial against
+    overlapped (zos-serial vs zos), lagged budget against fresh (zos vs fresh-overlapped)."""
+    from specsim.analysis.variants import FRESH_OVERLAPPED, ZOS_SERIAL, scaled_profile_name
+    from specsim.sim.profiles import get_profile
+
+    trace = ctx.path(ctx.get("trace"))
+    base_name = str(ctx.get("profile", "v4-flash-like"))
+    scales = [float(x) for x in ctx.get("sched_scales", kind=list)]
+    conc = [float(x) for x in ctx.get("concurrency", kind=list)]
+    seeds = int(ctx.get("seeds", 1))
+    requests = ctx.get("requests", None)
+    base = get_profile(base_name)
+    prof_paths = {s: scaled_profile_name(base_name, s) for s in scales}
+    specs = {
+        "hw-aware": "hw-aware",
+        "hw-aware-global": "hw-aware-global",
+        "zos-serial": ZOS_SERIAL,
+        "zos": "zos",
+        "fresh-overlapped": FRESH_OVERLAPPED,
+    }
+    from specsim.analysis.sweep import build_cells, run_cells
+
+    cells = []
+    for s in scales:
+        cells += build_cells(
+            str(trace),
+            list(specs.values()),
+            concurrency=conc,
+            seeds=seeds,
+            profile=prof_paths[s],
+            seed=int(ctx.get("seed", 0)),
+            requests=int(requests) if requests is not None else None,
+        )
+    out = ctx.folder / "results.parquet"
+    force = not ctx.resume or (out.exists() and not cells_resumable(ctx, cells, out))
+    table = run_cells(cells, out=out, workers=ctx.workers, force=force, progress=ctx.progress)
+    if table.attrs["cells_reused"]:
+        ctx.notes.append(
+            f"{table.attrs['cells_reused']} of {table.attrs['cells_total']} cells were reused "
+            "from `results.parquet`; delete it to recompute everything"
+        )
+    inv = {v: k for k, v in specs.items()}
+    scale_of = {v: k for k, v in prof_paths.items()}
+    table["variant"] = table["policy"].map(inv)
+    table["sched_scale"] = table["profile"].map(scale_of)
+    table["sched_ms_per_decision"] = (
+        (base.sched_base_us + base.sched_us_per_request * table["load"])
+        * table["sched_scale"]
+        / 1000.0
+    )
+    mean = (
+        table.groupby(["load", "sched_scale", "variant"], sort=True)[
+            ["throughput_tok_s", "per_user_tps_mean", "tpot_ms_p50", "tau", "mean_batch_tokens"]
+        ]
+        .mean()
+        .reset_index()
+    )
+    zero = table[(table["variant"] == "zos") & (table["sched_scale"] == min(scales))]
+    step_ms = {
+        c: 1000.0 * float((g["sim_time_s"] / g["engine_steps"]).mean())
+        for c, g in zero.groupby("load")
+    }
+    ctx.md(
+        "## Setup",
+        "",
+        f"Trace `{ctx.rel(trace)}`, profile `{base_name}` with its scheduler cost "
+        f"({base.sched_base_us:g} us + {base.sched_us_per_request:g} us per running request per "
+        f"decision) multiplied by {', '.join(f'{s:g}' for s in scales)}; concurrency "
+        f"{', '.join(f'{c:g}' for c in conc)}; {seeds} seed(s), mean shown. Five schedulers "
+        "split ZOS into its two halves:",
+        "",
+        "| variant | scheduler time | budget from | lossless |",
+        "|---|---|---|---|",
+        "| `hw-aware` | added to each step | current confidences, early stop | yes |",
+        "| `hw-aware-global` | added to each step | current confidences, global search | no |",
+        "| `zos-serial` | added to each step | confidences two steps old (lagged) | yes |",
+        "| `zos` | overlapped with the target step | lagged | yes |",
+        "| `fresh-overlapped` | overlapped | current (impossible in a real engine: an upper "
+        "bound) | no |",
+        "",
+        "Mean engine step (simulated time / steps, `zos` at the lowest cost) at the swept "
+        "loads: " + ", ".join(f"{v:.1f} ms at concurrency {c:g}" for c, v in step_ms.items()) + ".",
+        "",
+    )
+    fig = _zos_figure(mean, conc, base_name)
+    ctx.figure(fig, "zos.png", "Throughput and per-user speed as the scheduler's cost grows")
+    ctx.md("## What overlap buys and what the lag costs", "")
+    piv = mean.pivot_table(index=["load", "sched_scale"], columns="variant",
+                           values="throughput_tok_s").reset_index()  # fmt: skip
+    piv["sched ms/decision"] = (
+        (base.sched_base_us + base.sched_us_per_request * piv["load"]) * piv["sched_scale"] / 1e3
+    )
+    piv["overlap buys (zos / zos-serial) %"] = 100 * (piv["zos"] / piv["zos-serial"] - 1)
+    piv["lag costs (zos / fresh-overlapped) %"] = 100 * (piv["zos"] / piv["fresh-overlapped"] - 1)
+    cols = ["load", "sched_scale", "sched ms/decision", *specs, piv.columns[-2], piv.columns[-1]]
+    show = piv[cols].rename(columns={"load": "concurrency", "sched_scale": "cost x"})
+    ctx.md("Throughput per GPU (tok/s):", "")
+    ctx.table(show, "{:,.1f}")
+    ctx.md(*_zos_discussion(piv, step_ms), "")
+
+
+def _zos_figure(mean: pd.DataFrame, conc: list[float], base_name: str):
+    import matplotlib.pyplot as plt
+
+    from specsim.analysis.palette import policy_style
+
+    n = len(conc)
+    fig, axes = plt.subplots(n, 2, figsize=(11, 3.6 * n + 1.2), squeeze=False)
+    for i, c in enumerate(conc):
+        m = mean[mean["load"] == c]
+        for j, (col, label) in enumerate(
+            [("throughput_tok_s", "throughput per GPU (tok/s)"),
+             ("per_user_tps_mean", "per-user decode speed (tok/s/user)")]
+        ):  # fmt: skip
+            ax = axes[i, j]
+            for v, lab in ZOS_LABELS.items():
+                g = m[m["variant"] == v].sort_values("sched_scale")
+                ax.plot(g["sched_scale"], g[col], label=lab, markersize=5,
+                        **policy_style(v).kwargs())  # fmt: skip
+            ax.set_xscale("symlog", linthresh=1.0)
+            ax.set_xlabel(f"scheduler compute cost (x {base_name}'s)")
+            ax.set_ylabel(label)
+            ax.set_title(f"concurrency {c:g}", fontsize=10)
+            ax.grid(True, alpha=0.3)
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, title="scheduler", loc="lower center", ncols=3, fontsize=8,
+               title_fontsize=8, frameon=False)  # fmt: skip
+    fig.suptitle("zero-overhead scheduling: serial vs overlapped, lagged vs fresh budget")
+    h = fig.get_size_inches()[1]
+    fig.tight_layout(rect=(0, 1.0 / h, 1, 1 - 0.4 / h))
+    return fig
+
+
+def _zos_discussion(piv: pd.DataFrame, step_ms: dict[float, float]) -> list[str]:
+    lines = []
+    for c, g in piv.groupby("load"):
+        g = g.sort_values("sched_scale")
+        lo, hi = g.iloc[0], g.iloc[-1]
+        lines.append(
+            f"- Concurrency {c:g} (mean step {step_ms.get(c, float('nan')):.1f} ms): at "
+            f"{lo['sched_scale']:g}x cost ({lo['sched ms/decision']:.2f} ms per decision) "
+            f"overlap buys {lo['overlap buys (zos / zos-serial) %']:+.1f}% and the lag costs "
+            f"{lo['lag costs (zos / fresh-overlapped) %']:+.1f}%; at {hi['sched_scale']:g}x "
+            f"({hi['sched ms/decision']:.1f} ms per decision) overlap buys "
+            f"{hi['overlap buys (zos / zos-serial) %']:+.1f}% and the lag costs "
+            f"{hi['lag costs (zos / fresh-overlapped) %']:+.1f}%."
+        )
+    lines += [
+        "",
+        "Reading it: a serial scheduler's compute time is added to every step, so its "
+        "throughput falls as soon as that time is a visible share of the step; `zos` hides it "
+        "behind the target step and stays within a few percent of its zero-cost throughput "
+        "until a decision takes about as long as a step, then waits for the excess. The lag "
+        "(budget from confidences two steps old) is what makes the overlap possible and keeps "
+        "it lossless; `fresh-overlapped` is not a schedulable policy, only the bound that "
+        "prices the lag.",
+    ]
+    return lines
