@@ -1,26 +1,33 @@
-"""A dependency-free progress bar on stderr.
+"""Progress bars on stderr: tqdm, behind the small ``Progress`` interface specsim's loops use.
 
-Shown when stderr is a terminal (or ``SPECSIM_PROGRESS=1``); silent otherwise or when
-``SPECSIM_PROGRESS=0``, so logs and tests stay clean. Throttled to ~10 redraws a second so it
-costs nothing on hot loops.
+Shown when stderr is a terminal or inside a notebook (``tqdm.auto`` gives a real widget there),
+or with ``SPECSIM_PROGRESS=1``; silent otherwise or with ``SPECSIM_PROGRESS=0``, so logs, CI and
+tests stay clean. tqdm throttles its redraws, so hot loops may call ``update`` freely.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-import time
+from typing import Any
+
+
+def _in_notebook() -> bool:
+    return "ipykernel" in sys.modules
 
 
 def _enabled() -> bool:
     flag = os.environ.get("SPECSIM_PROGRESS")
     if flag is not None:
         return flag not in ("0", "", "false", "no")
-    return sys.stderr.isatty()
+    return sys.stderr.isatty() or _in_notebook()
 
 
 class Progress:
-    """``with Progress(total, "replay") as bar: bar.update(n)``."""
+    """``with Progress(total, "replay", unit=" tok") as bar: bar.update(n)``.
+
+    ``total`` 0 or None: no known end (a counter with a rate, no ETA).
+    """
 
     def __init__(self, total: float, desc: str = "", unit: str = "", enabled: bool | None = None):
         self.total = float(total) if total else 0.0
@@ -28,8 +35,21 @@ class Progress:
         self.unit = unit
         self.n = 0.0
         self.enabled = _enabled() if enabled is None else enabled
-        self._t0 = time.perf_counter()
-        self._last = 0.0
+        self._bar: Any = None
+        if self.enabled:
+            if _in_notebook():
+                from tqdm.auto import tqdm
+            else:
+                from tqdm import tqdm
+            self._bar = tqdm(
+                total=self.total or None,
+                desc=desc,
+                unit=unit.strip() or "it",
+                unit_scale=True,
+                file=sys.stderr,
+                dynamic_ncols=True,
+                leave=True,
+            )
 
     def __enter__(self) -> Progress:
         return self
@@ -39,36 +59,19 @@ class Progress:
 
     def update(self, n: float = 1.0) -> None:
         self.n += n
-        if not self.enabled:
-            return
-        now = time.perf_counter()
-        if now - self._last >= 0.1:
-            self._last = now
-            self._draw(now)
+        if self._bar is not None:
+            self._bar.update(n)
 
     def set(self, n: float) -> None:
         self.update(n - self.n)
 
-    def _draw(self, now: float) -> None:
-        el = now - self._t0
-        if self.total > 0:
-            frac = min(1.0, self.n / self.total)
-            width = 30
-            fill = int(frac * width)
-            bar = "#" * fill + "-" * (width - fill)
-            eta = el / frac - el if frac > 0 else float("nan")
-            msg = (
-                f"\r{self.desc} [{bar}] {frac * 100:5.1f}% {self.n:,.0f}/{self.total:,.0f}"
-                f"{self.unit} {el:5.1f}s eta {eta:5.1f}s"
-            )
-        else:
-            msg = f"\r{self.desc} {self.n:,.0f}{self.unit} {el:5.1f}s"
-        sys.stderr.write(msg)
-        sys.stderr.flush()
+    def note(self, text: str) -> None:
+        """A short status after the bar (e.g. ``"12 cached"``)."""
+        if self._bar is not None:
+            self._bar.set_postfix_str(text, refresh=False)
 
     def close(self) -> None:
-        if self.enabled:
-            self._draw(time.perf_counter())
-            sys.stderr.write("\n")
-            sys.stderr.flush()
-            self.enabled = False
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+        self.enabled = False

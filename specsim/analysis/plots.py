@@ -17,6 +17,7 @@ import pandas as pd
 from specsim.analysis.frontier import X, Y, curves, throughput_at_sla
 from specsim.analysis.palette import policy_style
 from specsim.errors import SpecsimError
+from specsim.outputs import atomic
 
 KINDS = ("pareto", "sla", "load", "calibration")
 LOAD_LABEL = {"concurrency": "load: concurrent requests", "rate": "load: arrival rate (req/s)"}
@@ -214,12 +215,9 @@ def plot_load(table: pd.DataFrame, axes: Any = None, *, trace: str | None = None
 
 def reliability(scores: np.ndarray, labels: np.ndarray, n_bins: int = 10) -> pd.DataFrame:
     """Equal-width bins of predicted probability: mean prediction, observed rate, count."""
-    scores = np.asarray(scores, dtype=np.float64)
-    labels = np.asarray(labels, dtype=np.float64)
-    b = np.minimum((scores * n_bins).astype(np.int64), n_bins - 1)
-    cnt = np.bincount(b, minlength=n_bins)
-    s = np.bincount(b, weights=scores, minlength=n_bins)
-    lab = np.bincount(b, weights=labels, minlength=n_bins)
+    from specsim.trace.stats import calibration_bins
+
+    cnt, s, lab = calibration_bins(scores, labels, n_bins)
     with np.errstate(invalid="ignore", divide="ignore"):
         return pd.DataFrame(
             {"bin": np.arange(n_bins), "predicted": s / cnt, "observed": lab / cnt, "count": cnt}
@@ -431,13 +429,8 @@ def save_figure(fig: Any, out: str | Path, *, force: bool = False, dpi: int = 15
         raise SpecsimError(f"{out} exists; pass --force to overwrite it")
     if not out.parent.exists():
         raise SpecsimError(f"folder {str(out.parent)!r} does not exist; create it first")
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    try:
+    with atomic(out) as tmp:
         fig.savefig(tmp, format=fmt, dpi=dpi, metadata=_metadata(fmt))
-        os.replace(tmp, out)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
     return out
 
 

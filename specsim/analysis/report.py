@@ -29,6 +29,7 @@ from typing import Any
 import pandas as pd
 
 from specsim.errors import SpecsimError
+from specsim.outputs import write_table, write_text
 
 # kind -> the module whose ``build(ctx)`` makes it. A table, not a decorator registry, so that this
 # plumbing never imports the reports (they import it) and ``--help`` stays cheap.
@@ -115,10 +116,8 @@ class ReportContext:
         self.md(markdown_table(frame, floatfmt), "")
 
     def save_results(self, frame: pd.DataFrame, filename: str = "results.parquet") -> Path:
-        from specsim.analysis.sweep import write_parquet_atomic
-
         out = self.folder / filename
-        write_parquet_atomic(frame, out)
+        write_table(frame, out)
         self.written.append(out)
         return out
 
@@ -129,17 +128,23 @@ def _kind_name(kind: type | tuple[type, ...]) -> str:
 
 
 def markdown_table(frame: pd.DataFrame, floatfmt: str = "{:,.1f}") -> str:
-    """A GitHub-flavoured Markdown table (no extra dependency)."""
+    """A GitHub-flavoured Markdown table (tabulate, as pandas ``to_markdown``); NaN is n/a.
 
-    def cell(v: Any) -> str:
-        if isinstance(v, float):
-            return "n/a" if v != v else floatfmt.format(v)
-        return str(v).replace("|", "\\|")
+    ``floatfmt`` is a ``str.format`` field (``"{:,.1f}"``), the form the report builders use.
+    """
+    from tabulate import tabulate
 
-    head = "| " + " | ".join(str(c) for c in frame.columns) + " |"
-    sep = "|" + "|".join("---" for _ in frame.columns) + "|"
-    body = ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(False)]
-    return "\n".join([head, sep, *body])
+    def cell(v: Any) -> Any:
+        if isinstance(v, float) and v != v:
+            return None
+        return v.replace("|", "\\|") if isinstance(v, str) else v
+
+    rows = [[cell(v) for v in row] for row in frame.astype(object).itertuples(index=False)]
+    spec = floatfmt.strip("{}").lstrip(":")
+    return tabulate(
+        rows, headers=[str(c) for c in frame.columns], tablefmt="github", floatfmt=spec,
+        missingval="n/a",
+    )  # fmt: skip
 
 
 def read_config(folder: Path) -> dict[str, Any]:
@@ -235,9 +240,7 @@ def run_report(
     took = (_dt.datetime.now(_dt.UTC) - started).total_seconds()
     _footer(ctx, took)
     readme = folder / "README.md"
-    tmp = folder / f".README.md.tmp-{os.getpid()}"
-    tmp.write_text("\n".join(ctx.lines).rstrip() + "\n", encoding="utf-8")
-    os.replace(tmp, readme)
+    write_text("\n".join(ctx.lines).rstrip() + "\n", readme)
     return readme
 
 

@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 
 from specsim.analysis.grid import Cell, file_digest, make_grid
 from specsim.errors import SpecsimError
+from specsim.outputs import write_table
 from specsim.progress import Progress
 
 SWEEP_META_KEY = b"specsim.sweep"
@@ -315,31 +316,15 @@ class _Store:
 
     def save_part(self, cell: Cell, frame: pd.DataFrame) -> None:
         self.parts.mkdir(exist_ok=True)
-        write_parquet_atomic(frame, self._part_path(cell))
+        write_table(frame, self._part_path(cell))
 
     def read_part(self, cell: Cell) -> pd.DataFrame:
         return pd.read_parquet(self._part_path(cell))
 
     def finish(self, table: pd.DataFrame) -> None:
-        write_parquet_atomic(table, self.out, meta={SWEEP_META_KEY: b"1"})
+        write_table(table, self.out, meta={SWEEP_META_KEY: b"1"})
         if self.parts.exists():
             shutil.rmtree(self.parts)
-
-
-def write_parquet_atomic(
-    frame: pd.DataFrame, path: Path, meta: dict[bytes, bytes] | None = None
-) -> None:
-    """Write to ``path.tmp-<pid>`` then rename: readers never see a partial file."""
-    table = pa.Table.from_pandas(frame, preserve_index=False)
-    if meta:
-        table = table.replace_schema_metadata({**(table.schema.metadata or {}), **meta})
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        pq.write_table(table, tmp)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
 
 
 def deterministic_columns(table: pd.DataFrame) -> list[str]:

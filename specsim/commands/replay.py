@@ -12,11 +12,10 @@ import json
 import math
 import os
 import sys
-import tempfile
 import warnings
-from pathlib import Path
 
 from specsim.errors import SpecsimError
+from specsim.outputs import check_out, jsonable, write_table
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -53,44 +52,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--force", action="store_true", help="overwrite --out")
     p.add_argument("--json", action="store_true", help="print one JSON object (summary+config)")
     p.set_defaults(func=run)
-
-
-def _clean(x: object) -> object:
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, dict):
-        return {k: _clean(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [_clean(v) for v in x]
-    if hasattr(x, "item"):  # numpy scalars
-        return _clean(x.item())
-    return x
-
-
-def _check_out(out: str | None, force: bool) -> Path | None:
-    if out is None:
-        return None
-    p = Path(out)
-    if p.is_dir():
-        raise SpecsimError(f"--out {out} is a directory; give a file name ending in .parquet")
-    if not p.parent.is_dir():
-        raise SpecsimError(f"--out: directory {str(p.parent)!r} does not exist; create it first")
-    if p.exists() and not force:
-        raise SpecsimError(f"--out {out} exists; pass --force to overwrite it")
-    return p
-
-
-def write_parquet_atomic(frame, path: Path) -> None:
-    """Write to a temporary name beside ``path``, then rename: no partial file looks complete."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        frame.to_parquet(tmp, index=False)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def _fmt(x: float, spec: str = ".1f") -> str:
@@ -130,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
     from specsim.progress import Progress
     from specsim.sim.replay import replay
 
-    out = _check_out(args.out, args.force)
+    out = None if args.out is None else check_out(args.out, force=args.force)
     if args.cv is not None and args.rate is None:
         raise SpecsimError("--cv shapes open-loop arrivals; use it with --rate")
     if not os.path.isfile(args.trace):
@@ -159,9 +120,9 @@ def run(args: argparse.Namespace) -> int:
     for w in caught:
         sys.stderr.write(f"specsim: warning: {w.message}\n")
     if out is not None:
-        write_parquet_atomic(res.requests, out)
+        write_table(res.requests, out)
     if args.json:
-        print(json.dumps(_clean({**res.summary, "config": res.config}), sort_keys=True))
+        print(json.dumps(jsonable({**res.summary, "config": res.config}), sort_keys=True))
     else:
         print(table(res.summary, res.config))
         if out is not None:

@@ -14,6 +14,7 @@ import math
 import sys
 
 from specsim.errors import SpecsimError
+from specsim.outputs import jsonable
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -70,17 +71,6 @@ def _usage(parser: argparse.ArgumentParser) -> int:
     return 2
 
 
-def _clean(x: object) -> object:
-    """NaN -> None, recursively, so the JSON is standard."""
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, dict):
-        return {k: _clean(v) for k, v in x.items()}
-    if isinstance(x, list):
-        return [_clean(v) for v in x]
-    return x
-
-
 def _fmt(x: float, digits: int = 3) -> str:
     return "n/a" if x is None or not math.isfinite(x) else f"{x:.{digits}f}"
 
@@ -95,7 +85,7 @@ def run_info(args: argparse.Namespace) -> int:
     if args.json:
         out = {"file": args.file, "meta": trace.meta, **stats}
         out["per_position"] = table.to_dict(orient="records")
-        print(json.dumps(_clean(out), sort_keys=False))
+        print(json.dumps(jsonable(out), sort_keys=False))
         return 0
     meta = trace.meta
     lines = [

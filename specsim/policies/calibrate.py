@@ -7,6 +7,12 @@ c'_k = sigmoid(logit(c_k) / T_k), that minimises the ECE of a'_k against "the fi
 are accepted", with T_1..T_{k-1} already fixed. Each map is monotone, so the order of
 candidates within a position is preserved (AUROC per position unchanged). A small penalty on
 |log T_k| keeps the fit near T = 1 where the ECE curve is flat (small held-out sets).
+
+Why a grid and not ``scipy.optimize.minimize_scalar``: ECE is piecewise constant in T (a
+temperature moves samples between bins in jumps), so Brent's method stalls on flat steps. Tried
+on the shipped traces' STS fit sets (bounded Brent on log T, xatol 1e-4), it found a worse
+optimum on math (0.330 against the grid's 0.305, sum over positions) and a better one on the
+other four by at most 0.008: the 161-point grid is the more robust of the two.
 """
 
 from __future__ import annotations
@@ -37,15 +43,13 @@ def ece_many(scores: np.ndarray, labels: np.ndarray, n_bins: int = N_BINS) -> np
 
     Equal-width bins on [0, 1]; ECE = sum_b |mean score - mean label| * share of samples in b.
     """
+    from specsim.trace.stats import calibration_bins
+
     g, n = scores.shape
     if n == 0:
         return np.zeros(g)
-    bins = np.minimum((scores * n_bins).astype(np.int64), n_bins - 1)
-    flat = (bins + n_bins * np.arange(g)[:, None]).ravel()
-    size = g * n_bins
-    s_sum = np.bincount(flat, weights=scores.ravel(), minlength=size)
-    l_sum = np.bincount(flat, weights=np.broadcast_to(labels, scores.shape).ravel(), minlength=size)
-    return (np.abs(s_sum - l_sum).reshape(g, n_bins).sum(axis=1)) / n
+    _, s_sum, l_sum = calibration_bins(scores, labels, n_bins)
+    return np.abs(s_sum - l_sum).sum(axis=1) / n
 
 
 def fit_sts(

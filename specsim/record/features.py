@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from specsim.outputs import atomic
 from specsim.record.models import Target
 
 
@@ -99,7 +100,6 @@ def cached_target_pass(
     """
     import hashlib
     import json
-    import os
 
     from specsim.record.models import cache_dir
 
@@ -115,8 +115,7 @@ def cached_target_pass(
             pass
     s = target_pass(target, prompt, output, layer_ids, window, topk, category)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     fields = ("seq", "prompt_len", "start", "feats", "greedy", "topk_ids", "topk_p")
-    torch.save({f: getattr(s, f) for f in fields}, tmp)
-    os.replace(tmp, path)
+    with atomic(path) as tmp:
+        torch.save({f: getattr(s, f) for f in fields}, tmp)
     return s

@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from specsim.errors import SpecsimError
+from specsim.outputs import atomic
 from specsim.progress import Progress
 from specsim.record.prompts import Prompt
 from specsim.record.rows import RecordConfig, RequestRows
@@ -167,12 +168,9 @@ def record(
                 timings["draft_s"] += time.perf_counter() - t
                 frames.append(rows_frame(rows, i, len(ids[i]), prompts[i].category))
             chunk_file = part_dir / f"chunk-{c0:06d}.parquet"
-            tmp = chunk_file.with_name(chunk_file.name + ".tmp")
-            if frames:
-                pd.concat(frames, ignore_index=True).to_parquet(tmp)
-            else:
-                pd.DataFrame().to_parquet(tmp)
-            tmp.rename(chunk_file)
+            with atomic(chunk_file) as tmp:
+                frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+                frame.to_parquet(tmp)
             bar.update(len(idx))
     parts = [pd.read_parquet(f) for f in sorted(part_dir.glob("chunk-*.parquet"))]
     frame = pd.concat([p for p in parts if len(p)], ignore_index=True)

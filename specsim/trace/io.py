@@ -10,7 +10,6 @@ complete, so a crash never leaves a file that looks finished.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from specsim.errors import SpecsimError, TraceError
+from specsim.outputs import atomic, check_out
 from specsim.trace.model import TRACE_VERSION, Trace
 from specsim.trace.validate import VERSION_KEY, table_meta, validate_table
 
@@ -124,13 +124,7 @@ def write_trace(
     are stored as JSON. ``specsim.trace_version`` and ``block_size`` are set from the data.
     Refuses to replace an existing file unless ``force``. The file appears only when complete.
     """
-    path = Path(path)
-    if path.exists() and not force:
-        raise SpecsimError(f"{path} already exists; pass --force (force=True) to overwrite it")
-    if path.is_dir():
-        raise SpecsimError(f"{path} is a directory; give a file name ending in .parquet")
-    if not path.parent.is_dir():
-        raise SpecsimError(f"{path.parent} does not exist; create the directory first")
+    path = check_out(path, force=force, suffixes=(), flag="trace")
 
     if isinstance(frame_or_trace, Trace):
         base = dict(frame_or_trace.meta)
@@ -156,15 +150,11 @@ def write_trace(
     trace = validate_table(table.replace_schema_metadata(merged), path)
     canonical = trace_to_table(trace)
 
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
     try:
-        pq.write_table(canonical, tmp, compression="zstd")
-        os.replace(tmp, path)
-    except BaseException as exc:
-        tmp.unlink(missing_ok=True)
-        if isinstance(exc, OSError):
-            raise SpecsimError(
-                f"could not write {path}: {exc.strerror or exc}; check free space and permissions"
-            ) from None
-        raise
+        with atomic(path) as tmp:
+            pq.write_table(canonical, tmp, compression="zstd")
+    except OSError as exc:
+        raise SpecsimError(
+            f"could not write {path}: {exc.strerror or exc}; check free space and permissions"
+        ) from None
     return path
