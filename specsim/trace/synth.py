@@ -30,10 +30,10 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from scipy.stats import beta as beta_dist
 
-from specsim import __version__
 from specsim.errors import SpecsimError
 from specsim.rng import stream
 from specsim.trace.model import TRACE_VERSION, Trace
+from specsim.version import __version__
 
 # Conditional acceptance per draft position k = 1..7 (block size 7), from dspark.md:
 # - chat: the survival prior a_1..a_7 = 0.78, 0.55, 0.37, 0.24, 0.16, 0.11, 0.08 measured by a

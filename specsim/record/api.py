@@ -1,0 +1,89 @@
+"""Recording as functions: what ``specsim record`` does, callable from a notebook.
+
+The command (``specsim.commands.record``) only parses flags and calls ``record_trace``; so does
+``specsim.analysis.recording``. One code path, one set of one-line errors.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from specsim.errors import SpecsimError
+
+
+def load_drafter_spec(spec: str, target: Any, block_size: int | None) -> tuple[Any, str]:
+    """A drafter from its command-line name: ``dspark``, a checkpoint folder or ``ngram[:N]``."""
+    from specsim.record.build import default_drafter_dir
+    from specsim.record.dspark import load_drafter
+
+    if spec.startswith("ngram"):
+        from specsim.record.ngram import NgramDrafter
+
+        n = int(spec.split(":", 1)[1]) if ":" in spec else 3
+        return NgramDrafter(n=n, block_size=block_size or 7), f"ngram:{n}"
+    path = default_drafter_dir(target) if spec == "dspark" else Path(spec).expanduser()
+    if spec == "dspark" and not path.exists():
+        raise SpecsimError(
+            f"no trained DSpark drafter for this target at {path}; run 'specsim train-drafter' "
+            "first, or pass --drafter ngram"
+        )
+    drafter = load_drafter(path, device=target.device).bind(target.model.get_input_embeddings())
+    if block_size and block_size != drafter.cfg.block_size:
+        raise SpecsimError(
+            f"the drafter at {path} drafts blocks of {drafter.cfg.block_size}, not {block_size}; "
+            "drop --block-size or train one with that block size"
+        )
+    return drafter, f"dspark:{path.name}"
+
+
+def record_trace(
+    prompts: str | list[str],
+    out: str | Path,
+    *,
+    target: str = "smollm2",
+    drafter: str = "dspark",
+    device: str = "cpu",
+    threads: int = 0,
+    category: str | None = None,
+    max_new_tokens: int = 256,
+    temperature: float = 0.0,
+    batch_size: int = 16,
+    limit: int | None = None,
+    block_size: int | None = None,
+    seed: int = 0,
+    force: bool = False,
+    command: str | None = None,
+) -> dict[str, Any]:
+    """Record ``prompts`` with a real target and drafter into the trace ``out``; return the
+    recorder's summary (timings, counts). Checks its arguments before loading anything."""
+    from specsim.outputs import check_out
+    from specsim.record.models import load_target, set_threads
+    from specsim.record.prompts import load_many
+    from specsim.record.recorder import RecordConfig, record
+
+    if not temperature >= 0 or temperature == float("inf"):
+        raise SpecsimError(f"--temperature must be a finite number >= 0, got {temperature}")
+    if max_new_tokens < 1:
+        raise SpecsimError("--max-new-tokens must be at least 1")
+    if batch_size < 1:
+        raise SpecsimError("--batch-size must be at least 1")
+    if limit is not None and limit < 1:
+        raise SpecsimError("--limit must be at least 1")
+    out = check_out(out, force=force, suffixes=(".parquet",))
+    set_threads(threads)
+    plist = [prompts] if isinstance(prompts, str) else list(prompts)
+    loaded = load_many(plist, category)
+    if limit:
+        loaded = loaded[:limit]
+    tgt = load_target(target, device)
+    drf, name = load_drafter_spec(drafter, tgt, block_size)
+    cfg = RecordConfig(
+        temperature=temperature, max_new_tokens=max_new_tokens, batch_size=batch_size, seed=seed
+    )
+    extra = {"command": command or f"specsim.record.api.record_trace({plist!r}, ...)"}
+    if getattr(drf.cfg, "sts_temperatures", None):
+        extra["confidence"] = "sts"
+        extra["sts_temperatures"] = json.dumps(list(drf.cfg.sts_temperatures))
+    return record(tgt, drf, name, loaded, out, cfg, force, extra)
