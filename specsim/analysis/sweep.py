@@ -219,9 +219,16 @@ def dask_client(dask: Any) -> tuple[Any, bool]:
         ) from None
     if isinstance(dask, Client):
         return dask, False
+    import re
+
+    if not re.fullmatch(r"(tcp|tls|ucx|inproc)://[^\s:/]+:\d{1,5}", str(dask)):
+        raise SpecsimError(
+            f"--dask {dask!r} is not a scheduler address; give tcp://host:port (the address "
+            "'dask scheduler' prints)"
+        )
     try:
         return Client(str(dask), timeout="10s", set_as_default=False), True
-    except OSError as exc:
+    except (OSError, ValueError, TimeoutError) as exc:
         raise SpecsimError(
             f"cannot reach the Dask scheduler at {dask!r} ({exc}); check the address "
             "(tcp://host:port) and that the scheduler is running"

@@ -14,10 +14,12 @@ from pathlib import Path
 
 from specsim.errors import SpecsimError
 
+# The figure kinds of ``specsim.analysis.plots.KINDS``, spelled out so ``--help`` needs no
+# matplotlib or pandas (tests/test_cli_help.py keeps the two equal).
+KINDS = ("pareto", "sla", "load", "calibration")
+
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from specsim.analysis.plots import KINDS
-
     p = sub.add_parser(
         "plot",
         help="draw pareto / sla / load figures from a sweep, or calibration from a trace",

@@ -150,6 +150,13 @@ def _profile(values: list[str]) -> tuple[str, tuple[float, ...]]:
     return "custom", profile
 
 
+# Bounds of a synthetic trace: real drafters verify 1-16 tokens a step; lengths and counts far
+# beyond any benchmark would only make a file of gigabytes (or a run of hours) by mistake.
+MAX_BLOCK = 64
+MAX_LEN = 1_000_000
+MAX_SYNTH_REQUESTS = 1_000_000
+
+
 def run_synth(args: argparse.Namespace) -> int:
     from specsim.trace.io import write_trace
     from specsim.trace.stats import trace_stats
@@ -157,11 +164,16 @@ def run_synth(args: argparse.Namespace) -> int:
 
     name, profile = _profile(args.profile)
     gamma = args.block_size if args.block_size is not None else len(profile)
-    if gamma < 1:
-        raise SpecsimError(f"--block-size {gamma} must be at least 1")
+    if not 1 <= gamma <= MAX_BLOCK:
+        raise SpecsimError(
+            f"--block-size {gamma} must be in [1, {MAX_BLOCK}] (drafters verify blocks of 1-16)"
+        )
     profile = fit_profile(profile, gamma)
-    if args.output_len < 1 or args.prompt_len < 0:
-        raise SpecsimError("--output-len must be >= 1 and --prompt-len >= 0 tokens")
+    for flag, v, lo in (("--output-len", args.output_len, 1), ("--prompt-len", args.prompt_len, 0)):
+        if not (math.isfinite(v) and lo <= v <= MAX_LEN):
+            raise SpecsimError(f"{flag} {v} must be a number of tokens in [{lo}, {MAX_LEN:,}]")
+    if not 1 <= args.requests <= MAX_SYNTH_REQUESTS:
+        raise SpecsimError(f"--requests {args.requests} must be in [1, {MAX_SYNTH_REQUESTS:,}]")
     auroc = args.auroc if args.concentration is None else None
     if auroc is None and args.concentration is None:
         auroc = DEFAULT_AUROC

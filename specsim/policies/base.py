@@ -16,6 +16,8 @@ Protocol (``Policy.schedule(inp) -> lengths``):
   (``goodput``).
 - ``inp.accept_len``: (R,) the truth: only ``oracle`` may read it; it is an upper bound, not a
   scheduler.
+- ``inp.rng``: the policy's own seeded ``numpy.random.Generator`` (may be None): a random policy
+  draws from it and nothing else.
 Returns an integer array of shape (R,) with values in [0, gamma].
 
 Non-anticipation (what makes truncation lossless): whether draft token k of request r is verified
@@ -26,7 +28,7 @@ x_{r,k} itself through the Markov feature). See docs/ and the losslessness suite
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -45,6 +47,9 @@ class StepInput:
     lagged_conf: np.ndarray | None = None
     accept_rate: np.ndarray | None = None
     accept_len: np.ndarray | None = None
+    # The policy's own seeded random stream: a random policy must draw from it (and only it), so
+    # the losslessness checker can integrate over its randomness. None: the caller gives none.
+    rng: np.random.Generator | None = None
 
     @property
     def n_requests(self) -> int:
@@ -79,9 +84,38 @@ class Policy:
 POLICIES: Registry[Policy] = Registry("policy")
 
 
+def _guarded(schedule: Callable[[StepInput], np.ndarray], spec: str) -> Callable:
+    """A plug-in's ``schedule`` whose exceptions become one line naming the policy.
+
+    A user's policy is code specsim did not write: when it raises, the user needs to know it was
+    the policy (and what it raised), not read a traceback through the engine. Errors that are
+    already one-liners, and Ctrl-C, pass through unchanged.
+    """
+
+    def guarded(inp: StepInput) -> np.ndarray:
+        try:
+            return schedule(inp)
+        except SpecsimError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - anything a plug-in raises
+            raise SpecsimError(
+                f"policy {spec!r} raised {type(exc).__name__}: {str(exc)[:200]}; fix the policy "
+                "(it gets a StepInput and returns one integer length per request)"
+            ) from exc
+
+    guarded.__name__ = getattr(schedule, "__name__", "schedule")
+    guarded.__qualname__ = f"plugin[{spec}]"
+    return guarded
+
+
 def _wrap_user(obj: object, spec: str) -> Policy:
     """A user's ``module:callable`` may be a Policy, a factory returning one, or a bare
-    ``schedule(StepInput) -> lengths`` function."""
+    ``schedule(StepInput) -> lengths`` function. Its schedule is guarded (``_guarded``)."""
+    policy = _wrap_user_unguarded(obj, spec)
+    return replace(policy, schedule=_guarded(policy.schedule, spec))
+
+
+def _wrap_user_unguarded(obj: object, spec: str) -> Policy:
     if isinstance(obj, Policy):
         return obj
     if callable(obj):
@@ -97,7 +131,12 @@ def _wrap_user(obj: object, spec: str) -> Policy:
         except (TypeError, ValueError):
             params = [None]
         if not params:  # a zero-argument factory
-            made = obj()
+            try:
+                made = obj()
+            except Exception as exc:  # noqa: BLE001 - a plug-in's own failure
+                raise SpecsimError(
+                    f"policy factory {spec!r} raised {type(exc).__name__}: {str(exc)[:200]}"
+                ) from exc
             if isinstance(made, Policy):
                 return made
             if callable(made):

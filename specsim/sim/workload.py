@@ -76,14 +76,51 @@ class Workload:
         return int(self.max_jobs) if self.max_jobs is not None else 4 * max(self.concurrency, 1)
 
 
+# The most requests one replay may simulate (memory is ~100 bytes a request in the workload and
+# the per-request table; the time, about output tokens / 1M seconds). Raise it for a bigger run
+# with the environment variable named in the error.
+MAX_REQUESTS_ENV = "SPECSIM_MAX_REQUESTS"
+DEFAULT_MAX_REQUESTS = 5_000_000
+# Tokens one request may hold (prompt or output): beyond any real model's context by far, and far
+# inside int64 so that sums of them cannot wrap.
+MAX_TOKENS_PER_REQUEST = 10_000_000
+
+
+def max_requests() -> int:
+    """The request limit in force (``SPECSIM_MAX_REQUESTS`` or 5,000,000)."""
+    raw = os.environ.get(MAX_REQUESTS_ENV)
+    if raw is None:
+        return DEFAULT_MAX_REQUESTS
+    try:
+        value = int(raw)
+    except ValueError:
+        raise SpecsimError(f"{MAX_REQUESTS_ENV}={raw!r} must be a whole number") from None
+    if value < 1:
+        raise SpecsimError(f"{MAX_REQUESTS_ENV}={raw!r} must be at least 1")
+    return value
+
+
+def check_request_count(n: float, what: str) -> None:
+    """Refuse, before anything is allocated, a replay of more requests than the limit."""
+    limit = max_requests()
+    if not n <= limit:
+        raise SpecsimError(
+            f"{what} means about {n:,.0f} requests, more than the limit of {limit:,} (memory "
+            f"~{100 * n / 2**30:,.1f} GiB); use fewer, or raise the limit with "
+            f"{MAX_REQUESTS_ENV}=N"
+        )
+
+
 def _check_bounds(trace: Trace, requests: int | None, duration: float | None) -> None:
     """The checks every workload makes first: a non-empty trace and at most one bound."""
     if trace.n_requests == 0:
         raise SpecsimError("the trace has no requests; record or synthesise one first")
     if requests is not None and duration is not None:
         raise SpecsimError("give --requests or --duration, not both")
-    if requests is not None and int(requests) < 1:
+    if requests is not None and (int(requests) < 1 or int(requests) != requests):
         raise SpecsimError(f"--requests must be a positive integer, got {requests}")
+    if requests is not None:
+        check_request_count(int(requests), f"--requests {requests}")
     if duration is not None and not (np.isfinite(duration) and duration > 0):
         raise SpecsimError(f"--duration must be a positive number of seconds, got {duration}")
 
@@ -151,6 +188,8 @@ def synthetic(
     if cv is not None and not (np.isfinite(cv) and cv > 0):
         raise SpecsimError(f"--cv must be a positive number, got {cv}")
     n = requests if requests is not None else (None if duration else trace.n_requests)
+    if n is None:
+        check_request_count(float(rate) * float(duration), f"--rate {rate:g} for {duration:g} s")
     times = open_loop_times(float(rate), cv, seed, n, duration)
     idx = perm[np.arange(times.shape[0]) % trace.n_requests]
     kind = "poisson" if cv is None or cv == 1.0 else "gamma"
@@ -207,6 +246,14 @@ def read_arrivals(spec: str | os.PathLike) -> tuple[str, np.ndarray, np.ndarray,
         raise SpecsimError(f"arrivals {name!r} has empty or non-numeric cells")
     if np.any(p < 0) or np.any(d < 1):
         raise SpecsimError(f"arrivals {name!r}: prefill tokens must be >= 0 and decode >= 1")
+    for col, v in (("num_prefill_tokens", p), ("num_decode_tokens", d)):
+        if np.any(v > MAX_TOKENS_PER_REQUEST) or np.any(v != np.floor(v)):
+            bad = int(np.flatnonzero((v > MAX_TOKENS_PER_REQUEST) | (v != np.floor(v)))[0])
+            raise SpecsimError(
+                f"arrivals {name!r} row {bad + 2}: {col} = {v[bad]:g} is not a whole number of "
+                f"at most {MAX_TOKENS_PER_REQUEST:,} tokens; fix the CSV"
+            )
+    check_request_count(t.shape[0], f"arrivals {name!r}")
     order = np.argsort(t, kind="stable")
     t = t[order]
     return name, t - t[0], p[order].astype(np.int64), d[order].astype(np.int64)

@@ -25,6 +25,10 @@ _FIX = "see docs/trace-format.md"
 _SYSTEM_META = ("ARROW:schema", "pandas")
 
 
+# Longest draft block a trace may hold: real drafters verify 1-16 tokens; accept_len is int16.
+MAX_BLOCK_SIZE = 1024
+
+
 def table_meta(table: pa.Table | pa.Schema) -> dict[str, str]:
     """The key-value metadata of a table (or schema) as str -> str, minus pyarrow's/pandas' keys."""
     schema = table if isinstance(table, pa.Schema) else table.schema
@@ -215,7 +219,10 @@ def validate_table(table: pa.Table, path: str | Path = "<table>") -> Trace:
         i = _first(np.asarray(rid_col.is_null()))
         raise TraceError(f"{path}: row {i}: request_id is null; every row needs a request id")
     if pa.types.is_integer(rid_col.type):
-        rid_col = rid_col.cast(pa.int64())
+        try:
+            rid_col = rid_col.cast(pa.int64())
+        except (pa.ArrowInvalid, OverflowError):  # uint64 ids above 2^63: keep them, as text
+            rid_col = rid_col.cast(pa.string())
     else:
         rid_col = rid_col.cast(pa.string())
     raw_ids = rid_col.to_numpy(zero_copy_only=False)
@@ -231,12 +238,20 @@ def validate_table(table: pa.Table, path: str | Path = "<table>") -> Trace:
             )
         gamma = declared_gamma
     else:
-        first_len = pc.list_value_length(_column(table, "confidence")).to_numpy(
-            zero_copy_only=False
-        )[0]
-        gamma = declared_gamma if declared_gamma is not None else int(first_len)
+        lens = pc.list_value_length(_column(table, "confidence"))
+        if declared_gamma is not None:
+            gamma = declared_gamma
+        elif lens.null_count == len(lens):
+            raise where.row(0, "confidence is null in every row; each row needs gamma confidences")
+        else:
+            gamma = int(pc.min(lens).as_py())  # rows of another length are refused below
         if gamma < 1:
             raise where.row(0, "confidence is empty; each row needs gamma >= 1 confidences")
+    if gamma > MAX_BLOCK_SIZE:
+        raise TraceError(
+            f"{path}: the block size gamma = {gamma} is above {MAX_BLOCK_SIZE}; no drafter "
+            "verifies blocks that long (accept_len is stored as int16): check the confidence lists"
+        )
 
     conf = _list_values(where, "confidence", _column(table, "confidence"), gamma, n_rows)
     drafts = _list_values(where, "draft_tokens", _column(table, "draft_tokens"), gamma, n_rows)
