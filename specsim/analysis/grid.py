@@ -22,7 +22,7 @@ import numpy as np
 
 from specsim.errors import SpecsimError
 
-LOAD_KINDS = ("concurrency", "rate")
+LOAD_KINDS = ("concurrency", "rate", "arrivals")
 
 
 @dataclass(frozen=True)
@@ -89,8 +89,9 @@ class Cell:
         kw["seed"] = self.seed
         if self.load_kind == "concurrency":
             kw["concurrency"] = int(self.load)
-        else:
+        elif self.load_kind == "rate":
             kw["rate"] = float(self.load)
+        # "arrivals": the load is the arrivals file, in the options
         if self.requests is not None:
             kw["requests"] = int(self.requests)
         if self.duration is not None:

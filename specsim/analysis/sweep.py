@@ -14,6 +14,7 @@ complete file: never half-written.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from collections.abc import Callable, Iterable
@@ -28,7 +29,7 @@ import pyarrow.parquet as pq
 
 from specsim.analysis.grid import Cell, file_digest, make_grid
 from specsim.errors import SpecsimError
-from specsim.outputs import write_table
+from specsim.outputs import check_out, lock, write_table
 from specsim.progress import Progress
 
 SWEEP_META_KEY = b"specsim.sweep"
@@ -119,9 +120,25 @@ def build_cells(
     pol_list = (
         [p.strip() for p in policies.split(",")] if isinstance(policies, str) else list(policies)
     )
-    if (concurrency is None) == (rates is None):
-        raise SpecsimError("give exactly one of concurrency (--concurrency) or rates (--rates)")
-    kind, loads = ("concurrency", concurrency) if concurrency is not None else ("rate", rates)
+    arrivals = (options or {}).get("arrivals")
+    if arrivals is not None:
+        if concurrency is not None or rates is not None:
+            raise SpecsimError(
+                "--arrivals sets the load (its arrival times); drop --concurrency/--rates"
+            )
+        kind, loads = "arrivals", [1.0]
+    elif (concurrency is None) == (rates is None):
+        raise SpecsimError(
+            "give exactly one load: --concurrency, --rates or --arrivals (concurrency=, rates= "
+            "or options={'arrivals': ...})"
+        )
+    else:
+        kind, loads = ("concurrency", concurrency) if concurrency is not None else ("rate", rates)
+    if kind == "rate" and duration is not None:
+        from specsim.sim.workload import check_request_count
+
+        for x in loads:  # type: ignore[union-attr]
+            check_request_count(float(x) * float(duration), f"--rates {x:g} for {duration:g} s")
     for t in trace_list:
         if not Path(t).is_file():
             raise SpecsimError(f"trace file {t!r} does not exist; check the path")
@@ -154,14 +171,46 @@ def run_cells(
 
     The returned frame's ``attrs`` say ``cells_total``, ``cells_run`` and ``cells_reused``.
     """
+    if workers is not None and int(workers) < 1:
+        raise SpecsimError(f"--workers must be at least 1 (default: one per CPU), got {workers}")
+    store = _Store(Path(out)) if out is not None else None
+    with lock(store.out) if store is not None else contextlib.nullcontext():
+        table, n_run = _run_locked(cells, store, workers, dask, force, progress, runner)
+    table.attrs.update(cells_total=len(cells), cells_run=n_run, cells_reused=len(cells) - n_run)
+    return table
+
+
+def cell_cost(cell: Cell) -> float:
+    """A relative estimate of a cell's run time, to start the longest cells first.
+
+    A replay's time is about (engine steps) x (cost of a step); at C requests in flight a step
+    emits ~C * tau tokens and costs a fixed ~100 us plus ~1 us a request, so the cells at low
+    load are the long ones (one request in flight: ~20x the time per token of 256). A rate's
+    concurrency is unknown before the run; its load value stands in for it.
+    """
+    load = max(float(cell.load), 1e-3)
+    requests = float(cell.requests or 100)
+    return requests * (100.0 / min(load, 256.0) + 1.0)
+
+
+def _run_locked(
+    cells: list[Cell],
+    store: _Store | None,
+    workers: int | None,
+    dask: Any,
+    force: bool,
+    progress: bool | None,
+    runner: Callable[[Cell], dict[str, Any]],
+) -> tuple[pd.DataFrame, int]:
     keys = [c.key for c in cells]
     done: dict[str, pd.DataFrame] = {}
-    store = _Store(Path(out)) if out is not None else None
     if store is not None:
         done = store.load_done(set(keys), force=force)
-    todo = [c for c in cells if c.key not in done]
+    todo = sorted((c for c in cells if c.key not in done), key=cell_cost, reverse=True)
     with Progress(len(cells), "sweep", " cells", enabled=progress) as bar:
         bar.update(len(cells) - len(todo))
+        if len(cells) > len(todo):
+            bar.note(f"{len(cells) - len(todo)} cached")
         for cell, row in _execute(todo, workers=workers, dask=dask, runner=runner):
             frame = _row_frame(row)
             if store is not None:
@@ -172,10 +221,25 @@ def run_cells(
     table = _concat([done[k] for k in keys])
     if store is not None:
         store.finish(table)
-    table.attrs.update(
-        cells_total=len(cells), cells_run=len(todo), cells_reused=len(cells) - len(todo)
-    )
-    return table
+    return table, len(todo)
+
+
+def _die_with_parent() -> None:
+    """Worker initializer: the kernel kills this worker when the sweep's process dies.
+
+    Without it, ``kill -9`` (or an unhandled SIGTERM) of a sweep leaves its workers computing
+    for minutes. Linux ``prctl(PR_SET_PDEATHSIG, SIGKILL)``; elsewhere a no-op.
+    """
+    import ctypes
+    import signal
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        return
+    if os.getppid() == 1:  # the parent died before prctl took effect
+        os._exit(1)
 
 
 def _execute(
@@ -191,14 +255,12 @@ def _execute(
     if dask is not None:
         yield from _execute_dask(todo, dask, runner)
         return
-    n = int(workers) if workers else (os.cpu_count() or 1)
-    if n < 1:
-        raise SpecsimError(f"--workers must be at least 1, got {workers}")
+    n = int(workers) if workers is not None else (os.cpu_count() or 1)
     if n == 1 or len(todo) == 1:
         for cell in todo:
             yield cell, runner(cell)
         return
-    with ProcessPoolExecutor(max_workers=min(n, len(todo))) as pool:
+    with ProcessPoolExecutor(max_workers=min(n, len(todo)), initializer=_die_with_parent) as pool:
         futures = {pool.submit(runner, cell): cell for cell in todo}
         try:
             for fut in as_completed(futures):
@@ -221,7 +283,7 @@ def dask_client(dask: Any) -> tuple[Any, bool]:
         return dask, False
     import re
 
-    if not re.fullmatch(r"(tcp|tls|ucx|inproc)://[^\s:/]+:\d{1,5}", str(dask)):
+    if not re.fullmatch(r"(tcp|tls|ucx)://[^\s:/]+:\d{1,5}|inproc://\S+", str(dask)):
         raise SpecsimError(
             f"--dask {dask!r} is not a scheduler address; give tcp://host:port (the address "
             "'dask scheduler' prints)"
@@ -270,13 +332,8 @@ class _Store:
     """The output file and its ``.parts`` folder of finished cells."""
 
     def __init__(self, out: Path) -> None:
-        if out.suffix.lower() != ".parquet":
-            raise SpecsimError(f"--out {str(out)!r} must end in .parquet")
-        if out.exists() and out.is_dir():
-            raise SpecsimError(f"--out {str(out)!r} is a folder; give a file name")
-        if not out.parent.exists():
-            raise SpecsimError(f"folder {str(out.parent)!r} does not exist; create it first")
-        self.out = out
+        # resuming an existing table is the default, so an existing file is not refused here
+        self.out = check_out(out, force=True, suffixes=(".parquet",))
         self.parts = out.with_name(out.name + ".parts")
 
     def load_done(self, keys: set[str], *, force: bool) -> dict[str, pd.DataFrame]:

@@ -26,7 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("traces", nargs="+", metavar="TRACE", help="trace files (.parquet)")
     p.add_argument("--policies", required=True, help="comma-separated, e.g. mtp1,hw-aware,zos")
-    load = p.add_mutually_exclusive_group(required=True)
+    load = p.add_mutually_exclusive_group()
     load.add_argument("--concurrency", help="requests in flight (closed loop), e.g. 1,2,4,...,256")
     load.add_argument("--rates", help="arrival rates in req/s (open loop), e.g. 1,2,4,...,64")
     p.add_argument("--seeds", type=int, default=1, help="seed replicates per cell (default 1)")
@@ -36,7 +36,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--duration", type=float, default=None, help="simulated seconds per replay")
     p.add_argument("--sla-tps", type=float, default=None, help="per-user SLA (tok/s/user)")
     p.add_argument("--cv", type=float, default=None, help="arrival burstiness (rate sweeps)")
-    p.add_argument("--arrivals", default=None, help="arrival process (see specsim replay)")
+    load.add_argument(
+        "--arrivals",
+        default=None,
+        help="replay these arrival times (a CSV or azure-conv / azure-code) instead of a load grid",
+    )
     p.add_argument("--out", required=True, help="results table (.parquet)")
     p.add_argument("--workers", type=int, default=None, help="local processes (default: CPUs)")
     p.add_argument("--dask", default=None, metavar="ADDR", help="Dask scheduler tcp://host:port")
