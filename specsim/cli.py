@@ -30,6 +30,13 @@ COMMANDS = (
 class _Parser(argparse.ArgumentParser):
     """argparse that reports a bad argument in one line (exit 2) instead of usage + error."""
 
+    def format_help(self) -> str:
+        """Help as plain text: the docstrings' reST literals (````x````) print as ``x``."""
+        return super().format_help().replace("``", "")
+
+    def format_usage(self) -> str:
+        return super().format_usage().replace("``", "")
+
     def error(self, message: str) -> None:  # type: ignore[override]
         sys.stderr.write(f"{self.prog}: error: {message}; see '{self.prog} --help'\n")
         raise SystemExit(2)

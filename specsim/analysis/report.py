@@ -149,6 +149,12 @@ def markdown_table(frame: pd.DataFrame, floatfmt: str = "{:,.1f}") -> str:
 
 def read_config(folder: Path) -> dict[str, Any]:
     path = folder / "config.toml"
+    made_by = _made_by_command(folder)
+    if not path.is_file() and made_by:
+        raise SpecsimError(
+            f"report folder {str(folder)!r} is made by another command, not by specsim report; "
+            f"regenerate it with: {made_by}"
+        )
     if not path.is_file():
         raise SpecsimError(
             f"report folder {str(folder)!r} has no config.toml; create one or pick one of: "
@@ -161,10 +167,27 @@ def read_config(folder: Path) -> dict[str, Any]:
         raise SpecsimError(f"{path} is not valid TOML: {exc}") from None
 
 
+def _made_by_command(folder: Path) -> str | None:
+    """The command a report's README says made it (``specsim validate`` writes such a README)."""
+    readme = folder / "README.md"
+    if not readme.is_file():
+        return None
+    lines = readme.read_text(encoding="utf-8", errors="replace").splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("Made by") and i + 3 < len(lines) and lines[i + 2] == "```":
+            return lines[i + 3].strip() or None
+    return None
+
+
 def list_reports(root: Path) -> list[str]:
+    """Report folders under ``root``: those with a config.toml, and those another command made."""
     if not root.is_dir():
-        return []
-    return sorted(p.parent.name for p in root.glob("*/config.toml"))
+        raise SpecsimError(f"--root {str(root)!r} is not a folder of reports; check the path")
+    return sorted(
+        p.name
+        for p in root.iterdir()
+        if p.is_dir() and ((p / "config.toml").is_file() or _made_by_command(p))
+    )
 
 
 def versions() -> dict[str, str]:

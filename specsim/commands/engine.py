@@ -13,6 +13,7 @@ import json
 import os
 from pathlib import Path
 
+from specsim.commands.common import DRAFTER_HELP, POLICY_HELP, add_seed, add_threads
 from specsim.errors import SpecsimError
 
 
@@ -21,25 +22,18 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default="smollm2", help="'smollm2', a .gguf file or an HF dir")
     p.add_argument(
         "--drafter",
-        default="ngram",
-        help="'dspark' (trained, from the cache), a DSpark checkpoint directory, 'ngram[:N]' "
-        "(prompt lookup) or 'init' (untrained DSpark from the target's layers) (default: ngram)",
+        default="dspark",
+        help=DRAFTER_HELP + ", or 'init' (an untrained DSpark drafter) (default: dspark)",
     )
     p.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
-    p.add_argument(
-        "--threads",
-        type=int,
-        default=1,
-        help="torch CPU threads (default 1: on a shared CPU more threads spin and run slower; "
-        "0 = torch default)",
-    )
+    add_threads(p)
     p.add_argument(
         "--layout",
         default="flat",
         choices=("flat", "padded"),
         help="verification batch layout (default: flat, measured faster)",
     )
-    p.add_argument("--seed", type=int, default=0)
+    add_seed(p)
 
 
 def set_threads(n: int) -> None:
@@ -57,7 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         required=True,
         help="prompt sets, e.g. humaneval[:8] gsm8k[:8] or a JSONL file",
     )
-    p.add_argument("--policy", default="hw-aware", help="a policy name (default: hw-aware)")
+    p.add_argument("--policy", default="hw-aware", help=POLICY_HELP + " (default: hw-aware)")
     load = p.add_mutually_exclusive_group()
     load.add_argument("--concurrency", type=int, help="closed loop at C concurrent requests")
     load.add_argument("--rate", type=float, help="open loop, Poisson arrivals at RATE req/s")

@@ -10,6 +10,7 @@ import json
 import sys
 from pathlib import Path
 
+from specsim.commands.common import DRAFTER_HELP, add_threads
 from specsim.errors import SpecsimError
 
 
@@ -21,18 +22,13 @@ def _target_args(p: argparse.ArgumentParser) -> None:
         "Hugging Face model directory (default: smollm2)",
     )
     p.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch default)")
+    add_threads(p)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     rec = sub.add_parser("record", help="record a trace with a real target and drafter")
     _target_args(rec)
-    rec.add_argument(
-        "--drafter",
-        default="dspark",
-        help="'dspark' (the trained drafter for this target in the cache), a DSpark checkpoint "
-        "directory, or 'ngram[:N]' (prompt lookup, no training) (default: dspark)",
-    )
+    rec.add_argument("--drafter", default="dspark", help=DRAFTER_HELP + " (default: dspark)")
     rec.add_argument(
         "--prompts",
         nargs="+",

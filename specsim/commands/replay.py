@@ -14,6 +14,13 @@ import os
 import sys
 import warnings
 
+from specsim.commands.common import (
+    POLICY_HELP,
+    add_burstiness,
+    add_profile,
+    add_seed,
+    resolve_cv,
+)
 from specsim.errors import SpecsimError
 from specsim.outputs import check_out, jsonable, write_table
 
@@ -25,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=__doc__.split("\n")[0],
     )
     p.add_argument("trace", metavar="TRACE", help="trace file (.parquet)")
-    p.add_argument("--policy", default="hw-aware", help="scheduler name (hw-aware)")
+    p.add_argument("--policy", default="hw-aware", help=POLICY_HELP + " (default: hw-aware)")
     load = p.add_mutually_exclusive_group()
     load.add_argument("--rate", type=float, help="open-loop Poisson arrivals, requests/s")
     load.add_argument(
@@ -36,14 +43,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="CSV",
         help="arrival times from a CSV (Azure format) or azure-conv / azure-code",
     )
-    p.add_argument("--cv", type=float, help="with --rate: Gamma gaps of this CV (bursts if > 1)")
+    add_burstiness(p)
     bound = p.add_mutually_exclusive_group()
     bound.add_argument("--requests", type=int, help="stop after N requests")
     bound.add_argument("--duration", type=float, help="no arrivals after S simulated seconds")
-    p.add_argument(
-        "--profile", default="h100-dense-8b", help="cost profile name or CSV (h100-dense-8b)"
-    )
-    p.add_argument("--seed", type=int, default=0, help="random seed (0)")
+    add_profile(p)
+    add_seed(p)
     p.add_argument("--sla-tps", type=float, help="per-user tok/s SLA for sla_attainment")
     p.add_argument("--calibrate", choices=["sts"], help="STS-calibrate on a held-out 30%%")
     p.add_argument("--max-running", type=int, help="max running requests (profile default)")
@@ -87,15 +92,36 @@ def table(summary: dict, config: dict) -> str:
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
 
+def _warn_static_beyond_block(policy: str, trace: str) -> None:
+    """``static:99`` on a 7-token block verifies 7: say so rather than run without a word."""
+    name, _, arg = policy.partition(":")
+    if name != "static" or not arg.isdigit():
+        return
+    from specsim.trace.io import load_meta
+
+    try:
+        block = int(load_meta(trace).get("block_size", 0))
+    except (SpecsimError, ValueError):
+        return  # the replay reports an unreadable trace in its own words
+    if block and int(arg) > block:
+        sys.stderr.write(
+            f"specsim: warning: {policy} asks for {arg} drafts a step but the trace's blocks "
+            f"hold {block}: it verifies {block}, the same as full\n"
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     from specsim.progress import Progress
     from specsim.sim.replay import replay
 
     out = None if args.out is None else check_out(args.out, force=args.force)
-    if args.cv is not None and args.rate is None:
-        raise SpecsimError("--cv shapes open-loop arrivals; use it with --rate")
+    cv = resolve_cv(args)
+    if cv is not None and args.rate is None:
+        raise SpecsimError("--cv/--burstiness shape open-loop arrivals; use them with --rate")
     if not os.path.isfile(args.trace):
-        raise SpecsimError(f"trace file {args.trace!r} does not exist; give a .parquet trace")
+        what = "is a directory" if os.path.isdir(args.trace) else "does not exist"
+        raise SpecsimError(f"trace file {args.trace!r} {what}; give a .parquet trace")
+    _warn_static_beyond_block(args.policy, args.trace)
     total = args.requests or 0
     with Progress(total, "replay", " req") as bar, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -105,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
             rate=args.rate,
             concurrency=args.concurrency,
             arrivals=args.arrivals,
-            cv=args.cv,
+            cv=cv,
             requests=args.requests,
             duration=args.duration,
             profile=args.profile,

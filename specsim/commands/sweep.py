@@ -15,6 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from specsim.commands.common import POLICY_HELP, add_burstiness, add_profile, add_seed, resolve_cv
 from specsim.errors import SpecsimError
 
 
@@ -25,17 +26,25 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=__doc__.split("\n")[0],
     )
     p.add_argument("traces", nargs="+", metavar="TRACE", help="trace files (.parquet)")
-    p.add_argument("--policies", required=True, help="comma-separated, e.g. mtp1,hw-aware,zos")
+    p.add_argument(
+        "--policies",
+        "--policy",
+        dest="policies",
+        required=True,
+        help="comma-separated, e.g. mtp1,hw-aware,zos; each one of: " + POLICY_HELP,
+    )
     load = p.add_mutually_exclusive_group()
     load.add_argument("--concurrency", help="requests in flight (closed loop), e.g. 1,2,4,...,256")
-    load.add_argument("--rates", help="arrival rates in req/s (open loop), e.g. 1,2,4,...,64")
+    load.add_argument(
+        "--rates", "--rate", dest="rates", help="arrival rates in req/s (open loop), e.g. 1,2,4,8"
+    )
     p.add_argument("--seeds", type=int, default=1, help="seed replicates per cell (default 1)")
-    p.add_argument("--seed", type=int, default=0, help="base seed (default 0)")
-    p.add_argument("--profile", default="h100-dense-8b", help="cost profile (default %(default)s)")
+    add_seed(p, "base seed")
+    add_profile(p)
     p.add_argument("--requests", type=int, default=None, help="requests per replay")
     p.add_argument("--duration", type=float, default=None, help="simulated seconds per replay")
     p.add_argument("--sla-tps", type=float, default=None, help="per-user SLA (tok/s/user)")
-    p.add_argument("--cv", type=float, default=None, help="arrival burstiness (rate sweeps)")
+    add_burstiness(p)
     load.add_argument(
         "--arrivals",
         default=None,
@@ -59,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     policies = [s.strip() for s in args.policies.split(",") if s.strip()]
     conc = parse_numbers(args.concurrency, "--concurrency") if args.concurrency else None
     rates = parse_numbers(args.rates, "--rates") if args.rates else None
-    opts = {"sla_tps": args.sla_tps, "cv": args.cv, "arrivals": args.arrivals}
+    opts = {"sla_tps": args.sla_tps, "cv": resolve_cv(args), "arrivals": args.arrivals}
     common = dict(
         concurrency=conc,
         rates=rates,

@@ -1,0 +1,70 @@
+"""Flags that several commands share, declared once (names, defaults and help alike).
+
+The built-in policy and profile names are spelled out here so that ``--help`` lists them without
+importing numpy (``tests/test_cli.py`` keeps them equal to the registries).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+from specsim.errors import SpecsimError
+
+# In the order ``--help`` lists them: what a user should try first comes first.
+POLICY_NAMES = (
+    "hw-aware", "zos", "goodput", "mtp1", "static:K", "full", "ar", "threshold:T",
+    "cum-threshold:T", "oracle", "hw-aware-global",
+)  # fmt: skip
+PROFILE_NAMES = ("h100-dense-8b", "v4-flash-like", "smollm2-135m-cpu")
+
+POLICY_HELP = (
+    f"scheduler: {', '.join(POLICY_NAMES)}, or module:callable for your own (docs/policies.md)"
+)
+PROFILE_HELP = f"cost profile: {', '.join(PROFILE_NAMES)}, or a CSV file (docs/simulator.md)"
+
+
+def add_profile(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--profile", default="h100-dense-8b", help=PROFILE_HELP + " (h100-dense-8b)")
+
+
+def add_seed(p: argparse.ArgumentParser, what: str = "random seed") -> None:
+    p.add_argument("--seed", type=int, default=0, help=f"{what} (0)")
+
+
+def add_burstiness(p: argparse.ArgumentParser) -> None:
+    """``--cv`` and vLLM's ``--burstiness`` for the same Gamma arrival process."""
+    g = p.add_mutually_exclusive_group()
+    g.add_argument(
+        "--burstiness",
+        type=float,
+        help="with --rate: Gamma arrivals of shape B as vLLM's benchmark_serving names it "
+        "(1 = Poisson, < 1 burstier); CV = 1/sqrt(B)",
+    )
+    g.add_argument("--cv", type=float, help="with --rate: Gamma gaps of this CV (> 1: bursts)")
+
+
+def resolve_cv(args: argparse.Namespace) -> float | None:
+    """The coefficient of variation of the arrival gaps from ``--cv`` or ``--burstiness``."""
+    b = getattr(args, "burstiness", None)
+    if b is None:
+        return args.cv
+    if not (math.isfinite(b) and b > 0):
+        raise SpecsimError(f"--burstiness must be a positive number, got {b}")
+    return 1.0 / math.sqrt(b)
+
+
+def add_threads(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch CPU threads (default 1: timings are per core, and on a shared CPU more "
+        "threads spin and run slower; 0 = torch's default)",
+    )
+
+
+DRAFTER_HELP = (
+    "'dspark' (the trained DSpark drafter for the target, from the cache), a DSpark checkpoint "
+    "folder, or 'ngram[:N]' (prompt lookup, no training)"
+)
