@@ -17,3 +17,24 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile("specsim")
+
+
+# ---- slow tests: the default run is the fast one; --all (or CI=true, as .ci/run has) runs all
+def pytest_addoption(parser):
+    parser.addoption(
+        "--all",
+        action="store_true",
+        default=False,
+        help="also run the tests marked slow (CI, with CI=true, always does)",
+    )
+
+
+def pytest_collection_modifyitems(config, items):
+    import pytest
+
+    if config.getoption("--all") or os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        return
+    skip = pytest.mark.skip(reason="slow: run with pytest --all (CI runs it)")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)

@@ -119,6 +119,7 @@ def test_zos_report(root, monkeypatch):
     )
 
 
+@pytest.mark.slow
 def test_lossless_report_small(root, monkeypatch):
     monkeypatch.chdir(root.parent)
     d = root / "ll"

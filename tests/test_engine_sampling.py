@@ -18,6 +18,9 @@ from specsim.sim.workload import Workload  # noqa: E402
 from specsim.torch_engine.engine import EngineConfig, RealEngine  # noqa: E402
 from specsim.torch_engine.proposers import DSparkProposer, Proposal  # noqa: E402
 
+# G-tests over 3,000 sampled jobs through the real engine: 5-16 s each on a loaded machine
+pytestmark = [pytest.mark.slow, pytest.mark.record]
+
 T = 1.0
 JOBS = 3000
 PROMPT = [5, 17, 33, 8]

@@ -64,6 +64,7 @@ def _residual_from_p(p, q, x, u, v):
     return n, np.where(rej, alt, tok)
 
 
+@pytest.mark.slow
 def test_torch_verifier_passes_the_losslessness_suite_and_a_mutant_does_not():
     from specsim.lossless.check import check_pipeline
     from specsim.lossless.pipeline import Pipeline
