@@ -50,6 +50,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_profile(p)
     add_seed(p)
     p.add_argument("--sla-tps", type=float, help="per-user tok/s SLA for sla_attainment")
+    p.add_argument(
+        "--slo",
+        metavar="ttft=MS,tpot=MS",
+        help="SLOs in ms (ttft, tpot, e2e): goodput = requests/s meeting all of them (DistServe)",
+    )
     p.add_argument("--calibrate", choices=["sts"], help="STS-calibrate on a held-out 30%%")
     p.add_argument("--max-running", type=int, help="max running requests (profile default)")
     p.add_argument("--kv-tokens", type=int, help="KV cache capacity, tokens (profile default)")
@@ -63,6 +68,10 @@ def _fmt(x: float, spec: str = ".1f") -> str:
     return "n/a" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:{spec}}"
 
 
+def _pcts(s: dict, name: str, spec: str) -> str:
+    return " / ".join(_fmt(s[f"{name}_ms_p{q}"], spec) for q in (50, 90, 99)) + " ms"
+
+
 def table(summary: dict, config: dict) -> str:
     """The readable report: one line per quantity."""
     s = summary
@@ -74,12 +83,24 @@ def table(summary: dict, config: dict) -> str:
         ("simulated time", f"{_fmt(s['sim_time_s'], '.2f')} s"),
         ("throughput", f"{_fmt(s['throughput_tok_s'], ',.0f')} tok/s"),
         ("per-user speed", f"{_fmt(s['per_user_tps_mean'])} tok/s (mean)"),
-        ("TTFT p50 / p99", f"{_fmt(s['ttft_ms_p50'])} / {_fmt(s['ttft_ms_p99'])} ms"),
-        ("TPOT p50 / p99", f"{_fmt(s['tpot_ms_p50'], '.2f')} / {_fmt(s['tpot_ms_p99'], '.2f')} ms"),
+        ("request throughput", f"{_fmt(s['request_throughput'], '.2f')} req/s"),
+        ("TTFT p50 / p90 / p99", _pcts(s, "ttft", ".1f")),
+        ("TPOT p50 / p90 / p99", _pcts(s, "tpot", ".2f")),
+        ("ITL p50 / p90 / p99", _pcts(s, "itl", ".2f")),
+        ("E2E p50 / p90 / p99", _pcts(s, "e2e", ",.0f")),
         ("tau (tokens/step)", _fmt(s["tau"], ".3f")),
         ("verify efficiency", _fmt(s["verify_efficiency"], ".3f")),
         ("mean batch", f"{_fmt(s['mean_batch_tokens'])} tokens"),
     ]
+    if config.get("slo_ms"):
+        slo = ", ".join(f"{k} <= {v:g} ms" for k, v in config["slo_ms"].items())
+        rows.append(
+            (
+                "goodput",
+                f"{_fmt(s['goodput_req_s'], '.2f')} req/s meet {slo} "
+                f"({_fmt(100 * s['slo_attainment'])}%)",
+            )
+        )
     if config.get("sla_tps") is not None:
         rows.append(
             (
@@ -137,6 +158,7 @@ def run(args: argparse.Namespace) -> int:
             profile=args.profile,
             seed=args.seed,
             sla_tps=args.sla_tps,
+            slo=args.slo,
             calibrate=args.calibrate,
             max_running=args.max_running,
             kv_tokens=args.kv_tokens,

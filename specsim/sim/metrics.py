@@ -19,6 +19,18 @@ Definitions (stated once, here):
   outputs, having no decode phase, count as meeting it).
 - mean_in_system = time-average of (running + queued) requests over the step log (for
   Little's law), using the count at each step's start over the step's duration.
+- ITL (inter-token latency, as vLLM's benchmark_serving measures it: the gap between two
+  streamed chunks of one request) = the time from one decode step's end to the next for a
+  request in both; each decode step gives each of its decoding requests one chunk (all the
+  tokens the step accepted), so the ITL distribution is that of the step periods (scheduler wait
+  + step), weighted by the step's decoding requests. With speculation a chunk holds tau tokens:
+  ITL is per chunk, TPOT per token.
+- e2e latency = finish - arrival.
+- request_throughput = completed requests / simulated time.
+- goodput (DistServe's sense) = completed requests per second that met every SLO given
+  (``slo={"ttft": ms, "tpot": ms, "e2e": ms}``); slo_attainment = their share.
+Percentiles (p50/p90/p95/p99) are numpy's linear interpolation, as benchmark_serving computes
+them; means and percentiles skip undefined values (NaN TPOT of one-token outputs).
 """
 
 from __future__ import annotations
@@ -55,6 +67,91 @@ def _mean(x: np.ndarray) -> float:
     return float(x.mean()) if x.size else float("nan")
 
 
+PERCENTILES = (50, 90, 95, 99)
+SLO_KEYS = ("ttft", "tpot", "e2e")
+
+
+def _weighted_pct(x: np.ndarray, w: np.ndarray, q: float) -> float:
+    """Percentile of x where each value counts w times (w: whole numbers of chunks)."""
+    keep = np.isfinite(x) & (w > 0)
+    x, w = x[keep], w[keep]
+    if x.size == 0:
+        return float("nan")
+    order = np.argsort(x, kind="stable")
+    x, cw = x[order], np.cumsum(w[order])
+    # linear interpolation between order statistics, as np.percentile of the expanded sample
+    pos = q / 100.0 * (cw[-1] - 1)
+    lo = int(np.searchsorted(cw, np.floor(pos) + 1))
+    hi = int(np.searchsorted(cw, np.ceil(pos) + 1))
+    frac = pos - np.floor(pos)
+    return float(x[lo] + (x[hi] - x[lo]) * frac)
+
+
+def itl_ms(log: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(chunk gap in ms, chunks) per engine step: the inter-token latency distribution."""
+    c = COL
+    period = (log[:, c["duration_s"]] + log[:, c["sched_wait_s"]]) * 1000.0
+    return period, log[:, c["decoding"]]
+
+
+def latency_summary(
+    raw: RawLog, done: np.ndarray, slo: dict[str, float] | None
+) -> dict[str, float]:
+    """Percentiles of TTFT, TPOT, ITL and e2e latency, request throughput, goodput."""
+    ttft = ttft_s(raw)[done] * 1000.0
+    tpot = tpot_s(raw)[done] * 1000.0
+    e2e = (raw.finish_s - raw.arrival_s)[done] * 1000.0
+    gap, chunks = itl_ms(raw.step_log)
+    out: dict[str, float] = {}
+    for name, x in (("ttft", ttft), ("tpot", tpot), ("e2e", e2e)):
+        out[f"{name}_ms_mean"] = _mean(x)
+        for q in PERCENTILES:
+            out[f"{name}_ms_p{q}"] = _pct(x, q)
+    total = float(chunks.sum())
+    out["itl_ms_mean"] = float((gap * chunks).sum() / total) if total else float("nan")
+    for q in PERCENTILES:
+        out[f"itl_ms_p{q}"] = _weighted_pct(gap, chunks, q)
+    sim_t = raw.sim_time_s
+    n_done = int(done.sum())
+    out["request_throughput"] = n_done / sim_t if sim_t > 0 else float("nan")
+    if slo:
+        ok = np.ones(n_done, dtype=bool)
+        for key, x in (("ttft", ttft), ("tpot", tpot), ("e2e", e2e)):
+            if key in slo:
+                ok &= np.where(np.isnan(x), True, x <= slo[key])  # no decode: meets TPOT
+        out["goodput_req_s"] = float(ok.sum()) / sim_t if sim_t > 0 else float("nan")
+        out["slo_attainment"] = float(ok.mean()) if n_done else float("nan")
+    else:
+        out["goodput_req_s"] = float("nan")
+        out["slo_attainment"] = float("nan")
+    return out
+
+
+def parse_slo(text: str | dict[str, float] | None) -> dict[str, float] | None:
+    """``"ttft=200,tpot=50"`` (milliseconds) -> {"ttft": 200.0, "tpot": 50.0}."""
+    from specsim.errors import SpecsimError
+
+    if text is None or isinstance(text, dict):
+        slo = text
+    else:
+        slo = {}
+        for part in str(text).split(","):
+            key, sep, value = part.strip().partition("=")
+            try:
+                slo[key.strip().lower()] = float(value) if sep else float("nan")
+            except ValueError:
+                slo[key.strip().lower()] = float("nan")
+    if slo is None:
+        return None
+    for key, value in slo.items():
+        if key not in SLO_KEYS or not (np.isfinite(value) and value > 0):
+            raise SpecsimError(
+                f"--slo {text!r}: give ttft=MS, tpot=MS and/or e2e=MS with positive "
+                "milliseconds, e.g. --slo ttft=200,tpot=50"
+            )
+    return dict(slo) or None
+
+
 def step_totals(log: np.ndarray) -> dict[str, float]:
     """Sums over the step log that the summary needs."""
     c = COL
@@ -77,7 +174,12 @@ def step_totals(log: np.ndarray) -> dict[str, float]:
     }
 
 
-def summarize(raw: RawLog, sla_tps: float | None, wall_time_s: float) -> dict[str, float]:
+def summarize(
+    raw: RawLog,
+    sla_tps: float | None,
+    wall_time_s: float,
+    slo: dict[str, float] | None = None,
+) -> dict[str, float]:
     """The summary dict of a replay (keys listed in docs/simulator.md)."""
     done = np.isfinite(raw.finish_s)
     t = step_totals(raw.step_log)
@@ -115,6 +217,8 @@ def summarize(raw: RawLog, sla_tps: float | None, wall_time_s: float) -> dict[st
         "sla_attainment": sla_attainment(tps, sla_tps),
         "sim_tokens_per_wall_s": total_out / wall_time_s if wall_time_s > 0 else float("nan"),
     }
+    for key, value in latency_summary(raw, done, slo).items():
+        out.setdefault(key, value)
     return out
 
 

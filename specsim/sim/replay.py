@@ -18,7 +18,7 @@ from specsim.errors import SpecsimError
 from specsim.policies.base import Policy, get_policy
 from specsim.sim.cost import CostModel
 from specsim.sim.engine import Engine, EngineLimits
-from specsim.sim.metrics import request_frame, step_frame, summarize, token_frame
+from specsim.sim.metrics import parse_slo, request_frame, step_frame, summarize, token_frame
 from specsim.sim.profiles import get_profile
 from specsim.sim.workload import make_workload
 from specsim.trace.model import Trace
@@ -73,6 +73,7 @@ def replay(
     profile: str | CostModel = "h100-dense-8b",
     seed: int = 0,
     sla_tps: float | None = None,
+    slo: str | dict[str, float] | None = None,
     calibrate: str | None = None,
     max_running: int | None = None,
     kv_tokens: int | None = None,
@@ -94,6 +95,7 @@ def replay(
     cost = get_profile(profile)
     if sla_tps is not None and not (np.isfinite(sla_tps) and sla_tps > 0):
         raise SpecsimError(f"--sla-tps must be a positive number, got {sla_tps}")
+    slo_ms = parse_slo(slo)
     tr, cal = _calibrate(tr, calibrate, seed)
     wl = make_workload(
         tr,
@@ -121,7 +123,7 @@ def replay(
     engine = Engine(tr, pol, cost, wl, limits, record_tokens=record_tokens, progress=progress)
     raw = engine.run()
     wall = time.perf_counter() - t0
-    summary = summarize(raw, sla_tps, wall)
+    summary = summarize(raw, sla_tps, wall, slo_ms)
     if raw.max_batch_tokens > cost.b_max:
         warnings.warn(
             f"profile {cost.name!r} covers token batches up to {cost.b_max}; this run reached "
@@ -146,6 +148,7 @@ def replay(
         "profile_b_max": cost.b_max,
         "seed": int(seed),
         "sla_tps": sla_tps,
+        "slo_ms": slo_ms,
         "calibrate": calibrate,
         "max_running": limits.max_running,
         "kv_tokens": limits.kv_tokens,
