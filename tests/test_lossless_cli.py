@@ -30,22 +30,26 @@ def _module(tmp_path: Path, name: str, body: str) -> str:
 def test_example_verifier_is_lossless(capsys):
     assert main(["check-lossless", "--verifier", "my_verifier:verify", *FAST]) == 0
     out = capsys.readouterr().out
-    assert "verdict: lossless" in out and "LOSSY" not in out
-    assert out.count(" exact ") == 5 and out.count(" statistical ") == 5
+    assert "verdict: no evidence of loss: 6 of 6 worlds proven exactly" in out
+    assert "LOSSY" not in out and out.count("proven (exact)") == 6
+    assert out.count(" exact ") == 6 and out.count(" statistical ") == 6
 
 
 def test_example_buggy_verifier_is_caught_with_a_counterexample(capsys):
     code = main(["check-lossless", "--verifier", "my_verifier:verify_buggy", *FAST])
     out = capsys.readouterr().out
     assert code == 1
-    assert "verdict: LOSSY" in out and "counterexample (appendix-A, exact)" in out
+    assert "verdict: LOSSY in 6 of 6 worlds" in out and "counterexample (appendix-A, exact)" in out
+    assert "LOSSY (exact)" in out
 
 
 def test_rng_verifier_gets_statistical_checks_only(capsys):
     args = ["--verifier", "my_verifier:verify_rng", "--policy", "hw-aware", *FAST]
     assert main(["check-lossless", *args]) == 0
     out = capsys.readouterr().out
-    assert " exact " not in out and out.count(" statistical ") == 5
+    assert " exact " not in out and out.count(" statistical ") == 6
+    assert "0 of 6 worlds proven exactly, 6 only tested statistically (floor TV" in out
+    assert out.count("consistent (statistical, floor TV") == 6
 
 
 def test_example_policy_passes_and_peeking_policy_fails(capsys):

@@ -68,9 +68,21 @@ def test_exact_law_sums_to_one_and_matches_hand_computation():
     np.testing.assert_allclose(law[2], 0.25 * P[2], atol=1e-12)
 
 
-def test_unknown_thresholds_are_refused():
-    def odd(p, q, x, u, v):  # compares u with 1/3, which no table defines
+def test_unknown_thresholds_are_found_and_integrated():
+    """A threshold no table defines (v < 1/3) is found by the scan and bisected to 1 ulp."""
+
+    def odd(p, q, x, u, v):
         return np.zeros(x.shape[0], dtype=np.int64), (v < 1 / 3).astype(np.int64)
 
+    law = block_law(truncated(odd), P, Q, np.array([0, 1]), 1)
+    np.testing.assert_allclose(law[0, :2], [2 / 3, 1 / 3], rtol=0, atol=1e-15)
+
+
+def test_a_boundary_that_is_not_axis_aligned_is_refused():
+    """u + v < 1 has no product-grid partition: the exact check says it cannot prove it."""
+
+    def diagonal(p, q, x, u, v):
+        return np.zeros(x.shape[0], dtype=np.int64), (u[:, 0] + v < 1).astype(np.int64)
+
     with pytest.raises(NotPiecewiseConstant, match="statistical check"):
-        block_law(truncated(odd), P, Q, np.array([0, 1]), 1)
+        block_law(truncated(diagonal), P, Q, np.array([0, 1]), 1)

@@ -29,6 +29,7 @@ from specsim.lossless.verifiers import (
     thresholded,
     typical,
 )
+from specsim.policies.base import Policy, StepInput
 from specsim.policies.hw_aware import global_budget, lengths_from_admitted, ranked_candidates
 
 
@@ -142,6 +143,90 @@ def greedy_highest_tie(p, q, x, u, v):
     return n, best[np.arange(n.shape[0]), n]
 
 
+# --- subtle verifiers: TV 1e-4 to 1e-2, the bugs sampling alone misses ---------------------
+
+
+def _shift(tok: np.ndarray, where: np.ndarray, vocab: int) -> np.ndarray:
+    return np.where(where, (tok + 1) % vocab, tok)
+
+
+def _band(lo: float, width: float, rejected_only: bool = False):
+    def verify(p, q, x, u, v):
+        n, tok = rejection(p, q, x, u, v)
+        hit = (v >= lo) & (v < lo + width)
+        if rejected_only:
+            hit &= n < x.shape[1]
+        return n, _shift(tok, hit, p.shape[-1])
+
+    return verify
+
+
+band_1e3 = _band(0.6, 1e-3)
+band_1e3.__doc__ = (
+    "The emitted token is shifted by one id when v falls in [0.6, 0.601): a band inside a cell "
+    "of the old integrator (issue #12: true TV 8e-4, old exact check 7e-17)."
+)
+band_1e2 = _band(0.6, 1e-2)
+band_1e2.__doc__ = "The same with a band of width 1e-2, [0.6, 0.61)."
+band_3e3_rejected = _band(0.3, 3e-3, rejected_only=True)
+band_3e3_rejected.__doc__ = (
+    "Only the recovered token after a rejection is shifted when v is in [0.3, 0.303)."
+)
+
+
+def flip_small_v(p, q, x, u, v):
+    """The emitted token is shifted by one id when v < 1e-3 (an off-by-one at the low end of
+    the inverse CDF)."""
+    n, tok = rejection(p, q, x, u, v)
+    return n, _shift(tok, v < 1e-3, p.shape[-1])
+
+
+def reject_small_u(p, q, x, u, v):
+    """A draft is rejected whenever its uniform is below 1e-3 (treated as an invalid draw),
+    whatever the acceptance ratio."""
+    n = first_rejection((u < acceptance_ratio(p, q, x)) & (u >= 1e-3))
+    return n, sample_from(final_law(p, q, n), v)
+
+
+def bf16_acceptance_uniforms(p, q, x, u, v):
+    """The acceptance uniforms are generated in bfloat16 (rounded to nearest) before the
+    comparison u < p/q (issue #12: TV 2.7e-4 to 9.6e-4)."""
+    n = first_rejection(_bf16(u) < acceptance_ratio(p, q, x))
+    return n, sample_from(final_law(p, q, n), v)
+
+
+def fixed_point_uniforms(p, q, x, u, v):
+    """Uniforms from a 10-bit fixed-point generator: u and v truncated to multiples of 2^-10."""
+    uf, vf = np.floor(u * 1024) / 1024, np.floor(v * 1024) / 1024
+    n = first_rejection(uf < acceptance_ratio(p, q, x))
+    return n, sample_from(final_law(p, q, n), vf)
+
+
+def position2_bf16_ratio(p, q, x, u, v):
+    """From the second draft position on, the acceptance ratio is computed from bf16-rounded p
+    and q (a mixed-precision kernel that keeps only position 1 in fp64): lossy only at l >= 2."""
+    ratio = acceptance_ratio(p, q, x)
+    if x.shape[1] >= 2:
+        ratio[:, 1:] = acceptance_ratio(_bf16(p[:, 1:]), _bf16(q[:, 1:]), x[:, 1:])
+    n = first_rejection(u < ratio)
+    return n, sample_from(final_law(p, q, n), v)
+
+
+def vocab_chunk_carry(p, q, x, u, v):
+    """The inverse CDF of the last token runs over the vocabulary in chunks of 4 ids, and the
+    carry of the first chunk's mass into the next is rounded to bf16: lossy only at V >= 5."""
+    n = first_rejection(u < acceptance_ratio(p, q, x))
+    law = final_law(p, q, n)
+    if law.shape[-1] <= 4:
+        return n, sample_from(law, v)
+    cdf = np.cumsum(law, axis=-1)
+    carry = _bf16(cdf[:, 3:4])
+    cdf = np.concatenate([cdf[:, :4], carry + np.cumsum(law[:, 4:], axis=-1)], axis=-1)
+    idx = (cdf <= (v * cdf[:, -1])[:, None]).sum(axis=-1)
+    last = law.shape[-1] - 1 - np.argmax((law > 0)[:, ::-1], axis=-1)
+    return n, np.minimum(idx, last)
+
+
 # --- broken block rules (they see beyond l) ---------------------------------------------------
 
 
@@ -200,6 +285,25 @@ def zos_current_as_lagged(view: BlockView) -> int:
     budget = global_budget(conf, b.step_time)
     req, _ = ranked_candidates(conf)
     return int(lengths_from_admitted(req, budget, conf.shape[0])[b.index])
+
+
+PEEK_RATE = 0.1
+
+
+def random_sometimes_peeks(inp: StepInput) -> np.ndarray:
+    """A random policy that, one step in ten (drawn from its own stream inp.rng), admits draft k
+    only if the NEXT confidence c_{k+1} is high: random, and anticipating when it peeks."""
+    if inp.rng is not None and inp.rng.random() < PEEK_RATE:
+        nxt = np.concatenate([inp.conf[:, 1:], np.ones((inp.n_requests, 1))], axis=1)
+        return np.cumprod(nxt >= 0.5, axis=1).sum(axis=1)
+    return np.full(inp.n_requests, inp.gamma)
+
+
+def random_length(inp: StepInput) -> np.ndarray:
+    """Correct: each request verifies a length drawn uniformly from 0..gamma from the policy's
+    own stream, independently of everything (lossless in any engine)."""
+    rng = inp.rng if inp.rng is not None else np.random.default_rng(0)
+    return rng.integers(0, inp.gamma + 1, size=inp.n_requests)
 
 
 # --- multi-draft ------------------------------------------------------------------------------
@@ -268,6 +372,36 @@ def catalogue() -> list[Mutant]:
         _m("without-replacement-iid-rule", "exact+statistical", "multi-draft bug",
            multi=specinfer, without_replacement=True,
            doc="Candidates drawn without replacement but verified with the i.i.d. rule"),
+        *subtle(),
+    ]  # fmt: skip
+
+
+def subtle() -> list[Mutant]:
+    """The subtle mutants of issue #12 (TV 1e-4 to 1e-2): bands inside cells, rounded uniforms,
+    lossy only at V = 5 or at position >= 2, and a random policy that sometimes peeks."""
+    t = truncated
+    return [
+        _m("band-in-cell-1e-3", "exact", "numerics (issue #12)", rule=t(band_1e3),
+           doc=band_1e3.__doc__),
+        _m("band-in-cell-1e-2", "exact+statistical", "numerics (issue #12)", rule=t(band_1e2),
+           doc=band_1e2.__doc__),
+        _m("band-3e-3-recovered-only", "exact", "numerics", rule=t(band_3e3_rejected),
+           doc=band_3e3_rejected.__doc__),
+        _m("flip-when-v-below-1e-3", "exact", "off-by-one (issue #12)", rule=t(flip_small_v),
+           doc=flip_small_v.__doc__),
+        _m("reject-when-u-below-1e-3", "exact", "invalid-draw guard", rule=t(reject_small_u),
+           doc=reject_small_u.__doc__),
+        _m("bf16-acceptance-uniforms", "exact", "numerics (issue #12)",
+           rule=t(bf16_acceptance_uniforms), doc=bf16_acceptance_uniforms.__doc__),
+        _m("fixed-point-uniforms", "exact", "numerics", rule=t(fixed_point_uniforms),
+           doc=fixed_point_uniforms.__doc__),
+        _m("position2-bf16-ratio", "exact", "mixed precision (position >= 2 only)",
+           rule=t(position2_bf16_ratio), doc=position2_bf16_ratio.__doc__),
+        _m("vocab-chunk-carry-v5", "exact", "vocabulary chunking (V >= 5 only)",
+           rule=t(vocab_chunk_carry), doc=vocab_chunk_carry.__doc__),
+        _m("random-policy-sometimes-peeks", "exact+statistical", "random anticipating scheduler",
+           scheduler=Policy(name="random-sometimes-peeks", schedule=random_sometimes_peeks),
+           doc=random_sometimes_peeks.__doc__),
     ]  # fmt: skip
 
 

@@ -26,7 +26,7 @@ import numpy as np
 
 from specsim.errors import SpecsimError
 from specsim.lossless.toy import Seq, ToyLM
-from specsim.lossless.uniforms import BlockRule, block_law, truncated
+from specsim.lossless.uniforms import BlockRule, block_laws, truncated
 from specsim.lossless.verifiers import rejection
 from specsim.policies.base import Policy, StepInput, check_lengths, get_policy
 
@@ -78,13 +78,28 @@ class BlockView:
     q_drafts: np.ndarray  # (gamma,) q(x_k) as reported: only anticipating mutants read them
 
 
-Scheduler = Callable[[BlockView], int]
+Scheduler = Callable[[BlockView], "int | np.ndarray"]
 Drafter = Callable[[np.ndarray], np.ndarray]
 
 
-def policy_scheduler(spec: str | Policy) -> Scheduler:
-    """Adapt a registry policy: it sees the batch's confidence matrix, the step cost, and the
-    lagged confidences and acceptance estimate, and its length for the study row is used."""
+POLICY_DRAWS = 64  # seeded draws of a random policy's stream, shared by every draft outcome
+
+
+def _policy_stream(j: int) -> np.random.Generator:
+    """Draw j of a policy's own stream: the same for every draft outcome of a block (common
+    random numbers), so a random choice independent of the drafts stays independent of them."""
+    return np.random.default_rng([20261202, j])
+
+
+def policy_scheduler(spec: str | Policy, draws: int = POLICY_DRAWS) -> Scheduler:
+    """Adapt a registry policy: it sees the batch's confidence matrix, the step cost, the lagged
+    confidences, the acceptance estimate and its own random stream ``inp.rng``.
+
+    A deterministic policy gives an int. A policy that draws from ``inp.rng`` gives the law of its
+    length over ``draws`` seeded draws of that stream (the same draws for every draft outcome),
+    an array (gamma+1,). A policy whose output changes between two calls on the same input with
+    the same stream is refused (one line): its randomness cannot be integrated.
+    """
     policy = get_policy(spec)
     if "accept_len" in policy.needs:
         raise SpecsimError(
@@ -92,19 +107,46 @@ def policy_scheduler(spec: str | Policy) -> Scheduler:
             "not a scheduler, and cannot be checked for losslessness"
         )
 
-    def schedule(view: BlockView) -> int:
+    def length_for(view: BlockView, rng: np.random.Generator) -> int:
         b = view.batch
         conf = b.conf_matrix(view.conf_row)
         lagged = b.lagged
         if lagged is None:
             lagged = b.conf_matrix(np.full(conf.shape[1], LAGGED_PRIOR))
         inp = StepInput(
-            conf=conf, step_time=b.step_time, lagged_conf=lagged, accept_rate=b.accept_rate
-        )
+            conf=conf, step_time=b.step_time, lagged_conf=lagged, accept_rate=b.accept_rate,
+            rng=rng,
+        )  # fmt: skip
         return int(check_lengths(policy(inp), inp, policy.name)[b.index])
+
+    def schedule(view: BlockView) -> int | np.ndarray:
+        first = _policy_stream(0)
+        state = first.bit_generator.state
+        a = length_for(view, first)
+        used = first.bit_generator.state != state
+        if length_for(view, _policy_stream(0)) != a:
+            raise SpecsimError(
+                f"policy {policy.name!r} is not deterministic given its input and its stream: "
+                "two calls on the same input gave different lengths; draw any randomness from "
+                "inp.rng (StepInput.rng), which the checker integrates over"
+            )
+        if not used:
+            return a
+        gamma = view.conf_row.shape[0]
+        lengths = [a] + [length_for(view, _policy_stream(j)) for j in range(1, draws)]
+        return np.bincount(lengths, minlength=gamma + 1) / draws
 
     schedule.policy = policy  # type: ignore[attr-defined]
     return schedule
+
+
+def length_law(choice: int | np.ndarray, gamma: int) -> np.ndarray:
+    """A scheduler's answer as a law over lengths 0..gamma (an int is a point mass)."""
+    if isinstance(choice, np.ndarray):
+        return choice
+    law = np.zeros(gamma + 1)
+    law[int(choice)] = 1.0
+    return law
 
 
 def same_law(q: np.ndarray) -> np.ndarray:
@@ -206,10 +248,10 @@ def output_law(
     if batch.others.shape[1] != gamma:
         raise SpecsimError(f"batch rows have {batch.others.shape[1]} positions, gamma is {gamma}")
 
-    def law_of_block(p, q, x, length):
+    def laws_of_blocks(p, q, x, length):
         if law_fn is not None:
-            return law_fn(p, q, x, length)
-        return block_law(rule, p, q, x, length, extra=extra)
+            return np.stack([law_fn(p[i], q[i], x[i], length) for i in range(x.shape[0])])
+        return block_laws(rule, p, q, x, length, extra=extra)
 
     memo: dict[Seq, dict[Seq, float]] = {}
 
@@ -219,6 +261,7 @@ def output_law(
         if y in memo:
             return memo[y]
         out: dict[Seq, float] = defaultdict(float)
+        blocks = []  # (x, weight, p, q, length law)
         for x in itertools.product(range(toy.vocab), repeat=gamma):
             weight, qs, qx = 1.0, [], []
             for k in range(gamma):
@@ -235,13 +278,21 @@ def output_law(
             conf = np.array([toy.conf(y, k + 1, prev[k]) for k in range(gamma)])
             xa = np.asarray(x, dtype=np.int64)
             view = BlockView(conf_row=conf, batch=batch, drafts=xa, q_drafts=np.asarray(qx))
-            length = int(scheduler(view))
-            law = law_of_block(ps, np.stack(qs), xa, length)
-            for n, tok in zip(*np.nonzero(law > 0), strict=True):
-                sub = from_state((*y, *x[:n], int(tok)))
-                w = weight * float(law[n, tok])
-                for s, ws in sub.items():
-                    out[s] += w * ws
+            blocks.append((x, weight, ps, np.stack(qs), length_law(scheduler(view), gamma)))
+        for length in range(gamma + 1):
+            group = [blk for blk in blocks if blk[4][length] > 0]
+            if not group:
+                continue
+            laws = laws_of_blocks(
+                np.stack([g[2] for g in group]), np.stack([g[3] for g in group]),
+                np.array([g[0] for g in group], dtype=np.int64), length,
+            )  # fmt: skip
+            for (x, weight, _, _, l_law), law in zip(group, laws, strict=True):
+                for n, tok in zip(*np.nonzero(law > 0), strict=True):
+                    sub = from_state((*y, *x[:n], int(tok)))
+                    w = weight * l_law[length] * float(law[n, tok])
+                    for s, ws in sub.items():
+                        out[s] += w * ws
         memo[y] = dict(out)
         return memo[y]
 

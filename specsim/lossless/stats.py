@@ -97,3 +97,78 @@ def g_test(counts: np.ndarray, probs: np.ndarray, alpha: float = ALPHA) -> GTest
         float(stat), df, float(p_value), n, zero_hits, detectable_tv(n, df, alpha), observed_tv,
         alpha,
     )  # fmt: skip
+
+
+# --- the sequential test --------------------------------------------------------------------
+
+ALPHA_RUN = 1e-6  # family-wise false-alarm rate of one check-lossless run (all worlds, looks)
+LOOK_FRACTIONS = (1 / 64, 1 / 16, 1 / 4, 1.0)  # looks at these fractions of the planned n
+EXTEND = 4  # a borderline final look (p < BORDERLINE) buys one more look at EXTEND x n
+BORDERLINE = 1e-3
+LOOKS = len(LOOK_FRACTIONS) + 1  # the extension look is budgeted whether it runs or not
+TARGET_TV = 1e-3  # the planned n detects this TV with 99% power where the cap allows
+
+
+@dataclass(frozen=True)
+class Sequential:
+    """Outcome of a group-sequential G-test: the last look's test, the looks taken and the floor.
+
+    ``floor_tv``: the TV detected with 99% power at the planned n and the per-look alpha (the
+    least favourable direction): what "consistent" means for this world.
+    """
+
+    last: GTest
+    looks: int
+    n: int
+    alpha_look: float
+    floor_tv: float
+
+    @property
+    def passed(self) -> bool:
+        return self.last.zero_hits == 0 and self.last.p_value > self.alpha_look
+
+
+def alpha_per_look(n_checks: int) -> float:
+    """Bonferroni over the run's statistical checks and every look of each: the family-wise
+    false-alarm rate of the run stays <= ALPHA_RUN (looks on cumulative counts are dependent,
+    so the bound is conservative)."""
+    return ALPHA_RUN / max(1, n_checks) / LOOKS
+
+
+def planned_n(df: int, alpha: float, tv: float = TARGET_TV, power: float = POWER) -> int:
+    """Samples the G-test needs to detect ``tv`` with ``power`` at ``alpha`` (worst direction)."""
+    if df < 1:
+        return 0
+    crit = stats.chi2.isf(alpha, df)
+    lam = optimize.brentq(lambda nc: stats.ncx2.sf(crit, df, nc) - power, 1e-6, 1e7)
+    return int(np.ceil(lam / (4.0 * tv * tv)))
+
+
+def effective_df(probs: np.ndarray, n: int) -> int:
+    """Degrees of freedom the G-test will have at n samples (after merging cells)."""
+    p = np.asarray(probs, dtype=np.float64)
+    p = p[p > 0]
+    _, e = merge_cells(np.zeros_like(p), n * p)
+    return max(int(e.shape[0]) - 1, 0)
+
+
+def sequential_test(counts_at, probs: np.ndarray, n_max: int, alpha_look: float) -> Sequential:
+    """Look at the cumulative counts ``counts_at(n)`` at n_max/64, /16, /4 and n_max; stop at the
+    first look that rejects (overwhelming evidence, or any sample on a zero-probability
+    output); when the last look is borderline (p < 1e-3) look once more at 4 n_max."""
+    plan = [max(1, int(n_max * f)) for f in LOOK_FRACTIONS]
+    g = None
+    looks = 0
+    for n in plan:
+        g = g_test(counts_at(n), probs, alpha_look)
+        looks += 1
+        if g.zero_hits or g.p_value <= alpha_look:
+            break
+    assert g is not None
+    if looks == len(plan) and not (g.zero_hits or g.p_value <= alpha_look):
+        if g.p_value < BORDERLINE:
+            g = g_test(counts_at(EXTEND * n_max), probs, alpha_look)
+            looks += 1
+    df = effective_df(probs, n_max)
+    floor = detectable_tv(n_max, df, alpha_look) if df >= 1 else float("nan")
+    return Sequential(g, looks, g.n, alpha_look, floor)
