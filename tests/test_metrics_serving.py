@@ -56,3 +56,28 @@ def test_bad_slo_is_one_line(text):
 def test_slo_parses():
     assert parse_slo("ttft=200, tpot=50") == {"ttft": 200.0, "tpot": 50.0}
     assert parse_slo(None) is None
+
+
+def test_closed_loop_holds_its_concurrency_in_the_steady_window():
+    res = replay(TRACE, "mtp1", concurrency=16, requests=48, profile="v4-flash-like")
+    s = res.summary
+    assert s["achieved_concurrency"] == pytest.approx(16.0, rel=1e-9)
+    assert s["steady_window_s"] > 0 and np.isfinite(s["steady_throughput_tok_s"])
+    # whole-run mean in system is lower: warm-up is synchronised and the drain runs alone
+    assert s["mean_in_system"] < 16.0
+
+
+def test_closed_loop_without_a_window_reports_nan():
+    s = replay(TRACE, "mtp1", concurrency=64, requests=64).summary
+    assert np.isnan(s["steady_throughput_tok_s"]) and np.isnan(s["achieved_concurrency"])
+
+
+def test_replay_cli_refuses_a_closed_loop_it_cannot_hold(capsys):
+    from specsim.cli import main
+
+    assert main(["replay", "traces/chat.parquet", "--concurrency", "256"]) == 2
+    err = capsys.readouterr().err
+    assert "--requests 768" in err and err.count("\n") == 1
+    assert main(["sweep", "traces/chat.parquet", "--policies", "mtp1", "--concurrency",
+                 "1,64", "--out", "unused.parquet"]) == 2  # fmt: skip
+    assert "--requests 192" in capsys.readouterr().err

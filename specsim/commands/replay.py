@@ -82,7 +82,13 @@ def table(summary: dict, config: dict) -> str:
         ("requests completed", f"{s['requests_completed']:,}"),
         ("simulated time", f"{_fmt(s['sim_time_s'], '.2f')} s"),
         ("throughput", f"{_fmt(s['throughput_tok_s'], ',.0f')} tok/s"),
+        *(
+            [("steady-state throughput", f"{_fmt(s['steady_throughput_tok_s'], ',.0f')} tok/s")]
+            if math.isfinite(s["steady_throughput_tok_s"])
+            else []
+        ),
         ("per-user speed", f"{_fmt(s['per_user_tps_mean'])} tok/s (mean)"),
+        ("achieved concurrency", _fmt(s["achieved_concurrency"], ".1f")),
         ("request throughput", f"{_fmt(s['request_throughput'], '.2f')} req/s"),
         ("TTFT p50 / p90 / p99", _pcts(s, "ttft", ".1f")),
         ("TPOT p50 / p90 / p99", _pcts(s, "tpot", ".2f")),
@@ -131,6 +137,26 @@ def _warn_static_beyond_block(policy: str, trace: str) -> None:
         )
 
 
+def _check_closed_loop(args: argparse.Namespace, n_trace: int) -> None:
+    """A closed loop must hold its concurrency for a measured window, or not run at all."""
+    if args.rate is not None or args.arrivals is not None or args.duration is not None:
+        return
+    from specsim.sim.metrics import closed_loop_requests_needed
+
+    c = args.concurrency if args.concurrency is not None else 1
+    if c < 1:
+        return  # the workload refuses it in its own words
+    jobs = args.requests if args.requests is not None else n_trace
+    need = closed_loop_requests_needed(c)
+    if jobs < need:
+        where = f"--requests {jobs}" if args.requests is not None else f"the trace's {n_trace}"
+        raise SpecsimError(
+            f"a closed loop at {c} concurrent needs at least {need} requests to hold {c} in "
+            f"flight for a measured window (warm-up, window and drain of {c} each); "
+            f"{where} are too few: pass --requests {need} (trace requests are reused in turn)"
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     from specsim.progress import Progress
     from specsim.sim.replay import replay
@@ -143,11 +169,15 @@ def run(args: argparse.Namespace) -> int:
         what = "is a directory" if os.path.isdir(args.trace) else "does not exist"
         raise SpecsimError(f"trace file {args.trace!r} {what}; give a .parquet trace")
     _warn_static_beyond_block(args.policy, args.trace)
+    from specsim.trace.io import read_trace
+
+    trace = read_trace(args.trace)
+    _check_closed_loop(args, trace.n_requests)
     total = args.requests or 0
     with Progress(total, "replay", " req") as bar, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         res = replay(
-            args.trace,
+            trace,
             args.policy,
             rate=args.rate,
             concurrency=args.concurrency,

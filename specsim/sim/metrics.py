@@ -29,6 +29,13 @@ Definitions (stated once, here):
 - request_throughput = completed requests / simulated time.
 - goodput (DistServe's sense) = completed requests per second that met every SLO given
   (``slo={"ttft": ms, "tpot": ms, "e2e": ms}``); slo_attainment = their share.
+- Closed loop at C (steady state, as serving benchmarks measure it): the C first requests start
+  together and the last ones drain alone, so neither end shows the load C. The steady window
+  runs from the C-th completion (every slot has turned over once) to the last admission (after
+  it fewer than C are in flight); steady_throughput_tok_s = tokens emitted by steps that start
+  in the window / its length, achieved_concurrency = time-average of requests in the system
+  over it (whole run for open loops). No window (too few requests): NaN, and ``specsim replay``
+  refuses such a run up front with the --requests it needs (``closed_loop_requests_needed``).
 Percentiles (p50/p90/p95/p99) are numpy's linear interpolation, as benchmark_serving computes
 them; means and percentiles skip undefined values (NaN TPOT of one-token outputs).
 """
@@ -127,6 +134,45 @@ def latency_summary(
     return out
 
 
+def closed_loop_requests_needed(concurrency: int) -> int:
+    """Requests a closed loop at C needs for a steady window: C to warm up, C measured, C to
+    drain (the window must hold C completions for its throughput to mean something)."""
+    return 3 * int(concurrency)
+
+
+def steady_state(raw: RawLog, concurrency: int | None) -> dict[str, float]:
+    """Steady-state window of a closed loop (see the module docstring); whole run otherwise."""
+    c = COL
+    log = raw.step_log
+    start = log[:, c["time_s"]]
+    period = log[:, c["duration_s"]] + log[:, c["sched_wait_s"]]
+    in_sys = log[:, c["running"]] + log[:, c["queued"]]
+    nan = float("nan")
+    if concurrency is None:
+        total = float(period.sum())
+        return {
+            "achieved_concurrency": float((in_sys * period).sum() / total) if total else nan,
+            "steady_window_s": nan,
+            "steady_throughput_tok_s": nan,
+        }
+    finish = np.sort(raw.finish_s[np.isfinite(raw.finish_s)])
+    admitted = raw.admitted_s[np.isfinite(raw.admitted_s)]
+    if finish.shape[0] < concurrency or admitted.size == 0:
+        t0, t1 = nan, nan
+    else:
+        t0, t1 = float(finish[concurrency - 1]), float(admitted.max())
+    if not t1 > t0:
+        return {"achieved_concurrency": nan, "steady_window_s": nan,
+                "steady_throughput_tok_s": nan}  # fmt: skip
+    inside = (start >= t0) & (start < t1)
+    window = float(period[inside].sum())
+    return {
+        "achieved_concurrency": float((in_sys * period)[inside].sum() / window) if window else nan,
+        "steady_window_s": t1 - t0,
+        "steady_throughput_tok_s": float(log[inside, c["emitted_tokens"]].sum()) / (t1 - t0),
+    }
+
+
 def parse_slo(text: str | dict[str, float] | None) -> dict[str, float] | None:
     """``"ttft=200,tpot=50"`` (milliseconds) -> {"ttft": 200.0, "tpot": 50.0}."""
     from specsim.errors import SpecsimError
@@ -179,8 +225,10 @@ def summarize(
     sla_tps: float | None,
     wall_time_s: float,
     slo: dict[str, float] | None = None,
+    concurrency: int | None = None,
 ) -> dict[str, float]:
-    """The summary dict of a replay (keys listed in docs/simulator.md)."""
+    """The summary dict of a replay (keys listed in docs/simulator.md); ``concurrency``: the
+    closed loop's C (None for open loops), for the steady-state window."""
     done = np.isfinite(raw.finish_s)
     t = step_totals(raw.step_log)
     total_out = float(raw.emitted.sum())
@@ -219,6 +267,7 @@ def summarize(
     }
     for key, value in latency_summary(raw, done, slo).items():
         out.setdefault(key, value)
+    out.update(steady_state(raw, concurrency))
     return out
 
 

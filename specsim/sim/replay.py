@@ -123,7 +123,8 @@ def replay(
     engine = Engine(tr, pol, cost, wl, limits, record_tokens=record_tokens, progress=progress)
     raw = engine.run()
     wall = time.perf_counter() - t0
-    summary = summarize(raw, sla_tps, wall, slo_ms)
+    closed_c = int(wl.concurrency) if wl.kind == "closed" else None
+    summary = summarize(raw, sla_tps, wall, slo_ms, closed_c)
     if raw.max_batch_tokens > cost.b_max:
         warnings.warn(
             f"profile {cost.name!r} covers token batches up to {cost.b_max}; this run reached "
