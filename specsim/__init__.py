@@ -32,6 +32,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "trace_stats": ("specsim.trace.stats", "trace_stats"),
     "per_position_table": ("specsim.trace.stats", "per_position_table"),
     "synth_trace": ("specsim.trace.synth", "synth_trace"),
+    "LogNormal": ("specsim.trace.synth", "LogNormal"),
     # policies and cost profiles
     "Policy": ("specsim.policies.base", "Policy"),
     "StepInput": ("specsim.policies.base", "StepInput"),
@@ -39,8 +40,8 @@ _LAZY: dict[str, tuple[str, str]] = {
     "get_profile": ("specsim.sim.profiles", "get_profile"),
     "calibrate_trace": ("specsim.policies.calibrate", "calibrate_trace"),
     # simulation
-    "replay": ("specsim.sim.replay", "replay"),
-    "ReplayResult": ("specsim.sim.replay", "ReplayResult"),
+    "replay": ("specsim.sim.simulate", "replay"),
+    "ReplayResult": ("specsim.sim.simulate", "ReplayResult"),
     # analysis
     "sweep": ("specsim.analysis.sweep", "sweep"),
     "find_max_load": ("specsim.analysis.maxload", "find_max_load"),

@@ -7,7 +7,7 @@ import pytest
 
 from specsim.errors import SpecsimError
 from specsim.sim.metrics import _weighted_pct, parse_slo
-from specsim.sim.replay import replay
+from specsim.sim.simulate import replay
 
 TRACE = "traces/synthetic-chat.parquet"
 

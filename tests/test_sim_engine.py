@@ -10,7 +10,7 @@ import pytest
 
 from specsim.policies import Policy, get_policy
 from specsim.sim.cost import CostModel
-from specsim.sim.replay import replay
+from specsim.sim.simulate import replay
 from specsim.sim.toy import iid_trace
 
 Z = 5.0  # two-sided alpha ~ 5.7e-7 per check

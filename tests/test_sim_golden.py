@@ -164,7 +164,7 @@ _TRACE_CACHE: dict[str, object] = {}
 
 def run_scenario(kw: dict):
     """Replay one scenario; returns the ReplayResult."""
-    from specsim.sim.replay import replay
+    from specsim.sim.simulate import replay
     from specsim.trace.io import read_trace
 
     kw = dict(kw)

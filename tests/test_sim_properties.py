@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specsim.sim.cost import CostModel
-from specsim.sim.replay import replay
+from specsim.sim.simulate import replay
 from specsim.sim.toy import iid_trace
 
 COST = CostModel("prop", np.array([1, 64, 4096]), [7.0, 8.0, 60.0], draft_base_ms=0.3)

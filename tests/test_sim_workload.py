@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from specsim.errors import SpecsimError
-from specsim.sim.replay import replay
+from specsim.sim.simulate import replay
 from specsim.sim.toy import iid_trace
 from specsim.sim.workload import length_matched, make_workload, open_loop_times, read_arrivals
 

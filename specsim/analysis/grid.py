@@ -83,7 +83,7 @@ class Cell:
         return int(ss.generate_state(1, dtype=np.uint32)[0] >> 1)
 
     def replay_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments of :func:`specsim.sim.replay.replay` for this cell."""
+        """Keyword arguments of :func:`specsim.sim.simulate.replay` for this cell."""
         kw: dict[str, Any] = dict(self.options)
         kw["profile"] = self.profile
         kw["seed"] = self.seed

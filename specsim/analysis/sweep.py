@@ -47,7 +47,7 @@ def _load_trace(path: str):  # noqa: ANN202 - Trace, imported lazily
 def run_cell(cell: Cell) -> dict[str, Any]:
     """Replay one cell and return its row (knobs + summary). Top-level so it pickles."""
     from specsim.analysis.variants import resolve_profile
-    from specsim.sim.replay import replay
+    from specsim.sim.simulate import replay
 
     trace = _load_trace(cell.trace)
     kwargs = cell.replay_kwargs()

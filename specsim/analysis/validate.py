@@ -115,7 +115,7 @@ def run_validation(
     from specsim.record.models import load_target, prompt_ids
     from specsim.record.prompts import load_many
     from specsim.sim.profiles import get_profile, write_profile_csv
-    from specsim.sim.replay import replay
+    from specsim.sim.simulate import replay
     from specsim.sim.workload import synthetic
     from specsim.torch_engine.engine import EngineConfig, RealEngine
     from specsim.torch_engine.profile import DEFAULT_B, measure_profile

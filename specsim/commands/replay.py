@@ -159,7 +159,7 @@ def _check_closed_loop(args: argparse.Namespace, n_trace: int) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from specsim.progress import Progress
-    from specsim.sim.replay import replay
+    from specsim.sim.simulate import replay
 
     out = None if args.out is None else check_out(args.out, force=args.force)
     cv = resolve_cv(args)

@@ -4,8 +4,8 @@ See docs/simulator.md. Names are loaded on first use so ``import specsim.sim`` s
 """
 
 _LAZY = {
-    "replay": "specsim.sim.replay",
-    "ReplayResult": "specsim.sim.replay",
+    "replay": "specsim.sim.simulate",
+    "ReplayResult": "specsim.sim.simulate",
     "CostModel": "specsim.sim.cost",
     "get_profile": "specsim.sim.profiles",
     "PROFILES": "specsim.sim.profiles",

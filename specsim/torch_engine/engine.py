@@ -64,7 +64,7 @@ class EngineConfig:
 
 @dataclass(frozen=True, eq=False)
 class EngineResult:
-    """Like :class:`specsim.sim.replay.ReplayResult`, plus the generated token ids per job."""
+    """Like :class:`specsim.sim.simulate.ReplayResult`, plus the generated token ids per job."""
 
     summary: dict
     requests: Any  # pandas.DataFrame, one row per job
