@@ -29,6 +29,12 @@ def dense_lookup(batch_tokens: np.ndarray, step_ms: np.ndarray) -> np.ndarray:
     return np.interp(grid, b, ms) / 1000.0  # np.interp holds the end values outside [b0, bN]
 
 
+# A step table is looked up densely (one entry per token batch size): it may cover up to a
+# million tokens a step; any cost term above an hour is a unit mistake.
+MAX_PROFILE_BATCH = 1_000_000
+MAX_COST = 3.6e9
+
+
 @dataclass(frozen=True, eq=False)
 class CostModel:
     """Target step, draft and scheduler costs of one deployment (all times in the units named).
@@ -54,6 +60,20 @@ class CostModel:
     _slope: np.ndarray = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
+        for key in ("draft_base_ms", "draft_per_request_ms", "draft_per_token_ms",
+                    "sched_base_us", "sched_us_per_request"):  # fmt: skip
+            v = getattr(self, key)
+            if not (np.isfinite(v) and 0 <= v <= MAX_COST):
+                raise SpecsimError(
+                    f"profile {self.name!r}: {key} = {v} must be a finite number in "
+                    f"[0, {MAX_COST:g}]; fix the profile header"
+                )
+        for key, hi in (("max_running", 10**7), ("kv_tokens", 10**13), ("prefill_budget", 10**9)):
+            v = getattr(self, key)
+            if not 1 <= v <= hi:
+                raise SpecsimError(
+                    f"profile {self.name!r}: {key} = {v} must be a whole number in [1, {hi:,}]"
+                )
         b = np.asarray(self.batch_tokens, dtype=np.int64)
         ms = np.atleast_2d(np.asarray(self.step_ms, dtype=np.float64))
         if b.ndim != 1 or b.size < 2:
@@ -61,6 +81,12 @@ class CostModel:
         if np.any(np.diff(b) <= 0) or b[0] < 0:
             raise SpecsimError(
                 f"profile {self.name!r}: batch_tokens must be distinct, non-negative; sort them"
+            )
+        if b[-1] > MAX_PROFILE_BATCH:
+            raise SpecsimError(
+                f"profile {self.name!r}: batch_tokens up to {b[-1]:,} is beyond the "
+                f"{MAX_PROFILE_BATCH:,} tokens a step table may cover (larger batches are "
+                "extrapolated from the last two points)"
             )
         if ms.shape[1] != b.size or not np.all(np.isfinite(ms)) or np.any(ms <= 0):
             raise SpecsimError(f"profile {self.name!r}: step_ms must be positive numbers")

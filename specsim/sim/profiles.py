@@ -46,7 +46,11 @@ def read_profile_csv(path: str | os.PathLike, name: str | None = None) -> CostMo
     p = Path(path)
     if not p.is_file():
         raise SpecsimError(f"profile file {str(p)!r} does not exist; give a CSV path or a name")
-    return parse_profile_csv(p.read_text(), name or p.stem, source=str(p))
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (UnicodeDecodeError, OSError) as exc:
+        raise SpecsimError(f"profile {str(p)!r} is not a readable text CSV ({exc})") from None
+    return parse_profile_csv(text, name or p.stem, source=str(p))
 
 
 def parse_profile_csv(text: str, name: str, source: str = "") -> CostModel:
@@ -76,12 +80,20 @@ def parse_profile_csv(text: str, name: str, source: str = "") -> CostModel:
         if key in meta:
             try:
                 kwargs[key] = int(float(meta.pop(key))) if key in _INT_KEYS else float(meta[key])
-            except ValueError:
+            except (ValueError, OverflowError):
                 raise SpecsimError(f"profile {where!r}: header {key} is not a number") from None
             meta.pop(key, None)
     meta.setdefault("source", source or "csv")
+    for col in ("batch_tokens", "step_ms", "context_tokens"):
+        if col in df.columns:
+            df[col] = pd.to_numeric(df[col], errors="coerce")
     if df[["batch_tokens", "step_ms"]].isna().any().any():
-        raise SpecsimError(f"profile {where!r} has empty batch_tokens/step_ms cells")
+        raise SpecsimError(
+            f"profile {where!r} has empty or non-numeric batch_tokens/step_ms cells; fix them"
+        )
+    b = df["batch_tokens"].to_numpy(np.float64)
+    if np.any(b != np.round(b)) or np.any(np.abs(b) > 2**53):
+        raise SpecsimError(f"profile {where!r}: batch_tokens must be whole numbers of tokens")
     if "context_tokens" in df.columns:
         piv = df.pivot_table(index="context_tokens", columns="batch_tokens", values="step_ms")
         if piv.isna().any().any():
