@@ -20,7 +20,7 @@ from specsim.sim.cost import CostModel
 from specsim.sim.engine import Engine, EngineLimits
 from specsim.sim.metrics import parse_slo, request_frame, step_frame, summarize, token_frame
 from specsim.sim.profiles import get_profile
-from specsim.sim.workload import make_workload
+from specsim.sim.workload import check_request_count, make_workload
 from specsim.trace.model import Trace
 
 
@@ -58,6 +58,16 @@ def _calibrate(trace: Trace, calibrate: str | None, seed: int) -> tuple[Trace, d
 
     rest, temps = calibrate_trace(trace, seed=seed)
     return rest, {"sts_temperatures": [float(x) for x in temps]}
+
+
+def _check_closed_duration(tr: Trace, cost: CostModel, c: int, duration: float) -> None:
+    """A closed loop bounded by time: refuse before running if it could mean too many requests.
+
+    Upper bound: every step as fast as the profile's one-token step, every draft accepted."""
+    fastest_s = float(np.min(cost.step_time(np.array([1]))))
+    mean_out = float(np.mean(tr.output_len)) or 1.0
+    est = c * duration * (tr.block_size + 1) / (mean_out * max(fastest_s, 1e-9))
+    check_request_count(est, f"--concurrency {c} for {duration:g} s")
 
 
 def replay(
@@ -107,6 +117,8 @@ def replay(
         duration=duration,
         seed=seed,
     )
+    if wl.kind == "closed" and wl.max_jobs is None and duration is not None:
+        _check_closed_duration(tr, cost, int(wl.concurrency), float(duration))
     limits = EngineLimits(
         max_running=int(max_running if max_running is not None else cost.max_running),
         kv_tokens=int(kv_tokens if kv_tokens is not None else cost.kv_tokens),
