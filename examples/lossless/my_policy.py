@@ -26,3 +26,15 @@ def peeking(inp):
     """Admit draft k only if the NEXT confidence c_{k+1} is high: reads the future."""
     nxt = np.concatenate([inp.conf[:, 1:], np.ones((inp.n_requests, 1))], axis=1)
     return np.cumprod(nxt >= 0.5, axis=1).sum(axis=1)
+
+
+def random_length(inp):
+    """A random policy done right: the length is drawn from the policy's own stream inp.rng,
+    independently of the drafts. Lossless; the checker integrates over the stream."""
+    return inp.rng.integers(0, inp.gamma + 1, size=inp.n_requests)
+
+
+def unseeded_random(inp):
+    """A random policy done wrong: it draws from numpy's global generator, so the checker cannot
+    integrate over its randomness and refuses it (exit 2, one line)."""
+    return np.random.randint(0, inp.gamma + 1, size=inp.n_requests)  # noqa: NPY002 (the bug)
