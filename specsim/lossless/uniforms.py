@@ -53,6 +53,7 @@ CHUNK = 1 << 17
 NEW = 1e-12  # a breakpoint farther than this from every known edge is new
 TINY = 2.0**-62  # bisection stops here: far below any mass the 1e-9 tolerance sees
 SLIVER = 1e-12  # cells narrower than this are not probed (no interior at fp64)
+MAX_CHANGES = 96  # changes along one scanned line beyond which no proof is attempted
 MAX_BANDS = 8  # breakpoints resolved between two neighbouring scan points
 
 
@@ -176,7 +177,13 @@ class _Integrator:
         pts = np.repeat(line_pts, n_g, axis=0)
         pts[:, axis] = np.tile(grid, n_l)
         codes = self.eval(np.repeat(line_b, n_g), pts).reshape(n_l, n_g)
-        li, gi = np.nonzero(codes[:, 1:] != codes[:, :-1])
+        changes = codes[:, 1:] != codes[:, :-1]
+        if changes.sum(axis=1).max(initial=0) > MAX_CHANGES:
+            raise NotPiecewiseConstant(
+                f"the verifier's output changes more than {MAX_CHANGES} times along one uniform "
+                "(not a threshold rule); the exact check cannot prove it: use the statistical check"
+            )
+        li, gi = np.nonzero(changes)
         found = self._bisect(axis, line_b[li], line_pts[li], grid[gi], grid[gi + 1],
                              codes[li, gi], codes[li, gi + 1])  # fmt: skip
         new = False
