@@ -291,3 +291,100 @@ def test_calibrate_trace_holds_out_requests():
     np.testing.assert_array_equal(rest.conf, again.conf)
     with pytest.raises(SpecsimError):
         calibrate_trace(trace, holdout=1.5)
+
+
+# ---------------------------------------------------------------- the fast forms (issue #13)
+# The simulator's speed work replaced hw-aware's full stable sort by a selection where it can,
+# ZOS's top-K by a partition, and added ``Policy.solo`` (one request, many rows at once). These
+# tests hold each fast form to the plain algorithm: the same lengths, exactly.
+
+
+def _reference_lengths(name: str, inp: StepInput) -> np.ndarray:
+    """The plain algorithms: full stable sort, the whole Theta curve."""
+    from specsim.policies.hw_aware import early_stop_count, lengths_from_admitted
+
+    r = inp.n_requests
+    req, surv = ranked_candidates(inp.conf)
+    if name == "hw-aware":
+        n = early_stop_count(throughput_curve(surv, r, inp.step_time))
+    else:  # zos: budget from the lagged rows; hw-aware-global: from the current ones
+        lagged = inp.lagged_conf if name == "zos" else inp.conf
+        n = global_budget(lagged, inp.step_time)
+    return lengths_from_admitted(req, n, r)
+
+
+def _tied_conf(rng: np.random.Generator, r: int, gamma: int) -> np.ndarray:
+    """Confidences from a few levels (ties across requests), with zeros and ones."""
+    levels = np.array([0.0, 0.25, 0.5, 0.8, 0.9, 1.0])
+    return levels[rng.integers(0, levels.size, size=(r, gamma))]
+
+
+STEP_TIMES = {
+    "linear": linear_step_time(),
+    "steep": linear_step_time(5.0, 0.5),
+    "flat": linear_step_time(10.0, 0.0),
+    "jagged": table_step_time(np.array([10.0] * 8 + [14.0] * 16 + [20.0] * 4096)),
+}
+
+
+@pytest.mark.parametrize("name", ["hw-aware", "zos", "hw-aware-global"])
+@pytest.mark.parametrize("st_name", list(STEP_TIMES))
+def test_fast_forms_match_the_plain_algorithm(name, st_name):
+    """Many random batches (ties included), each decided by the policy and by the plain sort."""
+    from specsim.policies import hw_aware
+
+    rng = np.random.default_rng(13)
+    pol = get_policy(name)
+    st_fn = STEP_TIMES[st_name]
+    for trial in range(300):
+        r = int(rng.integers(1, 80))
+        gamma = int(rng.integers(1, 9))
+        make = _tied_conf if trial % 2 else (lambda g, a, b: g.uniform(0, 1, (a, b)))
+        conf, lagged = make(rng, r, gamma), make(rng, r, gamma)
+        surv = np.cumprod(conf.astype(np.float64), axis=1)
+        for given_surv in (None, surv):  # the engine passes precomputed survivals
+            inp = StepInput(
+                conf=conf,
+                step_time=st_fn,
+                lagged_conf=lagged,
+                survival=given_surv,
+                lagged_survival=None if given_surv is None else np.cumprod(lagged, axis=1),
+            )
+            want = _reference_lengths(name, inp)
+            np.testing.assert_array_equal(pol.schedule(inp), want, err_msg=f"trial {trial}")
+        # a wrong speed hint costs time, never a different answer
+        hw_aware._STOP_HINT[0] = float(rng.choice([0.0, 0.5, 100.0]))
+
+
+@pytest.mark.parametrize(
+    "spec",
+    ["hw-aware", "hw-aware-global", "zos", "ar", "mtp1", "static:3", "full", "threshold:0.5",
+     "cum-threshold:0.3", "oracle"],
+)  # fmt: skip
+def test_solo_agrees_with_schedule(spec):
+    """``Policy.solo`` over many rows == ``schedule`` of a lone request with each row."""
+    pol = get_policy(spec)
+    assert pol.solo is not None
+    rng = np.random.default_rng(7)
+    for st_fn in STEP_TIMES.values():
+        for gamma in (1, 4, 7):
+            conf = np.concatenate((_tied_conf(rng, 200, gamma), rng.uniform(0, 1, (200, gamma))))
+            acc = rng.integers(0, gamma + 1, size=conf.shape[0])
+            got = pol.solo(conf, acc, st_fn)
+            for i in range(conf.shape[0]):
+                row = conf[i : i + 1]
+                inp = StepInput(
+                    conf=row if not pol.solo_lagged else rng.uniform(0, 1, (1, gamma)),
+                    step_time=st_fn,
+                    lagged_conf=row if pol.solo_lagged else None,
+                    accept_len=acc[i : i + 1],
+                )
+                assert got[i] == pol.schedule(inp)[0], (spec, gamma, i)
+
+
+def test_solo_refuses_rows_outside_the_unit_interval():
+    """A row whose survival rises (confidence > 1) breaks the lone-request order: ValueError,
+    and the engine then schedules step by step."""
+    conf = np.array([[0.5, 1.5, 0.9]])
+    with pytest.raises(ValueError):
+        get_policy("hw-aware").solo(conf, np.array([1]), linear_step_time())

@@ -18,6 +18,10 @@ Protocol (``Policy.schedule(inp) -> lengths``):
   scheduler.
 - ``inp.rng``: the policy's own seeded ``numpy.random.Generator`` (may be None): a random policy
   draws from it and nothing else.
+- ``inp.survival`` / ``inp.lagged_survival``: (R, gamma) float64 survivals
+  ``cumprod(conf.astype(float64), axis=1)`` of ``conf`` / ``lagged_conf``, equal bit for bit to
+  computing them; the engine gathers them from a table it computes once per trace (speed only,
+  issue #13). May be None: a policy that reads them computes them itself then.
 Returns an integer array of shape (R,) with values in [0, gamma].
 
 Non-anticipation (what makes truncation lossless): whether draft token k of request r is verified
@@ -36,6 +40,8 @@ from specsim.errors import SpecsimError
 from specsim.registry import Registry
 
 StepTime = Callable[[np.ndarray], np.ndarray]
+# (conf (m, gamma), accept_len (m,), step_time) -> (m,) lengths of a lone request per row
+SoloSchedule = Callable[[np.ndarray, np.ndarray, StepTime], np.ndarray]
 
 
 @dataclass(frozen=True, eq=False)
@@ -50,6 +56,9 @@ class StepInput:
     # The policy's own seeded random stream: a random policy must draw from it (and only it), so
     # the losslessness checker can integrate over its randomness. None: the caller gives none.
     rng: np.random.Generator | None = None
+    # Precomputed survivals of conf / lagged_conf (speed only; None: compute from conf).
+    survival: np.ndarray | None = None
+    lagged_survival: np.ndarray | None = None
 
     @property
     def n_requests(self) -> int:
@@ -68,6 +77,14 @@ class Policy:
     scheduling); its compute time then costs nothing unless it exceeds the step.
     ``lossless``: what the policy claims; the losslessness suite checks the claim.
     ``needs``: which optional StepInput fields it reads (the engine fills only those).
+    ``solo``: optional, for speed only: ``solo(conf (m, gamma), accept_len (m,), step_time) ->
+    (m,)`` gives, for each of m confidence rows, what ``schedule`` returns for ONE running
+    request with that row (and no prefill in the step). With one request in flight the engine
+    asks for every row the request may visit at once and walks them without an event per step
+    (issue #13). ``solo_lagged``: the decision is a function of the request's LAGGED row
+    (``zos``), so the engine passes lagged rows. It may raise ValueError when it does not
+    apply to these rows; the engine then schedules step by step. The policy tests check that
+    it agrees with ``schedule``.
     """
 
     name: str
@@ -76,6 +93,8 @@ class Policy:
     lossless: bool = True
     needs: frozenset[str] = field(default_factory=frozenset)
     doc: str = ""
+    solo: SoloSchedule | None = None
+    solo_lagged: bool = False
 
     def __call__(self, inp: StepInput) -> np.ndarray:
         return self.schedule(inp)

@@ -61,13 +61,112 @@ def lengths_from_admitted(req: np.ndarray, n_admitted: int, n_requests: int) -> 
     return np.bincount(req[:n_admitted], minlength=n_requests).astype(np.int64)
 
 
+def _survival(conf: np.ndarray, given: np.ndarray | None = None) -> np.ndarray:
+    """a_{r,j} = prod_{i<=j} c_{r,i}, flattened (r, j) row-major: the candidates' keys.
+
+    ``given``: the engine's precomputed survivals of the same rows (equal bit for bit)."""
+    if given is not None:
+        return given.ravel()
+    return np.cumprod(conf.astype(np.float64), axis=1).ravel()
+
+
+def _ranked_prefix(survival: np.ndarray, m: int) -> np.ndarray:
+    """The first m' >= m candidates of the ranked order (flat indices), m < survival.size.
+
+    The same order as ``ranked_candidates``' stable sort, found by a selection instead of a
+    full sort: v = the m-th largest survival; every candidate >= v, in index order, then a
+    stable sort of those by survival descending. All candidates above v precede those equal to
+    v, which keep (r, j) ascending, so this is exactly the full order's prefix. NaN survivals
+    (never in a valid trace) sort last in the full order and are left out here too.
+    """
+    n = survival.shape[0]
+    v = np.partition(survival, n - m)[n - m]
+    sel = (survival >= v).nonzero()[0]
+    return sel[(-survival[sel]).argsort(kind="stable")]
+
+
+def _stop_count(survival_sorted: np.ndarray, n_requests: int, step_time) -> int | None:
+    """``early_stop_count(throughput_curve(...))`` over a ranked prefix; None: no stop in it.
+
+    The same arithmetic as ``throughput_curve`` element by element (tau_0 = R + 0.0 = R,
+    tau_i = R + cumsum_i), without building the concatenated curve.
+    """
+    m = survival_sorted.shape[0]
+    t = np.asarray(step_time(n_requests + np.arange(m + 1)), dtype=np.float64)
+    theta = (survival_sorted.cumsum() + n_requests) / t[1:]
+    if m == 0:
+        return None
+    if theta[0] <= n_requests / t[0]:
+        return 0
+    worse = (theta[1:] <= theta[:-1]).nonzero()[0]
+    return int(worse[0]) + 1 if worse.size else None
+
+
+# Stop count per request of the last early-stop search: where the next one starts looking. A
+# speed hint only (a wrong one costs a second pass, never a different answer).
+_STOP_HINT = [1.0]
+
+
+def _early_stop_lengths(survival: np.ndarray, n_requests: int, gamma: int, step_time):
+    """``hw-aware``'s lengths from flat survivals.
+
+    Early stop only needs the ranked list up to the first non-improving admission. When the
+    last search stopped well inside the list, this one ranks a prefix about that long by
+    selection (``_ranked_prefix``, O(n)); if no stop lies in it, or the list is expected to be
+    mostly admitted, it sorts everything (one stable argsort). Theta over a prefix is
+    bit-identical to Theta over the full list, so the answer is the same either way.
+    """
+    n = survival.shape[0]
+    m = int(_STOP_HINT[0] * n_requests * 1.5) + 16
+    count = order = None
+    if m < n // 2:
+        order = _ranked_prefix(survival, m)
+        count = _stop_count(survival[order], n_requests, step_time)
+        if count is None and order.shape[0] < n:
+            order = None
+    if order is None:
+        order = (-survival).argsort(kind="stable")  # stable: ties keep (r, j) ascending
+        count = _stop_count(survival[order], n_requests, step_time)
+    if count is None:
+        count = order.shape[0]
+    _STOP_HINT[0] = count / n_requests
+    return np.bincount(order[:count] // gamma, minlength=n_requests).astype(np.int64, copy=False)
+
+
+def _global_budget_flat(survival: np.ndarray, n_requests: int, step_time) -> int:
+    """``global_budget`` from flat survivals (one stable sort, no second cumprod)."""
+    surv_sorted = survival[(-survival).argsort(kind="stable")]
+    return int(np.argmax(throughput_curve(surv_sorted, n_requests, step_time)))
+
+
+def _top_k_lengths(survival: np.ndarray, k: int, n_requests: int, gamma: int) -> np.ndarray:
+    """Per-request counts among the first k ranked candidates, without sorting.
+
+    The first k of the stable order are every candidate above v (the k-th largest) and the
+    lowest-index candidates equal to v; which of them come first does not change the counts.
+    """
+    n = survival.shape[0]
+    if k <= 0:
+        return np.zeros(n_requests, dtype=np.int64)
+    if k >= n or np.isnan(survival).any():
+        req, _ = ranked_candidates(survival.reshape(n_requests, gamma))
+        return lengths_from_admitted(req, k, n_requests)
+    v = np.partition(survival, n - k)[n - k]
+    above = survival > v
+    lengths = above.reshape(n_requests, gamma).sum(axis=1)
+    need = k - int(lengths.sum())
+    if need:
+        ties = (survival == v).nonzero()[0][:need]
+        lengths += np.bincount(ties // gamma, minlength=n_requests)
+    return lengths.astype(np.int64, copy=False)
+
+
 def hw_aware_lengths(inp: StepInput) -> np.ndarray:
     """Algorithm 1 with early stop."""
     if inp.n_requests == 0:
         return np.zeros(0, dtype=np.int64)
-    req, surv = ranked_candidates(inp.conf)
-    theta = throughput_curve(surv, inp.n_requests, inp.step_time)
-    return lengths_from_admitted(req, early_stop_count(theta), inp.n_requests)
+    surv = _survival(inp.conf, inp.survival)
+    return _early_stop_lengths(surv, inp.n_requests, inp.gamma, inp.step_time)
 
 
 def global_budget(conf: np.ndarray, step_time) -> int:
@@ -83,18 +182,52 @@ def hw_aware_global_lengths(inp: StepInput) -> np.ndarray:
     """The same search without early stop: anticipating, NOT lossless."""
     if inp.n_requests == 0:
         return np.zeros(0, dtype=np.int64)
-    req, _ = ranked_candidates(inp.conf)
-    return lengths_from_admitted(req, global_budget(inp.conf, inp.step_time), inp.n_requests)
+    surv = _survival(inp.conf, inp.survival)
+    budget = _global_budget_flat(surv, inp.n_requests, inp.step_time)
+    return _top_k_lengths(surv, budget, inp.n_requests, inp.gamma)
 
 
 def zos_lengths(inp: StepInput) -> np.ndarray:
     """Budget from lagged confidences (global search), then dynamic top-K on current ones."""
     if inp.n_requests == 0:
         return np.zeros(0, dtype=np.int64)
-    lagged = inp.conf if inp.lagged_conf is None else inp.lagged_conf
-    budget = global_budget(lagged, inp.step_time)
-    req, _ = ranked_candidates(inp.conf)
-    return lengths_from_admitted(req, budget, inp.n_requests)
+    surv = _survival(inp.conf, inp.survival)
+    if inp.lagged_conf is None:
+        lagged = surv
+    else:
+        lagged = _survival(inp.lagged_conf, inp.lagged_survival)
+    budget = _global_budget_flat(lagged, inp.n_requests, inp.step_time)
+    return _top_k_lengths(surv, budget, inp.n_requests, inp.gamma)
+
+
+# ---------------------------------------------------------------- one request, many rows
+# With one request running, a decision is a function of one confidence row; the engine asks
+# for the decisions of every row the request may visit at once (``Policy.solo``) and walks
+# them without a SimPy event per step. With R = 1 the survivals of a row are non-increasing
+# (confidences lie in [0, 1]), so the ranked order is j ascending and Theta is a row-wise
+# cumulative sum: the same arithmetic, element by element, as the functions above.
+
+
+def _solo_theta(conf: np.ndarray, step_time) -> np.ndarray:
+    """(m, gamma + 1) Theta of each row as a lone request's candidate list."""
+    surv = np.cumprod(conf.astype(np.float64), axis=1)
+    if surv.shape[1] > 1 and not np.all(surv[:, 1:] <= surv[:, :-1]):
+        raise ValueError("confidences outside [0, 1]: the solo form does not apply")
+    tau = 1 + np.concatenate((np.zeros((surv.shape[0], 1)), np.cumsum(surv, axis=1)), axis=1)
+    batch = 1 + np.arange(surv.shape[1] + 1)
+    return tau / np.asarray(step_time(batch), dtype=np.float64)
+
+
+def hw_aware_solo(conf: np.ndarray, accept_len: np.ndarray, step_time) -> np.ndarray:
+    """``hw_aware_lengths`` of a lone request, for every row of ``conf`` at once."""
+    theta = _solo_theta(conf, step_time)
+    worse = theta[:, 1:] <= theta[:, :-1]
+    return np.where(worse.any(axis=1), worse.argmax(axis=1), conf.shape[1]).astype(np.int64)
+
+
+def global_solo(conf: np.ndarray, accept_len: np.ndarray, step_time) -> np.ndarray:
+    """``global_budget`` of a lone request per row (``zos`` reads its lagged row with it)."""
+    return _solo_theta(conf, step_time).argmax(axis=1).astype(np.int64)
 
 
 def _no_arg(name: str, arg: str | None) -> None:
@@ -105,7 +238,12 @@ def _no_arg(name: str, arg: str | None) -> None:
 @POLICIES.register("hw-aware", help="DSpark Algorithm 1: survival-ranked search, early stop")
 def hw_aware(arg: str | None = None) -> Policy:
     _no_arg("hw-aware", arg)
-    return Policy(name="hw-aware", schedule=hw_aware_lengths)
+    return Policy(
+        name="hw-aware",
+        schedule=hw_aware_lengths,
+        needs=frozenset({"survival"}),
+        solo=hw_aware_solo,
+    )
 
 
 @POLICIES.register(
@@ -113,10 +251,23 @@ def hw_aware(arg: str | None = None) -> Policy:
 )
 def hw_aware_global(arg: str | None = None) -> Policy:
     _no_arg("hw-aware-global", arg)
-    return Policy(name="hw-aware-global", schedule=hw_aware_global_lengths, lossless=False)
+    return Policy(
+        name="hw-aware-global",
+        schedule=hw_aware_global_lengths,
+        lossless=False,
+        needs=frozenset({"survival"}),
+        solo=global_solo,
+    )
 
 
 @POLICIES.register("zos", help="production DSpark: lagged global budget + dynamic top-K, ZOS")
 def zos(arg: str | None = None) -> Policy:
     _no_arg("zos", arg)
-    return Policy(name="zos", schedule=zos_lengths, zos=True, needs=frozenset({"lagged_conf"}))
+    return Policy(
+        name="zos",
+        schedule=zos_lengths,
+        zos=True,
+        needs=frozenset({"lagged_conf", "survival", "lagged_survival"}),
+        solo=global_solo,
+        solo_lagged=True,
+    )

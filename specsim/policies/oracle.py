@@ -25,5 +25,11 @@ def oracle(arg: str | None = None) -> Policy:
     if arg is not None:
         raise SpecsimError(f"policy 'oracle' takes no argument (got oracle:{arg})")
     return Policy(
-        name="oracle", schedule=oracle_lengths, lossless=False, needs=frozenset({"accept_len"})
+        name="oracle",
+        schedule=oracle_lengths,
+        lossless=False,
+        needs=frozenset({"accept_len"}),
+        solo=lambda conf, accept_len, step_time: np.minimum(
+            np.asarray(accept_len, dtype=np.int64), conf.shape[1]
+        ),
     )

@@ -16,7 +16,11 @@ def _constant(name: str, k: int | None) -> Policy:
         length = inp.gamma if k is None else min(k, inp.gamma)
         return np.full(inp.n_requests, length, dtype=np.int64)
 
-    return Policy(name=name, schedule=schedule)
+    def solo(conf: np.ndarray, accept_len: np.ndarray, step_time) -> np.ndarray:
+        length = conf.shape[1] if k is None else min(k, conf.shape[1])
+        return np.full(conf.shape[0], length, dtype=np.int64)
+
+    return Policy(name=name, schedule=schedule, solo=solo)
 
 
 def _no_arg(name: str, arg: str | None) -> None:

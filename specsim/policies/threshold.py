@@ -38,7 +38,10 @@ def threshold(arg: str | None = None) -> Policy:
     def schedule(inp: StepInput) -> np.ndarray:
         return leading_true(inp.conf >= t)
 
-    return Policy(name=f"threshold:{t:g}", schedule=schedule)
+    def solo(conf: np.ndarray, accept_len: np.ndarray, step_time) -> np.ndarray:
+        return leading_true(conf >= t)  # row-wise already
+
+    return Policy(name=f"threshold:{t:g}", schedule=schedule, solo=solo)
 
 
 @POLICIES.register(
@@ -47,8 +50,11 @@ def threshold(arg: str | None = None) -> Policy:
 def cum_threshold(arg: str | None = None) -> Policy:
     t = _parse("cum-threshold", arg, 0.3)
 
-    def schedule(inp: StepInput) -> np.ndarray:
-        survival = np.cumprod(inp.conf.astype(np.float64), axis=1)
-        return leading_true(survival >= t)
+    def solo(conf: np.ndarray, accept_len: np.ndarray, step_time) -> np.ndarray:
+        survival = np.cumprod(conf.astype(np.float64), axis=1)
+        return leading_true(survival >= t)  # row-wise already
 
-    return Policy(name=f"cum-threshold:{t:g}", schedule=schedule)
+    def schedule(inp: StepInput) -> np.ndarray:
+        return solo(inp.conf, None, inp.step_time)
+
+    return Policy(name=f"cum-threshold:{t:g}", schedule=schedule, solo=solo)
