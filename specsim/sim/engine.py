@@ -38,6 +38,8 @@ with a prior of 0.5 worth ``PRIOR_WEIGHT`` observations.
 
 from __future__ import annotations
 
+import math
+from array import array
 from collections import deque
 from dataclasses import dataclass
 
@@ -107,6 +109,9 @@ class RawLog:
 # _STEPS holds the index of the request's first decode step until it finishes.
 _JOB, _BASE, _N, _OUT, _PROMPT, _H1, _H2, _STEPS, _VER, _ACC = range(10)
 _NF = 10
+
+# Rows of a lone request's trace decided at once by the solo walk (a longer walk resumes).
+_SOLO_ROWS = 512
 
 
 def _shifted(step_fn, extra: int):
@@ -216,7 +221,11 @@ class Engine:
         env = self.env
         self.jobs = _Jobs(self.wl.n_jobs_hint())
         self.queue: deque[int] = deque()
-        self.log: list[tuple] = []
+        # The step log, columnar: one flat float64 buffer holding a row of len(STEP_COLUMNS)
+        # values per step (8 bytes a value, no Python objects: 104 bytes a step, where a list
+        # of tuples took ~400). The summary's ITL percentiles and steady window need it all.
+        self.log = array("d")
+        self.n_steps = 0
         self.tok_job: list[np.ndarray] = []
         self.tok_cnt: list[np.ndarray] = []
         self.tok_time: list[float] = []
@@ -252,6 +261,118 @@ class Engine:
     def _zos_sched(self, env: simpy.Environment, seconds: float):
         yield env.timeout(seconds)
 
+    def _log_step(self, row: tuple) -> None:
+        """Append one step's row (``STEP_COLUMNS`` order) to the columnar log."""
+        self.n_steps += 1
+        self.log.extend(row)
+
+    @staticmethod
+    def _exact_delay(now: float, t: float) -> float | None:
+        """A delay d with now + d == t in floating point, or None.
+
+        SimPy adds the delay to the clock; t - now can miss t by an ulp, and when the rounding
+        of now + d ties, some t are not reachable in one addition at all (the step-by-step path
+        reached them by several). Neighbours of t - now are tried; None: no single hop exists.
+        """
+        d = t - now
+        for _ in range(4):
+            got = now + d
+            if got == t:
+                return d
+            d = math.nextafter(d, math.inf if got < t else 0.0)
+        return None
+
+    def _solo_stretch(self, S: np.ndarray, now: float, wait: float, n_queued: int, step_fn):
+        """Steps of a lone running request up to the next event, walked without SimPy.
+
+        With one request in flight and nothing to admit, no admission, arrival or completion
+        can happen until the request finishes (or, open loop, the next arrival is due), so the
+        steps in between are a deterministic walk: each step's length comes from the policy's
+        ``solo`` decision of one trace row, computed for every row at once. The walk stops
+        before the request's last step and before the step an arrival joins, which go through
+        the ordinary step (completion, spawning, ZOS process). Every time is the same sum of
+        the same floats as the step-by-step path, so results are bit-identical (golden test).
+
+        Returns the walked steps' durations (empty when no step could be walked) and the end
+        time of the last one.
+        """
+        b, pos, out = int(S[_BASE, 0]), int(S[_N, 0]), int(S[_OUT, 0])
+        h1, h2 = int(S[_H1, 0]), int(S[_H2, 0])
+        lagged = self.policy.solo_lagged
+        hi = min(b + out, b + pos + _SOLO_ROWS)  # rows decided now; a longer walk resumes
+        lo = b + pos
+        if lagged:
+            lo = min(x for x in (lo, h1, h2) if x >= 0)
+        try:
+            lens = self.policy.solo(self.conf[lo:hi], self.accept_len[lo:hi], step_fn)
+        except ValueError:
+            return [], now
+        lens = lens.tolist()
+        acc = self.accept_len[lo:hi].tolist()
+        cost = self.cost
+        lut = self.lut
+        n_lut = len(lut)
+        zos = bool(self.policy.zos)
+        draft_s = self.d_base + (self.d_req + self.d_tok) * 1
+        sched_s = 0.0 if zos else cost.sched_s(1)
+        d0 = draft_s + sched_s
+        zos_s = cost.sched_s(1) if zos else 0.0
+        next_arrival = math.inf
+        if self.wl.open_loop and self.n_arrived < self.wl.arrival_s.shape[0]:
+            next_arrival = float(self.wl.arrival_s[self.n_arrived])
+        record_tokens = self.record_tokens
+        durs: list[float] = []
+        ends: list[float] = []
+        emits: list[int] = []
+        t = now
+        ver = n_acc = 0
+        max_b = self.max_b
+        log_step = self._log_step
+        while True:
+            r = b + pos
+            if r >= hi:
+                break
+            ln = lens[(h2 if (lagged and h2 >= 0) else r) - lo]
+            a = ln if ln < acc[r - lo] else acc[r - lo]
+            e = a + 1 if a + 1 < out - pos else out - pos
+            if pos + e >= out:
+                break  # the request's last step: the ordinary path finishes it
+            batch = 1 + ln
+            verify_s = lut[batch] if batch < n_lut else float(cost.step_time(batch))
+            d = d0 + verify_s
+            if zos_s > d:
+                break  # the overlapped scheduler would outlast the step: step by step
+            end = t + d
+            log_step((t, d, batch, 1, 1, 0, n_queued, 0, ln, a, e, wait, 0))
+            wait = 0.0
+            durs.append(d)
+            if batch > max_b:
+                max_b = batch
+            ver += ln
+            n_acc += a
+            pos += e
+            h2, h1 = h1, r
+            t = end
+            if record_tokens:
+                ends.append(end)
+                emits.append(e)
+            if end >= next_arrival:
+                break  # the next step starts with an arrival
+        if not durs:
+            return durs, now
+        self.max_b = max_b
+        S[_N, 0] = pos
+        S[_VER, 0] += ver
+        S[_ACC, 0] += n_acc
+        S[_H1, 0], S[_H2, 0] = h1, h2
+        if record_tokens:
+            k = len(ends)
+            self.tok_job.append(np.full(k, S[_JOB, 0], np.int64))
+            self.tok_cnt.append(np.asarray(emits, np.int64))
+            self.tok_time.extend(ends)
+            self.tok_len.extend([1] * k)
+        return durs, t
+
     def _loop(self, env: simpy.Environment):
         jobs = self.jobs
         cost = self.cost
@@ -259,16 +380,26 @@ class Engine:
         conf_all = self.conf
         acc_all = self.accept_len
         lut = cost.lut_seconds(None)
+        self.lut = lut.tolist()  # Python floats: the solo walk indexes it per step
         n_lut = lut.shape[0]
         step_fn = cost.step_time_fn(None)
         d_base, d_req = cost.draft_base_ms * 1e-3, cost.draft_per_request_ms * 1e-3
         d_tok = cost.draft_per_token_ms * 1e-3 * gamma
+        self.d_base, self.d_req, self.d_tok = d_base, d_req, d_tok
         zos = bool(self.policy.zos)
         schedule = self.policy.schedule
         trusted = getattr(schedule, "__module__", "").startswith("specsim.policies")
         need_lag = "lagged_conf" in self.needs
         need_rate = "accept_rate" in self.needs
         need_acc = "accept_len" in self.needs
+        need_surv = "survival" in self.needs
+        need_lag_surv = need_lag and "lagged_survival" in self.needs
+        # survivals of every trace row, once: a step gathers its rows instead of a cumprod
+        surv_all = (
+            np.cumprod(conf_all.astype(np.float64), axis=1) if need_surv or need_lag_surv else None
+        )
+        # the solo walk needs a step time that does not move with the context (1-D profile)
+        solo = self.policy.solo is not None and not cost.is_2d
         open_loop = self.wl.open_loop
         arrivals = self.wl.arrival_s
         n_arr_total = arrivals.shape[0] if open_loop else 0
@@ -280,9 +411,9 @@ class Engine:
         kv_used = 0
         zos_proc = None
         queue = self.queue
-        log = self.log
         record = self.record_tokens
         progress = self.progress
+        log_step = self._log_step
         while True:
             now = env.now
             # -- arrivals up to now join the queue (same-time rule: t_arrival <= now)
@@ -317,7 +448,7 @@ class Engine:
                     block[_OUT] = jobs.out[a]
                     block[_PROMPT] = jobs.prompt[a]
                     block[_H1] = block[_H2] = -1
-                    block[_STEPS] = len(log) + 1  # first decode step index (after prefill)
+                    block[_STEPS] = self.n_steps + 1  # first decode step index (after prefill)
                     S = np.concatenate((S, block), axis=1)
             n_run = S.shape[1]
             n_queued = len(queue)
@@ -336,6 +467,18 @@ class Engine:
                 wait = env.now - now
                 now = env.now
             n_dec = n_run - n_new
+            # -- one request and nothing to admit: walk its steps up to the next event
+            if solo and n_run == 1 and n_new == 0:
+                durs, end = self._solo_stretch(S, now, wait, n_queued, step_fn)
+                if durs:
+                    hop = self._exact_delay(now, end)
+                    if hop is not None:  # one event to the next one that matters
+                        yield env.timeout(hop)
+                    else:  # no single hop lands on the same clock: one event per step
+                        for d in durs:
+                            yield env.timeout(d)
+                    zos_proc = None  # the walk's last scheduler decision finished in its step
+                    continue
             prefill_tokens = int(S[_PROMPT, n_dec:].sum()) if n_new else 0
             # -- decode part: schedule and replay
             if n_dec:
@@ -346,10 +489,13 @@ class Engine:
                 if cost.is_2d:
                     step_fn = cost.step_time_fn(float(np.mean(S[_PROMPT] + S[_N])))
                 pol_fn = _shifted(step_fn, prefill_tokens) if n_new else step_fn
-                lag = None
+                lag = lag_surv = None
                 if need_lag:
                     h2 = S[_H2, :n_dec]
-                    lag = conf_all[np.where(h2 >= 0, h2, rows)]
+                    lag_rows = np.where(h2 >= 0, h2, rows)
+                    lag = conf_all[lag_rows]
+                    if need_lag_surv:
+                        lag_surv = surv_all[lag_rows]
                 rate = None
                 if need_rate:
                     t = self.trials[1:].astype(np.float64)
@@ -360,6 +506,8 @@ class Engine:
                     lagged_conf=lag,
                     accept_rate=rate,
                     accept_len=acc if need_acc else None,
+                    survival=surv_all[rows] if need_surv else None,
+                    lagged_survival=lag_surv,
                 )
                 lens = schedule(inp)
                 if not trusted:
@@ -427,7 +575,7 @@ class Engine:
                 jobs.finish[fj] = end
                 jobs.emitted[fj] = fin[_OUT]
                 # a running request takes part in every step from its first decode step on
-                jobs.steps[fj] = len(log) + 1 - fin[_STEPS]
+                jobs.steps[fj] = self.n_steps + 1 - fin[_STEPS]
                 jobs.verified[fj] = fin[_VER]
                 jobs.accepted[fj] = fin[_ACC]
                 kv_used -= int((fin[_PROMPT] + fin[_OUT]).sum()) + gamma * n_fin
@@ -438,7 +586,7 @@ class Engine:
                 if not open_loop:
                     for _ in range(n_fin):
                         self._spawn(end)
-            log.append(
+            log_step(
                 (
                     now,
                     duration,
@@ -470,9 +618,7 @@ class Engine:
             tt = np.repeat(np.asarray(self.tok_time), np.asarray(self.tok_len))
         else:
             tj = tc = tt = None
-        log = (
-            np.asarray(self.log, dtype=np.float64) if self.log else np.zeros((0, len(STEP_COLUMNS)))
-        )
+        log = np.frombuffer(self.log, dtype=np.float64).reshape(-1, len(STEP_COLUMNS)).copy()
         return RawLog(
             job_trace=j.trace[:n].copy(),
             arrival_s=j.arrival[:n].copy(),
