@@ -69,11 +69,11 @@ def test_throughput_at_sla_and_gain_over_baseline():
     sla = throughput_at_sla(_table(), [30.0, 45.0], baseline="mtp1")
     got = sla.set_index(["policy", "sla_tps"])
     # mtp1: frontier (10,1000) (20,600) (40,200): at 30 -> 400; 45 is out of reach
-    assert got.loc[("mtp1", 30.0), "throughput_tok_s"] == pytest.approx(400.0)
-    assert math.isnan(got.loc[("mtp1", 45.0), "throughput_tok_s"])
+    assert got.loc[("mtp1", 30.0), "throughput_per_gpu_tok_s"] == pytest.approx(400.0)
+    assert math.isnan(got.loc[("mtp1", 45.0), "throughput_per_gpu_tok_s"])
     # zos = 1.5x both axes: (15,1500) (30,900) (60,300): at 30 -> 900, at 45 -> 600
-    assert got.loc[("zos", 30.0), "throughput_tok_s"] == pytest.approx(900.0)
-    assert got.loc[("zos", 45.0), "throughput_tok_s"] == pytest.approx(600.0)
+    assert got.loc[("zos", 30.0), "throughput_per_gpu_tok_s"] == pytest.approx(900.0)
+    assert got.loc[("zos", 45.0), "throughput_per_gpu_tok_s"] == pytest.approx(600.0)
     assert got.loc[("zos", 30.0), "gain_pct"] == pytest.approx(125.0)
     assert math.isnan(got.loc[("zos", 45.0), "gain_pct"])
     assert got.loc[("mtp1", 30.0), "gain_pct"] == pytest.approx(0.0)
@@ -103,3 +103,13 @@ def test_the_looks_do_not_depend_on_what_else_is_plotted():
     before = [policy_style(p) for p in ("zos", "mtp1")]
     policy_style("my.module:custom")
     assert [policy_style(p) for p in ("zos", "mtp1")] == before
+
+
+def test_throughput_per_gpu_divides_by_the_profiles_gpus():
+    t = _table().assign(gpus=8)
+    c = curves(t)
+    z = c[(c["policy"] == "zos") & (c["load"] == 4)].iloc[0]
+    assert z["throughput_per_gpu_tok_s"] == pytest.approx(900.0 / 8)
+    sla = throughput_at_sla(t, [30.0], baseline="mtp1").set_index("policy")
+    assert sla.loc["zos", "throughput_per_gpu_tok_s"] == pytest.approx(900.0 / 8)
+    assert sla.loc["zos", "gain_pct"] == pytest.approx(125.0)  # a ratio: the same per GPU

@@ -273,6 +273,15 @@ def test_out_format_follows_the_name(files, tmp_path):
     assert len(frame) == 30 and "ttft_ms" in frame.columns
 
 
+def _running(pid: str) -> bool:
+    """A process that still runs (a zombie waiting for its new parent to reap it does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
 @pytest.mark.slow
 def test_killed_sweep_leaves_no_orphan_and_resumes_identically(files, tmp_path):
     out = tmp_path / "k.parquet"
@@ -291,7 +300,7 @@ def test_killed_sweep_leaves_no_orphan_and_resumes_identically(files, tmp_path):
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     time.sleep(1.0)
-    alive = [c for c in children if Path(f"/proc/{c}").exists()]
+    alive = [c for c in children if _running(c)]
     assert not alive, f"workers outlived their sweep: {alive}"
     assert subprocess.run(argv, env=env).returncode == 0
     resumed = pd.read_parquet(out)

@@ -16,7 +16,16 @@ import pandas as pd
 from specsim.errors import SpecsimError
 
 X = "per_user_tps_mean"
-Y = "throughput_tok_s"
+Y = "throughput_per_gpu_tok_s"
+
+
+def with_per_gpu(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` with a throughput-per-GPU column (tables from before profiles declared their
+    GPU count, or made by hand, get throughput_tok_s / gpus, gpus 1 when absent)."""
+    if Y in table.columns or "throughput_tok_s" not in table.columns:
+        return table
+    gpus = table["gpus"] if "gpus" in table.columns else 1
+    return table.assign(**{Y: table["throughput_tok_s"] / gpus})
 
 
 def _need(table: pd.DataFrame, cols: list[str]) -> None:
@@ -29,6 +38,7 @@ def _need(table: pd.DataFrame, cols: list[str]) -> None:
 
 def curves(table: pd.DataFrame, by: tuple[str, ...] = ("trace", "policy")) -> pd.DataFrame:
     """Mean over seed replicates, one row per (by..., load), sorted by load."""
+    table = with_per_gpu(table)
     _need(table, [*by, "load", X, Y])
     keys = [*by, "load"]
     num = table.select_dtypes("number").columns.difference(keys + ["replicate", "seed"])
@@ -71,7 +81,7 @@ def throughput_at_sla(
     baseline: str | None = "mtp1",
     by: tuple[str, ...] = ("trace",),
 ) -> pd.DataFrame:
-    """Throughput (tok/s) at each SLA target (tok/s/user) per policy, and % gain over
+    """Throughput per GPU (tok/s) at each SLA target (tok/s/user) per policy, and % gain over
     ``baseline`` (NaN where either is out of reach). One row per (by..., policy, sla_tps)."""
     if not targets:
         raise SpecsimError("give at least one SLA target in tok/s/user")
@@ -82,7 +92,7 @@ def throughput_at_sla(
         for t in targets:
             row = dict(zip([*by, "policy"], key, strict=True))
             row["sla_tps"] = float(t)
-            row["throughput_tok_s"] = throughput_at(grp[X].to_numpy(), grp[Y].to_numpy(), t)
+            row[Y] = throughput_at(grp[X].to_numpy(), grp[Y].to_numpy(), t)
             rows.append(row)
     out = pd.DataFrame(rows)
     if baseline is not None:
@@ -91,10 +101,10 @@ def throughput_at_sla(
                 f"baseline policy {baseline!r} is not in the results; sweep it too or pick one "
                 f"of {', '.join(sorted(set(out['policy'])))}"
             )
-        base = out[out["policy"] == baseline][[*by, "sla_tps", "throughput_tok_s"]]
-        base = base.rename(columns={"throughput_tok_s": "baseline_tok_s"})
+        base = out[out["policy"] == baseline][[*by, "sla_tps", Y]]
+        base = base.rename(columns={Y: "baseline_tok_s"})
         out = out.merge(base, on=[*by, "sla_tps"], how="left")
-        out["gain_pct"] = 100.0 * (out["throughput_tok_s"] / out["baseline_tok_s"] - 1.0)
+        out["gain_pct"] = 100.0 * (out[Y] / out["baseline_tok_s"] - 1.0)
     return out
 
 

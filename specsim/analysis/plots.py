@@ -111,13 +111,13 @@ def plot_sla(
     width = 0.8 / max(n, 1)
     xs = np.arange(len(targets), dtype=float)
     top = (
-        np.nanmax(sla["throughput_tok_s"].to_numpy())
-        if sla["throughput_tok_s"].notna().any()
+        np.nanmax(sla["throughput_per_gpu_tok_s"].to_numpy())
+        if sla["throughput_per_gpu_tok_s"].notna().any()
         else 1.0
     )
     for i, pol in enumerate(pols):
         s = sla[sla["policy"] == pol].set_index("sla_tps").reindex([float(t) for t in targets])
-        vals = s["throughput_tok_s"].to_numpy()
+        vals = s["throughput_per_gpu_tok_s"].to_numpy()
         pos = xs - 0.4 + width * (i + 0.5)
         st = policy_style(pol)
         ax.bar(

@@ -55,6 +55,7 @@ class CostModel:
     max_running: int = 256
     kv_tokens: int = 1 << 20
     prefill_budget: int = 16384
+    gpus: int = 1  # accelerators the step table is for (a node of 8 for an 8-GPU deployment)
     meta: dict[str, str] = field(default_factory=dict)
     _lut: np.ndarray = field(init=False, repr=False)
     _slope: np.ndarray = field(init=False, repr=False)
@@ -68,7 +69,8 @@ class CostModel:
                     f"profile {self.name!r}: {key} = {v} must be a finite number in "
                     f"[0, {MAX_COST:g}]; fix the profile header"
                 )
-        for key, hi in (("max_running", 10**7), ("kv_tokens", 10**13), ("prefill_budget", 10**9)):
+        for key, hi in (("max_running", 10**7), ("kv_tokens", 10**13), ("prefill_budget", 10**9),
+                        ("gpus", 10**6)):  # fmt: skip
             v = getattr(self, key)
             if not 1 <= v <= hi:
                 raise SpecsimError(
@@ -189,4 +191,5 @@ class CostModel:
             "max_running": self.max_running,
             "kv_tokens": self.kv_tokens,
             "prefill_budget": self.prefill_budget,
+            "gpus": self.gpus,
         }

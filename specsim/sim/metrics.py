@@ -14,7 +14,9 @@ Definitions (stated once, here):
   1.0 when nothing verified is wasted (e.g. ``ar``).
 - mean_batch_tokens = mean over engine steps of the step's token batch B (drafts, bonus
   tokens and prefill tokens).
-- throughput = all output tokens / simulated time (time 0 to the last step's end).
+- throughput = all output tokens / simulated time (time 0 to the last step's end), of the
+  whole deployment the profile describes; throughput_per_gpu = throughput / the profile's
+  ``gpus`` (an 8-GPU node's profile says 8).
 - sla_attainment = share of completed requests whose per-user tok/s >= sla_tps (one-token
   outputs, having no decode phase, count as meeting it).
 - mean_in_system = time-average of (running + queued) requests over the step log (for
@@ -226,6 +228,7 @@ def summarize(
     wall_time_s: float,
     slo: dict[str, float] | None = None,
     concurrency: int | None = None,
+    gpus: int = 1,
 ) -> dict[str, float]:
     """The summary dict of a replay (keys listed in docs/simulator.md); ``concurrency``: the
     closed loop's C (None for open loops), for the steady-state window."""
@@ -268,6 +271,8 @@ def summarize(
     for key, value in latency_summary(raw, done, slo).items():
         out.setdefault(key, value)
     out.update(steady_state(raw, concurrency))
+    out["gpus"] = int(gpus)
+    out["throughput_per_gpu_tok_s"] = out["throughput_tok_s"] / gpus
     return out
 
 

@@ -28,7 +28,7 @@ from specsim.sim.cost import CostModel
 
 PROFILES: Registry[CostModel] = Registry("profile")
 
-_INT_KEYS = ("max_running", "kv_tokens", "prefill_budget")
+_INT_KEYS = ("max_running", "kv_tokens", "prefill_budget", "gpus")
 _FLOAT_KEYS = (
     "draft_base_ms",
     "draft_per_request_ms",
@@ -308,6 +308,7 @@ def _v4_flash_like(arg: str | None = None) -> CostModel:
         sched_us_per_request=2.0,
         max_running=512,
         kv_tokens=4_000_000,
+        gpus=8,
     )
 
 

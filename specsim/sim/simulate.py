@@ -136,7 +136,7 @@ def replay(
     raw = engine.run()
     wall = time.perf_counter() - t0
     closed_c = int(wl.concurrency) if wl.kind == "closed" else None
-    summary = summarize(raw, sla_tps, wall, slo_ms, closed_c)
+    summary = summarize(raw, sla_tps, wall, slo_ms, closed_c, cost.gpus)
     if raw.max_batch_tokens > cost.b_max:
         warnings.warn(
             f"profile {cost.name!r} covers token batches up to {cost.b_max}; this run reached "

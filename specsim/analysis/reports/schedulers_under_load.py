@@ -192,7 +192,7 @@ def build(ctx: ReportContext) -> None:
 
 
 def _gain_text(row: pd.Series, baseline: str) -> str:
-    tp, base = row["throughput_tok_s"], row.get("baseline_tok_s", math.nan)
+    tp, base = row["throughput_per_gpu_tok_s"], row.get("baseline_tok_s", math.nan)
     if not np.isfinite(tp):
         return "cannot reach"
     if not np.isfinite(base):
@@ -206,9 +206,9 @@ def _paper_table(sla, names, targets, ours, baseline) -> pd.DataFrame:
         for t in targets:
             r = sla[(sla["trace"] == name) & (sla["sla_tps"] == t)].set_index("policy")
             row: dict[str, Any] = {"trace": name, "SLA (tok/s/user)": f"{t:g}"}
-            row[f"{baseline} tok/s"] = r.loc[baseline, "throughput_tok_s"]
+            row[f"{baseline} tok/s"] = r.loc[baseline, "throughput_per_gpu_tok_s"]
             for p in ours:
-                row[f"{p} tok/s"] = r.loc[p, "throughput_tok_s"]
+                row[f"{p} tok/s"] = r.loc[p, "throughput_per_gpu_tok_s"]
                 row[f"{p} gain"] = _gain_text(r.loc[p], baseline)
             paper = PAPER_FLASH_GAIN.get(t)
             row["paper gain"] = f"{paper:+.0f}%" if paper is not None else ""
@@ -223,7 +223,7 @@ def _sla_wide(sla: pd.DataFrame, targets: list[float]) -> pd.DataFrame:
         row: dict[str, Any] = {"trace": trace, "policy": pol}
         g = g.set_index("sla_tps")
         for t in targets:
-            row[f"tok/s @ {t:g}"] = g.loc[t, "throughput_tok_s"]
+            row[f"tok/s @ {t:g}"] = g.loc[t, "throughput_per_gpu_tok_s"]
             if "gain_pct" in g:
                 v = g.loc[t, "gain_pct"]
                 row[f"gain @ {t:g}"] = "n/a" if not np.isfinite(v) else f"{v:+.0f}%"
@@ -260,8 +260,10 @@ def _span(x: pd.Series) -> str:
 
 def _zos_vs_global(sla: pd.DataFrame) -> str:
     """', and its throughput at the SLAs is within X% of hw-aware-global's' (or '')."""
-    z = sla[sla["policy"] == "zos"].set_index(["trace", "sla_tps"])["throughput_tok_s"]
-    g = sla[sla["policy"] == "hw-aware-global"].set_index(["trace", "sla_tps"])["throughput_tok_s"]
+    z = sla[sla["policy"] == "zos"].set_index(["trace", "sla_tps"])["throughput_per_gpu_tok_s"]
+    g = sla[sla["policy"] == "hw-aware-global"].set_index(["trace", "sla_tps"])[
+        "throughput_per_gpu_tok_s"
+    ]
     both = pd.concat([z, g], axis=1, keys=["z", "g"]).dropna()
     if both.empty:
         return ""
@@ -279,13 +281,13 @@ def _discussion(sla, cur, names, ours, baseline, targets, profile, traces) -> li
     for t in targets:
         at = sla[sla["sla_tps"] == t]
         base = at[at["policy"] == baseline]
-        base_ok = base["throughput_tok_s"].notna()
+        base_ok = base["throughput_per_gpu_tok_s"].notna()
         paper = PAPER_FLASH_GAIN.get(t)
         ptxt = f" The paper reports {paper:+.0f}% on V4-Flash." if paper is not None else ""
         if lead is None:
             continue
         mine = at[at["policy"] == lead]
-        reach = mine[mine["throughput_tok_s"].notna()]
+        reach = mine[mine["throughput_per_gpu_tok_s"].notna()]
         if reach.empty:
             lines.append(
                 f"- {t:g} tok/s/user: no swept load of `{lead}` reaches it on any trace; the "
@@ -301,7 +303,7 @@ def _discussion(sla, cur, names, ours, baseline, targets, profile, traces) -> li
                 f" ({', '.join(reach.loc[g.index, 'trace'])})"
             )
         if cannot:
-            tp = reach[reach["trace"].isin(cannot)]["throughput_tok_s"]
+            tp = reach[reach["trace"].isin(cannot)]["throughput_per_gpu_tok_s"]
             parts.append(
                 f"on {', '.join(cannot)} `{baseline}` cannot reach it at all while `{lead}` "
                 f"still delivers {_span(tp)} tok/s per GPU (an unbounded "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from specsim.analysis.frontier import with_per_gpu
 from specsim.analysis.report import ReportContext
 from specsim.analysis.reports.common import cells_resumable
 
@@ -53,6 +54,7 @@ def build(ctx: ReportContext) -> None:
     out = ctx.folder / "results.parquet"
     force = not ctx.resume or (out.exists() and not cells_resumable(ctx, cells, out))
     table = run_cells(cells, out=out, workers=ctx.workers, force=force, progress=ctx.progress)
+    table = with_per_gpu(table)
     if table.attrs["cells_reused"]:
         ctx.notes.append(
             f"{table.attrs['cells_reused']} of {table.attrs['cells_total']} cells were reused "
@@ -69,7 +71,8 @@ def build(ctx: ReportContext) -> None:
     )
     mean = (
         table.groupby(["load", "sched_scale", "variant"], sort=True)[
-            ["throughput_tok_s", "per_user_tps_mean", "tpot_ms_p50", "tau", "mean_batch_tokens"]
+            ["throughput_per_gpu_tok_s", "per_user_tps_mean", "tpot_ms_p50", "tau",
+             "mean_batch_tokens"]  # fmt: skip
         ]
         .mean()
         .reset_index()
@@ -105,7 +108,7 @@ def build(ctx: ReportContext) -> None:
     ctx.figure(fig, "zos.png", "Throughput and per-user speed as the scheduler's cost grows")
     ctx.md("## What overlap buys and what the lag costs", "")
     piv = mean.pivot_table(index=["load", "sched_scale"], columns="variant",
-                           values="throughput_tok_s").reset_index()  # fmt: skip
+                           values="throughput_per_gpu_tok_s").reset_index()  # fmt: skip
     piv["sched ms/decision"] = (
         (base.sched_base_us + base.sched_us_per_request * piv["load"]) * piv["sched_scale"] / 1e3
     )
@@ -128,7 +131,7 @@ def _zos_figure(mean: pd.DataFrame, conc: list[float], base_name: str):
     for i, c in enumerate(conc):
         m = mean[mean["load"] == c]
         for j, (col, label) in enumerate(
-            [("throughput_tok_s", "throughput per GPU (tok/s)"),
+            [("throughput_per_gpu_tok_s", "throughput per GPU (tok/s)"),
              ("per_user_tps_mean", "per-user decode speed (tok/s/user)")]
         ):  # fmt: skip
             ax = axes[i, j]
