@@ -23,6 +23,27 @@ KINDS = ("pareto", "sla", "load", "calibration")
 LOAD_LABEL = {"concurrency": "load: concurrent requests", "rate": "load: arrival rate (req/s)"}
 
 
+def layered(i: int, n: int, base_lw: float = 1.3, base_ms: float = 4.0) -> dict[str, float]:
+    """Line width, marker size and z-order of the i-th of n series drawn on one axes.
+
+    Policies often coincide (``zos`` and ``fresh-overlapped`` at low scheduler cost, every
+    policy's TTFT p99 when queueing dominates): drawn alike, the last one hides the others and a
+    legend of five shows three lines. Earlier series are drawn wider and underneath, later ones
+    thinner on top, so a coincident series stays visible as a halo around the one above it.
+    """
+    share = (n - 1 - i) / max(n - 1, 1)
+    return {"linewidth": base_lw + 2.4 * share, "markersize": base_ms + 3.5 * share,
+            "zorder": 2 + i}  # fmt: skip
+
+
+def _wrap_title(text: str, width_in: float, fontsize: float = 12.0) -> str:
+    """Wrap a suptitle to the figure's width (about 1.9 characters per inch per 10 pt)."""
+    import textwrap
+
+    chars = max(20, int(width_in * 19.0 / fontsize * 10.0 / 1.55))
+    return "\n".join(textwrap.wrap(text, chars))
+
+
 def _plt():
     import matplotlib
 
@@ -68,10 +89,10 @@ def plot_pareto(table: pd.DataFrame, ax: Any = None, *, trace: str | None = None
     data = _one_trace(table, trace)
     cur = curves(data, by=("policy",))
     kind = _load_kind(data)
-    for pol in _policies(data):
+    pols = _policies(data)
+    for i, pol in enumerate(pols):
         c = cur[cur["policy"] == pol].sort_values("load")
-        st = policy_style(pol)
-        ax.plot(c[X], c[Y], label=pol, markersize=5, linewidth=1.6, **st.kwargs())
+        ax.plot(c[X], c[Y], label=pol, **layered(i, len(pols)), **policy_style(pol).kwargs())
     if len(cur):
         lo, hi = cur["load"].min(), cur["load"].max()
         unit = "" if kind == "concurrency" else " req/s"
@@ -183,14 +204,18 @@ def plot_load(table: pd.DataFrame, axes: Any = None, *, trace: str | None = None
     kind = _load_kind(data)
     cur = curves(data, by=("policy",))
     loads = np.sort(cur["load"].unique())
+    pols = _policies(data)
     for ax, (m50, m99, title, label, logy) in zip(axes, LOAD_METRICS, strict=True):
-        for pol in _policies(data):
+        for i, pol in enumerate(pols):
             c = cur[cur["policy"] == pol].sort_values("load")
             st = policy_style(pol)
+            lay = layered(i, len(pols), base_lw=1.1, base_ms=3.0)
             if m50 in c.columns:
-                ax.plot(c["load"], c[m50], label=pol, markersize=4, **st.kwargs())
-            if m99 is not None and m99 in c.columns:
-                ax.plot(c["load"], c[m99], color=st.color, linestyle="--", linewidth=0.9, alpha=0.8)
+                ax.plot(c["load"], c[m50], label=pol, **lay, **st.kwargs())
+            if m99 is not None and m99 in c.columns:  # p99: same colour and marker, hollow
+                ax.plot(c["load"], c[m99], color=st.color, marker=st.marker, linestyle="--",
+                        linewidth=lay["linewidth"] * 0.6, markersize=lay["markersize"],
+                        markerfacecolor="none", zorder=lay["zorder"], alpha=0.9)  # fmt: skip
         if loads.size and loads.min() > 0 and loads.max() / loads.min() >= 8:  # spans octaves
             ax.set_xscale("log", base=2)
             ax.xaxis.set_major_locator(FixedLocator(loads))
@@ -204,8 +229,13 @@ def plot_load(table: pd.DataFrame, axes: Any = None, *, trace: str | None = None
         ax.grid(True, alpha=0.3)
     axes[0].legend(title="policy", fontsize=7, title_fontsize=7)
     axes[2].legend(
-        [Line2D([], [], color="k"), Line2D([], [], color="k", linestyle="--", linewidth=0.9)],
-        ["p50", "p99"],
+        [
+            Line2D([], [], color="k", marker="o"),
+            Line2D(
+                [], [], color="k", marker="o", linestyle="--", linewidth=0.8, markerfacecolor="none"
+            ),
+        ],
+        ["p50 (filled)", "p99 (hollow, dashed)"],
         fontsize=7,
         title="percentile",
         title_fontsize=7,
@@ -366,13 +396,12 @@ def figure(
     n = len(names)
     pols = _policies(table)
     profile = ", ".join(sorted(set(table["profile"].astype(str)))) if "profile" in table else ""
-    if kind == "load":
-        fig, axes = plt.subplots(2 * n, 2, figsize=(10, 6.2 * n + 0.9), squeeze=False)
+    if kind == "load":  # one row per trace, the four metrics side by side
+        fig, axes = plt.subplots(n, 4, figsize=(16, 3.1 * n + 1.6), squeeze=False)
         for i, name in enumerate(names):
-            block = axes[2 * i : 2 * i + 2]
-            plot_load(table, block, trace=name)
-            for ax in block.ravel():
-                ax.set_title(f"{ax.get_title()} ({name})", fontsize=10)
+            plot_load(table, axes[i], trace=name)
+            for ax in axes[i]:
+                ax.set_title(f"{ax.get_title()}: {name}", fontsize=9)
     elif kind == "pareto":
         cols = min(n, 3)  # wrap: more than 3 traces make rows of 3 panels
         rows_p = -(-n // cols)
@@ -399,23 +428,31 @@ def figure(
         + (f", value and % gain over {baseline} on each bar" if baseline else ""),
         "load": "speculation and latency against load",
     }[kind]
-    fig.suptitle(title or (f"{default} ({profile})" if profile else default))
-    ncols = min(len(pols), 6)
-    rows = -(-len(pols) // ncols)
-    fig_h = fig.get_size_inches()[1]
-    legend_h = (0.28 * rows + 0.35) / fig_h  # share of the figure the legend takes
-    fig.legend(
+    fig_w, fig_h = fig.get_size_inches()
+    text = _wrap_title(title or (f"{default} ({profile})" if profile else default), fig_w)
+    title_h = 0.3 + 0.25 * text.count("\n")  # inches
+    fig.suptitle(text, y=1 - 0.12 / fig_h, va="top")
+    ncols = min(len(pols), max(3, int(fig_w // 1.7)))
+    # the legend sits under the title, where a reader of a tall figure looks first
+    legend = fig.legend(
         handles=_policy_handles(pols, bars=kind == "sla"),
         title="policy",
-        loc="lower center",
+        loc="upper center",
+        bbox_to_anchor=(0.5, 1 - (0.12 + title_h) / fig_h),
         ncols=ncols,
         fontsize=8,
         title_fontsize=8,
         frameon=False,
     )
-    # reserve a fixed height for the suptitle: on tall figures tight_layout's own allowance is
-    # a share of the height and the title ran into the first panel
-    fig.tight_layout(rect=(0, legend_h, 1, 1 - 0.45 / fig_h))
+    # the panels start just under the legend's measured bottom edge
+    bottom = legend.get_window_extent(fig.canvas.get_renderer()).y0 / fig.dpi  # inches
+    fig.tight_layout(rect=(0, 0, 1, (bottom - 0.05) / fig_h), pad=0.5)
+    # tight_layout leaves slack above the first row of panels: close it up to the legend
+    renderer = fig.canvas.get_renderer()
+    tops = [ax.get_tightbbox(renderer).y1 / fig.dpi for ax in fig.axes if ax.get_visible()]
+    slack = (bottom - 0.1) - max(tops) if tops else 0.0
+    if slack > 0:
+        fig.subplots_adjust(top=min(fig.subplotpars.top + slack / fig_h, 0.99))
     return fig
 
 

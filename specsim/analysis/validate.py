@@ -369,13 +369,16 @@ def plot_fidelity(table: pd.DataFrame, path: Path) -> Path:
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.4))
     panels = (("throughput_tok_s", "throughput (tok/s)"), ("tpot_ms_mean", "mean TPOT (ms)"))
-    markers = "osD^vP*X"
+    from specsim.analysis.palette import policy_style
+
     for ax, (m, label) in zip(axes, panels, strict=True):
-        for k, (pol, grp) in enumerate(table.groupby("policy", sort=False)):
+        for pol, grp in table.groupby("policy", sort=False):
+            st = policy_style(str(pol))  # the colour and marker every other figure uses
             ax.scatter(
                 grp[f"real_{m}"],
                 grp[f"sim_{m}"],
-                marker=markers[k % len(markers)],
+                marker=st.marker or "o",
+                color=st.color,
                 label=pol,
                 s=40,
                 zorder=3,

@@ -71,8 +71,13 @@ def build(ctx: ReportContext) -> None:
     )
     mean = (
         table.groupby(["load", "sched_scale", "variant"], sort=True)[
-            ["throughput_per_gpu_tok_s", "per_user_tps_mean", "tpot_ms_p50", "tau",
-             "mean_batch_tokens"]  # fmt: skip
+            [
+                "throughput_per_gpu_tok_s",
+                "per_user_tps_mean",
+                "tpot_ms_p50",
+                "tau",
+                "mean_batch_tokens",
+            ]  # fmt: skip
         ]
         .mean()
         .reset_index()
@@ -125,6 +130,7 @@ def _zos_figure(mean: pd.DataFrame, conc: list[float], base_name: str):
     import matplotlib.pyplot as plt
 
     from specsim.analysis.palette import policy_style
+    from specsim.analysis.plots import layered
 
     n = len(conc)
     fig, axes = plt.subplots(n, 2, figsize=(11, 3.6 * n + 1.2), squeeze=False)
@@ -135,9 +141,9 @@ def _zos_figure(mean: pd.DataFrame, conc: list[float], base_name: str):
              ("per_user_tps_mean", "per-user decode speed (tok/s/user)")]
         ):  # fmt: skip
             ax = axes[i, j]
-            for v, lab in ZOS_LABELS.items():
+            for k, (v, lab) in enumerate(ZOS_LABELS.items()):
                 g = m[m["variant"] == v].sort_values("sched_scale")
-                ax.plot(g["sched_scale"], g[col], label=lab, markersize=5,
+                ax.plot(g["sched_scale"], g[col], label=lab, **layered(k, len(ZOS_LABELS)),
                         **policy_style(v).kwargs())  # fmt: skip
             ax.set_xscale("symlog", linthresh=1.0)
             ax.set_xlabel(f"scheduler compute cost (x {base_name}'s)")
@@ -145,11 +151,13 @@ def _zos_figure(mean: pd.DataFrame, conc: list[float], base_name: str):
             ax.set_title(f"concurrency {c:g}", fontsize=10)
             ax.grid(True, alpha=0.3)
     handles, labels = axes[0, 0].get_legend_handles_labels()
-    fig.legend(handles, labels, title="scheduler", loc="lower center", ncols=3, fontsize=8,
-               title_fontsize=8, frameon=False)  # fmt: skip
-    fig.suptitle("zero-overhead scheduling: serial vs overlapped, lagged vs fresh budget")
     h = fig.get_size_inches()[1]
-    fig.tight_layout(rect=(0, 1.0 / h, 1, 1 - 0.4 / h))
+    fig.suptitle("zero-overhead scheduling: serial vs overlapped, lagged vs fresh budget",
+                 y=1 - 0.12 / h, va="top")  # fmt: skip
+    fig.legend(handles, labels, title="scheduler (coincident lines: the wider one is under)",
+               loc="upper center", bbox_to_anchor=(0.5, 1 - 0.45 / h), ncols=3, fontsize=8,
+               title_fontsize=8, frameon=False)  # fmt: skip
+    fig.tight_layout(rect=(0, 0, 1, 1 - 1.0 / h))
     return fig
 
 
