@@ -98,5 +98,29 @@ def policy_style(policy: str) -> Style:
     )
 
 
+# One order everywhere (legends, bars, tables): baselines first, then the schedulers from the
+# simplest to the paper's, the bound last; a family's arguments in ascending order.
+POLICY_ORDER = (
+    "ar", "mtp1", "static", "full", "threshold", "cum-threshold", "goodput", "hw-aware",
+    "hw-aware-global", "zos-serial", "zos", "fresh-overlapped", "oracle",
+)  # fmt: skip
+
+
+def policy_order(policies: list[str]) -> list[str]:
+    """``policies`` (unique) in the shared order; user policies keep their order, after these."""
+    rank = {f: i for i, f in enumerate(POLICY_ORDER)}
+
+    def key(item: tuple[int, str]) -> tuple[int, float, int]:
+        pos, p = item
+        family, _, arg = p.partition(":")
+        try:
+            num = float(arg) if arg else -1.0
+        except ValueError:
+            num = 0.0
+        return (rank.get(family, len(rank)), num if family in rank else 0.0, pos)
+
+    return [p for _, p in sorted(enumerate(dict.fromkeys(policies)), key=key)]
+
+
 def policy_color(policy: str) -> str:
     return policy_style(policy).color

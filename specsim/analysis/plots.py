@@ -55,8 +55,10 @@ def _plt():
 
 
 def _policies(table: pd.DataFrame) -> list[str]:
-    """Policies in the order they first appear (the order the user listed them)."""
-    return list(dict.fromkeys(table["policy"].astype(str)))
+    """Policies in the one order every figure uses (``palette.policy_order``)."""
+    from specsim.analysis.palette import policy_order
+
+    return policy_order(list(table["policy"].astype(str)))
 
 
 def _one_trace(table: pd.DataFrame, trace: str | None) -> pd.DataFrame:

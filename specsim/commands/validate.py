@@ -19,7 +19,12 @@ from specsim.errors import SpecsimError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("validate", help="measure the simulator against the real engine")
+    p = sub.add_parser(
+        "validate",
+        aliases=["fidelity"],
+        help="measure the simulator against the real engine (the fidelity report; not to be "
+        "confused with 'traces validate', which checks a trace file)",
+    )
     add_model_args(p)
     p.add_argument(
         "--trace",
