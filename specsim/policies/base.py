@@ -44,6 +44,32 @@ StepTime = Callable[[np.ndarray], np.ndarray]
 SoloSchedule = Callable[[np.ndarray, np.ndarray, StepTime], np.ndarray]
 
 
+class TableStepTime:
+    """A ``step_time`` backed by a dense table of seconds at every B = 0..len-1, shifted by
+    ``shift`` tokens (prefill sharing the step): ``f(B) = table[B + shift]``, and ``fn`` (the
+    profile's own function of the shifted batch) beyond the table.
+
+    A policy may read a run of consecutive batch sizes as a slice, ``window(start, n)`` (the
+    same numbers ``f`` returns, without building the batch array): the engine passes one for
+    1-D profiles (speed only, issue #13). Everything else just calls it.
+    """
+
+    __slots__ = ("fn", "table", "shift")
+
+    def __init__(self, fn: StepTime, table: np.ndarray, shift: int = 0) -> None:
+        self.fn, self.table, self.shift = fn, table, shift
+
+    def __call__(self, batch):
+        return self.fn(np.asarray(batch) + self.shift) if self.shift else self.fn(batch)
+
+    def window(self, start: int, n: int) -> np.ndarray | None:
+        """Step seconds at B = start..start+n-1 as a view of the table, or None beyond it."""
+        a = start + self.shift
+        if a < 0 or a + n > self.table.shape[0]:
+            return None
+        return self.table[a : a + n]
+
+
 @dataclass(frozen=True, eq=False)
 class StepInput:
     """Everything a policy may look at for one scheduling decision."""

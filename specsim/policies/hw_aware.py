@@ -70,19 +70,23 @@ def _survival(conf: np.ndarray, given: np.ndarray | None = None) -> np.ndarray:
     return np.cumprod(conf.astype(np.float64), axis=1).ravel()
 
 
-def _ranked_prefix(survival: np.ndarray, m: int) -> np.ndarray:
-    """The first m' >= m candidates of the ranked order (flat indices), m < survival.size.
+def _ranked_values(survival: np.ndarray) -> np.ndarray:
+    """The survivals in ranked order (descending; NaN last), without the order itself.
 
-    The same order as ``ranked_candidates``' stable sort, found by a selection instead of a
-    full sort: v = the m-th largest survival; every candidate >= v, in index order, then a
-    stable sort of those by survival descending. All candidates above v precede those equal to
-    v, which keep (r, j) ascending, so this is exactly the full order's prefix. NaN survivals
-    (never in a valid trace) sort last in the full order and are left out here too.
+    Theta, its early stop and its argmax depend only on these values, never on which of two
+    equal candidates comes first, so a plain (quick)sort of the values gives exactly what the
+    stable argsort gave; which candidates are admitted then comes from ``_top_k_lengths``.
     """
-    n = survival.shape[0]
-    v = np.partition(survival, n - m)[n - m]
-    sel = (survival >= v).nonzero()[0]
-    return sel[(-survival[sel]).argsort(kind="stable")]
+    return -np.sort(-survival)
+
+
+def _step_times(step_time, start: int, n: int) -> np.ndarray:
+    """step_time(start + arange(n)) as float64: a slice of the table when the engine gave one."""
+    window = getattr(step_time, "window", None)
+    t = window(start, n) if window is not None else None
+    if t is None:
+        t = np.asarray(step_time(start + np.arange(n)), dtype=np.float64)
+    return t
 
 
 def _stop_count(survival_sorted: np.ndarray, n_requests: int, step_time) -> int | None:
@@ -92,7 +96,7 @@ def _stop_count(survival_sorted: np.ndarray, n_requests: int, step_time) -> int 
     tau_i = R + cumsum_i), without building the concatenated curve.
     """
     m = survival_sorted.shape[0]
-    t = np.asarray(step_time(n_requests + np.arange(m + 1)), dtype=np.float64)
+    t = _step_times(step_time, n_requests, m + 1)
     theta = (survival_sorted.cumsum() + n_requests) / t[1:]
     if m == 0:
         return None
@@ -108,57 +112,72 @@ _STOP_HINT = [1.0]
 
 
 def _early_stop_lengths(survival: np.ndarray, n_requests: int, gamma: int, step_time):
-    """``hw-aware``'s lengths from flat survivals.
+    """``hw-aware``'s lengths from flat survivals, without ranking the candidates.
 
-    Early stop only needs the ranked list up to the first non-improving admission. When the
-    last search stopped well inside the list, this one ranks a prefix about that long by
-    selection (``_ranked_prefix``, O(n)); if no stop lies in it, or the list is expected to be
-    mostly admitted, it sorts everything (one stable argsort). Theta over a prefix is
-    bit-identical to Theta over the full list, so the answer is the same either way.
+    The early stop depends only on the ranked survival VALUES: when the last search stopped
+    well inside the list, this one sorts just the values above a selected threshold (the top
+    m, ties included: exactly the first m' values of the full ranking); if no stop lies in
+    them, or the list is expected to be mostly admitted, it sorts all the values. The admitted
+    set, the first ``count`` candidates of the stable ranking, is then counted per request by
+    ``_top_k_lengths`` (a partition). Same lengths as ``ranked_candidates`` +
+    ``early_stop_count``, bit for bit (tested against them).
     """
     n = survival.shape[0]
     m = int(_STOP_HINT[0] * n_requests * 1.5) + 16
-    count = order = None
+    count = None
     if m < n // 2:
-        order = _ranked_prefix(survival, m)
-        count = _stop_count(survival[order], n_requests, step_time)
-        if count is None and order.shape[0] < n:
-            order = None
-    if order is None:
-        order = (-survival).argsort(kind="stable")  # stable: ties keep (r, j) ascending
-        count = _stop_count(survival[order], n_requests, step_time)
+        v = np.partition(survival, n - m)[n - m]
+        top = survival[survival >= v]  # NaN (never in a valid trace) is left out, as it ranks last
+        ranked = _ranked_values(top)
+        count = _stop_count(ranked, n_requests, step_time)
+        if count is None and top.shape[0] == n:
+            count = n
     if count is None:
-        count = order.shape[0]
+        ranked = _ranked_values(survival)
+        count = _stop_count(ranked, n_requests, step_time)
+        if count is None:
+            count = n
     _STOP_HINT[0] = count / n_requests
-    return np.bincount(order[:count] // gamma, minlength=n_requests).astype(np.int64, copy=False)
+    v = float(ranked[count - 1]) if 0 < count < n else None
+    return _top_k_lengths(survival, count, n_requests, gamma, v)
 
 
 def _global_budget_flat(survival: np.ndarray, n_requests: int, step_time) -> int:
-    """``global_budget`` from flat survivals (one stable sort, no second cumprod)."""
-    surv_sorted = survival[(-survival).argsort(kind="stable")]
-    return int(np.argmax(throughput_curve(surv_sorted, n_requests, step_time)))
+    """``global_budget`` from flat survivals (sorted values, no second cumprod)."""
+    surv_sorted = _ranked_values(survival)
+    # throughput_curve's arithmetic, with the step times read as one slice when possible
+    tau = n_requests + np.concatenate(([0.0], surv_sorted.cumsum()))
+    theta = tau / _step_times(step_time, n_requests, tau.shape[0])
+    return int(np.argmax(theta))
 
 
-def _top_k_lengths(survival: np.ndarray, k: int, n_requests: int, gamma: int) -> np.ndarray:
+def _top_k_lengths(
+    survival: np.ndarray, k: int, n_requests: int, gamma: int, v: float | None = None
+) -> np.ndarray:
     """Per-request counts among the first k ranked candidates, without sorting.
 
-    The first k of the stable order are every candidate above v (the k-th largest) and the
-    lowest-index candidates equal to v; which of them come first does not change the counts.
+    The first k of the stable order are every candidate above v (the k-th largest survival)
+    and the lowest-index candidates equal to v; which of them come first does not change the
+    counts. ``v``: that value when the caller already has it (from the sorted values).
     """
     n = survival.shape[0]
     if k <= 0:
         return np.zeros(n_requests, dtype=np.int64)
-    if k >= n or np.isnan(survival).any():
-        req, _ = ranked_candidates(survival.reshape(n_requests, gamma))
-        return lengths_from_admitted(req, k, n_requests)
-    v = np.partition(survival, n - k)[n - k]
+    if k >= n:
+        return np.full(n_requests, gamma, dtype=np.int64)
+    nan = np.isnan(survival).any() if v is None else v != v
+    if nan:  # NaN (never in a valid trace; partition would rank it first): the plain ranking
+        order = np.argsort(-survival, kind="stable")
+        return lengths_from_admitted(order // gamma, k, n_requests)
+    if v is None:
+        v = np.partition(survival, n - k)[n - k]
     above = survival > v
+    need = k - np.count_nonzero(above)
     lengths = above.reshape(n_requests, gamma).sum(axis=1)
-    need = k - int(lengths.sum())
     if need:
         ties = (survival == v).nonzero()[0][:need]
         lengths += np.bincount(ties // gamma, minlength=n_requests)
-    return lengths.astype(np.int64, copy=False)
+    return lengths
 
 
 def hw_aware_lengths(inp: StepInput) -> np.ndarray:
