@@ -39,6 +39,7 @@ with a prior of 0.5 worth ``PRIOR_WEIGHT`` observations.
 from __future__ import annotations
 
 import math
+import weakref
 from array import array
 from collections import deque
 from dataclasses import dataclass
@@ -47,7 +48,7 @@ import numpy as np
 import simpy
 
 from specsim.errors import SpecsimError
-from specsim.policies.base import Policy, StepInput
+from specsim.policies.base import Policy, StepInput, TableStepTime
 from specsim.sim.cost import CostModel
 from specsim.sim.workload import Workload
 from specsim.trace.model import Trace
@@ -107,8 +108,10 @@ class RawLog:
 
 # Rows of the running-batch state array.
 # _STEPS holds the index of the request's first decode step until it finishes.
-_JOB, _BASE, _N, _OUT, _PROMPT, _H1, _H2, _STEPS, _VER, _ACC = range(10)
-_NF = 10
+# _RES: the KV tokens the request reserved (prompt + output + gamma).
+# _N, _VER, _ACC are adjacent: one in-place add advances all three after a step.
+_JOB, _BASE, _N, _VER, _ACC, _OUT, _PROMPT, _H1, _H2, _STEPS, _RES = range(11)
+_NF = 11
 
 # Rows of a lone request's trace decided at once by the solo walk (a longer walk resumes).
 _SOLO_ROWS = 512
@@ -116,11 +119,46 @@ _SOLO_ROWS = 512
 
 def _shifted(step_fn, extra: int):
     """``B -> step_fn(B + extra)``: the step time a policy sees when prefill tokens share it."""
+    if isinstance(step_fn, TableStepTime):
+        return TableStepTime(step_fn.fn, step_fn.table, extra)
     return lambda batch: step_fn(np.asarray(batch) + extra)
 
 
+# Per trace row, what a step of a survival-ranking policy reads, side by side in one float64
+# row: the survivals (cumprod of the confidences in float64), the confidences and accept_len.
+# One gather per step then fetches all three (a step touches R scattered rows: one memory
+# fetch per row instead of three). Built once per confidence array and kept while it lives: a
+# sweep replays one trace many times.
+_ROW_TABLES: dict[int, np.ndarray] = {}
+
+
+def row_table(conf: np.ndarray, accept_len: np.ndarray) -> np.ndarray:
+    """(rows, 2 gamma + 1) float64: [survival | conf | accept_len]; exact (conf and accept_len
+    convert back losslessly), cached per (live) confidence array."""
+    key = id(conf)
+    table = _ROW_TABLES.get(key)
+    if table is None or table.shape[0] != conf.shape[0]:
+        table = np.concatenate(
+            (
+                np.cumprod(conf.astype(np.float64), axis=1),
+                conf.astype(np.float64),
+                accept_len.astype(np.float64)[:, None],
+            ),
+            axis=1,
+        )
+        _ROW_TABLES[key] = table
+        weakref.finalize(conf, _ROW_TABLES.pop, key, None)
+    return table
+
+
 class _Jobs:
-    """Per-job arrays, grown by doubling (closed loop does not know its job count)."""
+    """Per-job arrays, grown by doubling (closed loop does not know its job count).
+
+    ``cols`` holds each job's column of the running-batch array (fields ``_JOB`` .. ``_RES``),
+    filled when the job is added: admission copies whole columns into the batch with one
+    fancy index, and completion writes the finished columns back with another (the result
+    fields then hold the final counters; ``_STEPS`` the decode steps taken).
+    """
 
     FIELDS = (
         ("trace", np.int64, -1),
@@ -130,31 +168,41 @@ class _Jobs:
         ("finish", np.float64, np.nan),
         ("prompt", np.int64, 0),
         ("out", np.int64, 0),
-        ("emitted", np.int64, 0),
-        ("steps", np.int64, 0),
-        ("verified", np.int64, 0),
-        ("accepted", np.int64, 0),
     )
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, offsets: np.ndarray, gamma: int) -> None:
         self.n = 0
         self.cap = max(16, capacity)
+        self.offsets = offsets
+        self.gamma = gamma
         for name, dt, fill in self.FIELDS:
             setattr(self, name, np.full(self.cap, fill, dtype=dt))
+        self.cols = np.zeros((_NF, self.cap), np.int64)
+
+    def _grow(self) -> None:
+        self.cap *= 2
+        for name, dt, fill in self.FIELDS:
+            old = getattr(self, name)
+            new = np.full(self.cap, fill, dtype=dt)
+            new[: old.shape[0]] = old
+            setattr(self, name, new)
+        cols = np.zeros((_NF, self.cap), np.int64)
+        cols[:, : self.cols.shape[1]] = self.cols
+        self.cols = cols
 
     def add(self, trace: int, arrival: float, prompt: int, out: int) -> int:
         if self.n == self.cap:
-            self.cap *= 2
-            for name, dt, fill in self.FIELDS:
-                old = getattr(self, name)
-                new = np.full(self.cap, fill, dtype=dt)
-                new[: old.shape[0]] = old
-                setattr(self, name, new)
+            self._grow()
         j = self.n
         self.trace[j] = trace
         self.arrival[j] = arrival
         self.prompt[j] = prompt
         self.out[j] = out
+        col = [0] * _NF
+        col[_JOB], col[_BASE], col[_OUT], col[_PROMPT] = j, int(self.offsets[trace]), out, prompt
+        col[_H1] = col[_H2] = -1
+        col[_RES] = prompt + out + self.gamma
+        self.cols[:, j] = col
         self.n += 1
         return j
 
@@ -162,11 +210,21 @@ class _Jobs:
         """Bulk add (open loop: all jobs known up front)."""
         m = trace.shape[0]
         while self.n + m > self.cap:
-            self.add(0, np.nan, 0, 0)  # grow by doubling
-            self.n -= 1
+            self._grow()
         s = slice(self.n, self.n + m)
         self.trace[s], self.arrival[s], self.prompt[s], self.out[s] = trace, arrival, prompt, out
+        c = self.cols[:, s]
+        c[_JOB] = np.arange(self.n, self.n + m)
+        c[_BASE] = self.offsets[trace]
+        c[_OUT], c[_PROMPT] = out, prompt
+        c[_H1] = c[_H2] = -1
+        c[_RES] = np.asarray(prompt) + np.asarray(out) + self.gamma
         self.n += m
+
+    def result(self, field: int) -> np.ndarray:
+        """A finished job's counter (0 for a job that never finished), jobs 0..n-1."""
+        done = ~np.isnan(self.finish[: self.n])
+        return np.where(done, self.cols[field, : self.n], 0)
 
 
 class Engine:
@@ -219,7 +277,7 @@ class Engine:
 
     def run(self) -> RawLog:
         env = self.env
-        self.jobs = _Jobs(self.wl.n_jobs_hint())
+        self.jobs = _Jobs(self.wl.n_jobs_hint(), self.offsets, self.gamma)
         self.queue: deque[int] = deque()
         # The step log, columnar: one flat float64 buffer holding a row of len(STEP_COLUMNS)
         # values per step (8 bytes a value, no Python objects: 104 bytes a step, where a list
@@ -383,6 +441,8 @@ class Engine:
         self.lut = lut.tolist()  # Python floats: the solo walk indexes it per step
         n_lut = lut.shape[0]
         step_fn = cost.step_time_fn(None)
+        if not cost.is_2d:  # policies may read runs of batch sizes as table slices
+            step_fn = TableStepTime(step_fn, lut)
         d_base, d_req = cost.draft_base_ms * 1e-3, cost.draft_per_request_ms * 1e-3
         d_tok = cost.draft_per_token_ms * 1e-3 * gamma
         self.d_base, self.d_req, self.d_tok = d_base, d_req, d_tok
@@ -395,9 +455,8 @@ class Engine:
         need_surv = "survival" in self.needs
         need_lag_surv = need_lag and "lagged_survival" in self.needs
         # survivals of every trace row, once: a step gathers its rows instead of a cumprod
-        surv_all = (
-            np.cumprod(conf_all.astype(np.float64), axis=1) if need_surv or need_lag_surv else None
-        )
+        tab = row_table(conf_all, acc_all) if need_surv or need_lag_surv else None
+        conf_dtype = conf_all.dtype
         # the solo walk needs a step time that does not move with the context (1-D profile)
         solo = self.policy.solo is not None and not cost.is_2d
         open_loop = self.wl.open_loop
@@ -442,12 +501,7 @@ class Engine:
                     a = np.asarray(adm, dtype=np.int64)
                     n_new = a.shape[0]
                     jobs.admitted[a] = now
-                    block = np.zeros((_NF, n_new), np.int64)
-                    block[_JOB] = a
-                    block[_BASE] = self.offsets[jobs.trace[a]]
-                    block[_OUT] = jobs.out[a]
-                    block[_PROMPT] = jobs.prompt[a]
-                    block[_H1] = block[_H2] = -1
+                    block = jobs.cols[:, a]
                     block[_STEPS] = self.n_steps + 1  # first decode step index (after prefill)
                     S = np.concatenate((S, block), axis=1)
             n_run = S.shape[1]
@@ -484,8 +538,16 @@ class Engine:
             if n_dec:
                 pos = S[_N, :n_dec]
                 rows = S[_BASE, :n_dec] + pos
-                conf = conf_all[rows]
-                acc = acc_all[rows]
+                surv = None
+                if tab is not None:  # one gather: [survival | conf | accept_len]
+                    g = tab[rows]
+                    conf = g[:, gamma : 2 * gamma].astype(conf_dtype)
+                    acc = g[:, 2 * gamma].astype(np.int64)
+                    if need_surv:
+                        surv = g[:, :gamma]
+                else:
+                    conf = conf_all[rows]
+                    acc = acc_all[rows]
                 if cost.is_2d:
                     step_fn = cost.step_time_fn(float(np.mean(S[_PROMPT] + S[_N])))
                 pol_fn = _shifted(step_fn, prefill_tokens) if n_new else step_fn
@@ -493,9 +555,12 @@ class Engine:
                 if need_lag:
                     h2 = S[_H2, :n_dec]
                     lag_rows = np.where(h2 >= 0, h2, rows)
-                    lag = conf_all[lag_rows]
                     if need_lag_surv:
-                        lag_surv = surv_all[lag_rows]
+                        g = tab[lag_rows]
+                        lag = g[:, gamma : 2 * gamma].astype(conf_dtype)
+                        lag_surv = g[:, :gamma]
+                    else:
+                        lag = conf_all[lag_rows]
                 rate = None
                 if need_rate:
                     t = self.trials[1:].astype(np.float64)
@@ -506,7 +571,7 @@ class Engine:
                     lagged_conf=lag,
                     accept_rate=rate,
                     accept_len=acc if need_acc else None,
-                    survival=surv_all[rows] if need_surv else None,
+                    survival=surv,
                     lagged_survival=lag_surv,
                 )
                 lens = schedule(inp)
@@ -516,8 +581,8 @@ class Engine:
                     lens = check_lengths(lens, inp, self.policy.name)
                 a_ok = np.minimum(lens, acc)
                 emit = np.minimum(a_ok + 1, S[_OUT, :n_dec] - pos)
-                n_ver = int(lens.sum())
-                n_acc = int(a_ok.sum())
+                upd = np.stack((emit, lens, a_ok))  # rows _N, _VER, _ACC
+                emitted, n_ver, n_acc = upd.sum(axis=1).tolist()
                 if need_rate:
                     reach = np.minimum(a_ok + 1, lens)
                     self.trials += np.bincount(reach, minlength=gamma + 1)[::-1].cumsum()[::-1]
@@ -544,13 +609,10 @@ class Engine:
             end = env.now
             # -- advance
             if n_dec:
-                pos += emit  # a view: updates S in place
-                S[_VER, :n_dec] += lens
-                S[_ACC, :n_dec] += a_ok
+                S[_N : _ACC + 1, :n_dec] += upd
                 if need_lag:
                     S[_H2, :n_dec] = S[_H1, :n_dec]
                     S[_H1, :n_dec] = rows
-                emitted = int(emit.sum())
             else:
                 emitted = 0
             if n_new:
@@ -573,12 +635,10 @@ class Engine:
                 n_fin = fin.shape[1]
                 fj = fin[_JOB]
                 jobs.finish[fj] = end
-                jobs.emitted[fj] = fin[_OUT]
                 # a running request takes part in every step from its first decode step on
-                jobs.steps[fj] = self.n_steps + 1 - fin[_STEPS]
-                jobs.verified[fj] = fin[_VER]
-                jobs.accepted[fj] = fin[_ACC]
-                kv_used -= int((fin[_PROMPT] + fin[_OUT]).sum()) + gamma * n_fin
+                fin[_STEPS] = self.n_steps + 1 - fin[_STEPS]
+                jobs.cols[:, fj] = fin  # the counters, read back by _raw
+                kv_used -= int(fin[_RES].sum())
                 S = S[:, ~done]
                 self.n_done += n_fin
                 if progress is not None:
@@ -627,10 +687,10 @@ class Engine:
             finish_s=j.finish[:n].copy(),
             prompt_len=j.prompt[:n].copy(),
             output_len=j.out[:n].copy(),
-            emitted=j.emitted[:n].copy(),
-            steps=j.steps[:n].copy(),
-            verified=j.verified[:n].copy(),
-            accepted=j.accepted[:n].copy(),
+            emitted=j.result(_OUT),
+            steps=j.result(_STEPS),
+            verified=j.result(_VER),
+            accepted=j.result(_ACC),
             step_log=log,
             token_job=tj,
             token_time=tt,
