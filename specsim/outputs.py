@@ -31,6 +31,10 @@ from specsim.errors import SpecsimError
 TABLE_SUFFIXES = (".parquet", ".csv", ".json")
 
 
+def _one_of(items: tuple[str, ...]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " or " + items[-1]
+
+
 def check_out(
     path: str | Path,
     *,
@@ -42,7 +46,7 @@ def check_out(
     p = Path(path)
     if suffixes and p.suffix.lower() not in suffixes:
         raise SpecsimError(
-            f"{flag} {str(p)!r}: the name must end in {', '.join(suffixes)} (the format is "
+            f"{flag} {str(p)!r}: the name must end in {_one_of(suffixes)} (the format is "
             "taken from it)"
         )
     if p.is_dir():

@@ -308,3 +308,35 @@ def test_killed_sweep_leaves_no_orphan_and_resumes_identically(files, tmp_path):
     assert subprocess.run([*argv[:-1], str(fresh)], env=env).returncode == 0
     keep = [c for c in resumed.columns if "wall" not in c]
     pd.testing.assert_frame_equal(resumed[keep], pd.read_parquet(fresh)[keep])
+
+
+HELD_OUT = [  # each one a traceback or a hang before the reliability work
+    ["sweep", "{trace}", "--policies", "mtp1", "--concurrency", "1", "--seeds", "100000",
+     "--out", "{dir}/m.parquet", "--force"],
+    ["plot", "{dir}/nan.parquet", "--kind", "load", "--out", "{dir}/p.txt"],
+    ["traces", "synth", "--out", "{dir}/s.parquet", "--block-size", "1000", "--force"],
+    ["traces", "synth", "--out", "{dir}/s.parquet", "--output-len", "nan", "--force"],
+    ["replay", "{trace}", "--seed", "-1"],
+    ["replay", "{trace}", "--requests", "1e12"],
+    ["replay", "{trace}", "--rate", "1e9", "--duration", "100"],
+    ["replay", "{trace}", "--duration", "1e7"],
+    ["replay", "{trace}", "--policy", "os:system", "--requests", "3"],
+    ["sweep", "{trace}", "--policies", "mtp1", "--concurrency", "1", "--dask", "garbage",
+     "--out", "{dir}/d.parquet"],
+    ["sweep", "{trace}", "--policies", "mtp1", "--rates", "1e9", "--duration", "100",
+     "--out", "{dir}/r.parquet"],
+    ["sweep", "{trace}", "--policies", "mtp1", "--concurrency", "1", "--workers", "0",
+     "--out", "{dir}/w.parquet"],
+    ["report", "--root", "{dir}/nonexistent"],
+    ["replay", "{dir}"],
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("argv", HELD_OUT, ids=lambda a: " ".join(a[:4]))
+def test_held_out_hostile_commands_refuse_in_one_line(files, argv):
+    pd.DataFrame({"policy": ["mtp1"], "throughput_tok_s": [float("nan")]}).to_parquet(
+        files["dir"] / "nan.parquet"
+    )
+    argv = [a.format(trace=files["trace"], dir=files["dir"]) for a in argv]
+    rc, _, err = check(argv)
+    assert rc == 2 and err.strip().count("\n") == 0, (argv, err)

@@ -102,6 +102,20 @@ def sweep(
     return run_cells(cells, out=out, workers=workers, dask=dask, force=force, progress=progress)
 
 
+MAX_CELLS_ENV = "SPECSIM_MAX_CELLS"
+
+
+def max_cells() -> int:
+    """The most cells one sweep may have (``SPECSIM_MAX_CELLS`` or 20,000): a mistyped
+    ``--seeds 100000`` is refused at once instead of running for hours."""
+    raw = os.environ.get(MAX_CELLS_ENV, "20000")
+    try:
+        value = int(raw)
+    except ValueError:
+        raise SpecsimError(f"{MAX_CELLS_ENV}={raw!r} must be a whole number") from None
+    return max(value, 1)
+
+
 def build_cells(
     traces: str | Path | Iterable[str | Path],
     policies: str | Iterable[str],
@@ -134,6 +148,12 @@ def build_cells(
         )
     else:
         kind, loads = ("concurrency", concurrency) if concurrency is not None else ("rate", rates)
+    n_cells = len(trace_list) * len(pol_list) * len(list(loads)) * int(seeds)  # type: ignore[arg-type]
+    if n_cells > max_cells():
+        raise SpecsimError(
+            f"this grid has {n_cells:,} cells, more than the limit of {max_cells():,}; sweep "
+            f"fewer seeds, loads or policies, or raise the limit with {MAX_CELLS_ENV}=N"
+        )
     if kind == "rate" and duration is not None:
         from specsim.sim.workload import check_request_count
 

@@ -42,9 +42,10 @@ def run(args: argparse.Namespace) -> int:
     src = Path(args.input)
     if not src.is_file():
         raise SpecsimError(f"input file {args.input!r} does not exist; check the path")
-    out = Path(args.out)
-    if out.exists() and not args.force:
-        raise SpecsimError(f"{out} exists; pass --force to overwrite it")
+    from specsim.outputs import check_out
+
+    # before any drawing: a figure of minutes must not end in "cannot write"
+    out = check_out(args.out, force=args.force, suffixes=(".png", ".svg", ".pdf"))
     if args.kind == "calibration":
         from specsim.trace.io import read_trace
 
