@@ -603,8 +603,12 @@ class Engine:
                 verify_s = float(cost.step_time(batch))
             duration = draft_s + sched_s + verify_s
             if zos:
-                # the decision for the next step runs on the CPU during this one
-                zos_proc = env.process(self._zos_sched(env, cost.sched_s(n_run)))
+                # The decision for the next step runs on the CPU during this one. A scheduler
+                # shorter than the step ends first (now + sched <= now + duration, rounding is
+                # monotone) and the next step never waits for it: only a longer one needs its
+                # process (and an equal one only costs a zero wait), so only those get one.
+                zos_s = cost.sched_s(n_run)
+                zos_proc = env.process(self._zos_sched(env, zos_s)) if zos_s >= duration else None
             yield env.timeout(duration)
             end = env.now
             # -- advance
