@@ -77,7 +77,9 @@ def _ranked_values(survival: np.ndarray) -> np.ndarray:
     equal candidates comes first, so a plain (quick)sort of the values gives exactly what the
     stable argsort gave; which candidates are admitted then comes from ``_top_k_lengths``.
     """
-    return -np.sort(-survival)
+    neg = -survival
+    neg.sort()
+    return np.negative(neg, out=neg)
 
 
 def _step_times(step_time, start: int, n: int) -> np.ndarray:
@@ -102,8 +104,9 @@ def _stop_count(survival_sorted: np.ndarray, n_requests: int, step_time) -> int 
         return None
     if theta[0] <= n_requests / t[0]:
         return 0
-    worse = (theta[1:] <= theta[:-1]).nonzero()[0]
-    return int(worse[0]) + 1 if worse.size else None
+    worse = theta[1:] <= theta[:-1]
+    first = int(worse.argmax()) if worse.shape[0] else 0
+    return first + 1 if worse.shape[0] and worse[first] else None
 
 
 # Stop count per request of the last early-stop search: where the next one starts looking. A
@@ -171,6 +174,9 @@ def _top_k_lengths(
         return lengths_from_admitted(order // gamma, k, n_requests)
     if v is None:
         v = np.partition(survival, n - k)[n - k]
+    at_least = survival >= v
+    if np.count_nonzero(at_least) == k:  # no tie at v beyond the k-th: the usual case
+        return at_least.reshape(n_requests, gamma).sum(axis=1)
     above = survival > v
     need = k - np.count_nonzero(above)
     lengths = above.reshape(n_requests, gamma).sum(axis=1)
@@ -182,10 +188,10 @@ def _top_k_lengths(
 
 def hw_aware_lengths(inp: StepInput) -> np.ndarray:
     """Algorithm 1 with early stop."""
-    if inp.n_requests == 0:
+    r, gamma = inp.conf.shape
+    if r == 0:
         return np.zeros(0, dtype=np.int64)
-    surv = _survival(inp.conf, inp.survival)
-    return _early_stop_lengths(surv, inp.n_requests, inp.gamma, inp.step_time)
+    return _early_stop_lengths(_survival(inp.conf, inp.survival), r, gamma, inp.step_time)
 
 
 def global_budget(conf: np.ndarray, step_time) -> int:

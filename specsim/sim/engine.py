@@ -1,9 +1,11 @@
 """The SimPy serving engine: continuous batching of speculative decoding over a replayed trace.
 
-One SimPy process runs the engine loop; under ZOS a second, short-lived process per step models
-the scheduler running ahead on the CPU. All per-step work is vectorised numpy over the running
-batch (arrays of trace offsets, positions, outputs), so a step costs the same few dozen numpy
-calls whether 1 or 500 requests run.
+One SimPy process runs the engine loop; under ZOS a second, short-lived process models the
+scheduler running ahead on the CPU in each step it outlasts. All per-step work is vectorised
+numpy over the running batch (arrays of trace offsets, positions, outputs), so a step costs the
+same few dozen numpy calls whether 1 or 500 requests run. With one request in flight the steps
+up to the next event are walked without an event each (``Engine._solo_stretch``), with the
+same clock, bit for bit.
 
 One engine iteration (a "step"):
 
@@ -581,8 +583,8 @@ class Engine:
                     lens = check_lengths(lens, inp, self.policy.name)
                 a_ok = np.minimum(lens, acc)
                 emit = np.minimum(a_ok + 1, S[_OUT, :n_dec] - pos)
-                upd = np.stack((emit, lens, a_ok))  # rows _N, _VER, _ACC
-                emitted, n_ver, n_acc = upd.sum(axis=1).tolist()
+                upd = np.array((emit, lens, a_ok), dtype=np.int64)  # rows _N, _VER, _ACC
+                emitted, n_ver, n_acc = np.add.reduce(upd, axis=1).tolist()
                 if need_rate:
                     reach = np.minimum(a_ok + 1, lens)
                     self.trials += np.bincount(reach, minlength=gamma + 1)[::-1].cumsum()[::-1]
