@@ -390,3 +390,23 @@ def test_solo_refuses_rows_outside_the_unit_interval():
     conf = np.array([[0.5, 1.5, 0.9]])
     with pytest.raises(ValueError):
         get_policy("hw-aware").solo(conf, np.array([1]), linear_step_time())
+
+
+@pytest.mark.parametrize("spec", ["ar", "mtp1", "static:3", "full", "threshold:0.5",
+                                  "cum-threshold:0.3", "oracle"])  # fmt: skip
+def test_rowwise_solo_holds_at_any_batch(spec):
+    """``rowwise`` promises that ``solo`` row by row equals ``schedule`` over a whole batch."""
+    pol = get_policy(spec)
+    assert pol.rowwise
+    rng = np.random.default_rng(11)
+    for r in (2, 5, 40):
+        conf = np.concatenate((_tied_conf(rng, r, 7), rng.uniform(0, 1, (r, 7))))
+        acc = rng.integers(0, 8, size=2 * r)
+        for st_fn in STEP_TIMES.values():
+            inp = StepInput(conf=conf, step_time=st_fn, accept_len=acc)
+            np.testing.assert_array_equal(pol.solo(conf, acc, st_fn), pol.schedule(inp))
+
+
+def test_coupled_policies_are_not_rowwise():
+    for spec in ("hw-aware", "hw-aware-global", "zos", "goodput"):
+        assert not get_policy(spec).rowwise

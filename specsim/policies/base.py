@@ -110,7 +110,9 @@ class Policy:
     (issue #13). ``solo_lagged``: the decision is a function of the request's LAGGED row
     (``zos``), so the engine passes lagged rows. It may raise ValueError when it does not
     apply to these rows; the engine then schedules step by step. The policy tests check that
-    it agrees with ``schedule``.
+    it agrees with ``schedule``. ``rowwise``: ``solo`` holds at ANY batch size (a request's
+    length reads its own row only: static lengths, thresholds, the oracle), so the engine
+    walks several requests the same way.
     """
 
     name: str
@@ -121,6 +123,7 @@ class Policy:
     doc: str = ""
     solo: SoloSchedule | None = None
     solo_lagged: bool = False
+    rowwise: bool = False
 
     def __call__(self, inp: StepInput) -> np.ndarray:
         return self.schedule(inp)

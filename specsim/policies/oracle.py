@@ -32,4 +32,5 @@ def oracle(arg: str | None = None) -> Policy:
         solo=lambda conf, accept_len, step_time: np.minimum(
             np.asarray(accept_len, dtype=np.int64), conf.shape[1]
         ),
+        rowwise=True,
     )

@@ -20,7 +20,7 @@ def _constant(name: str, k: int | None) -> Policy:
         length = conf.shape[1] if k is None else min(k, conf.shape[1])
         return np.full(conf.shape[0], length, dtype=np.int64)
 
-    return Policy(name=name, schedule=schedule, solo=solo)
+    return Policy(name=name, schedule=schedule, solo=solo, rowwise=True)
 
 
 def _no_arg(name: str, arg: str | None) -> None:

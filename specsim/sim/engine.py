@@ -117,6 +117,10 @@ _NF = 11
 
 # Rows of a lone request's trace decided at once by the solo walk (a longer walk resumes).
 _SOLO_ROWS = 512
+# The walk of several requests under a rowwise policy: rows decided at once per request, and
+# the most requests it takes (beyond, a numpy step is cheaper than a Python walk).
+_ROWWISE_ROWS = 64
+_ROWWISE_MAX_R = 32
 
 
 def _shifted(step_fn, extra: int):
@@ -433,6 +437,105 @@ class Engine:
             self.tok_len.extend([1] * k)
         return durs, t
 
+    def _rowwise_stretch(self, S: np.ndarray, now: float, wait: float, n_queued: int, step_fn):
+        """Steps of R running requests up to the next event, walked without SimPy, for a policy
+        whose decision for a request reads that request's row only (``Policy.rowwise``: the
+        static lengths, thresholds, the oracle).
+
+        As in ``_solo_stretch``: with nothing to admit, nothing happens until a request finishes
+        or an arrival is due, so each request walks its own rows (decided at once by
+        ``Policy.solo``) and a step's batch is the sum of the requests' lengths. The walk stops
+        before the first step in which a request would finish (or run out of decided rows) and
+        before the step an arrival joins. In plain Python this costs well under a microsecond
+        per request-step, against a few dozen numpy calls per step: used up to
+        ``_ROWWISE_MAX_R`` requests. Same floats in the same order: bit-identical results.
+        """
+        n = S.shape[1]
+        pos = S[_N].tolist()
+        out = S[_OUT].tolist()
+        span = np.minimum(S[_OUT] - S[_N], _ROWWISE_ROWS)
+        first = np.cumsum(span) - span  # where each request's rows start in the flat list
+        rows = np.arange(int(span.sum())) + np.repeat(S[_BASE] + S[_N] - first, span)
+        try:
+            lens = self.policy.solo(self.conf[rows], self.accept_len[rows], step_fn).tolist()
+        except ValueError:
+            return [], now
+        acc = self.accept_len[rows].tolist()
+        # index of each request's current row in the flat lists, and the end of its rows
+        at = first.tolist()
+        stop = (first + span).tolist()
+        cost = self.cost
+        lut = self.lut
+        n_lut = len(lut)
+        d0 = self.d_base + (self.d_req + self.d_tok) * n + cost.sched_s(n)
+        next_arrival = math.inf
+        if self.wl.open_loop and self.n_arrived < self.wl.arrival_s.shape[0]:
+            next_arrival = float(self.wl.arrival_s[self.n_arrived])
+        record_tokens = self.record_tokens
+        ver = [0] * n
+        acc_n = [0] * n
+        durs: list[float] = []
+        ends: list[float] = []
+        emits: list[int] = []
+        t = now
+        max_b = self.max_b
+        log_step = self._log_step
+        idx = range(n)
+        while True:
+            step_l = []
+            step_a = []
+            step_e = []
+            for i in idx:
+                k = at[i]
+                if k >= stop[i]:
+                    break
+                ln = lens[k]
+                a = ln if ln < acc[k] else acc[k]
+                left = out[i] - pos[i]
+                if a + 1 >= left:
+                    break  # request i would finish: the ordinary path takes this step
+                step_l.append(ln)
+                step_a.append(a)
+                step_e.append(a + 1)
+            if len(step_e) < n:
+                break
+            n_ver = sum(step_l)
+            batch = n + n_ver
+            verify_s = lut[batch] if batch < n_lut else float(cost.step_time(batch))
+            d = d0 + verify_s
+            end = t + d
+            emitted = sum(step_e)
+            log_step((t, d, batch, n, n, 0, n_queued, 0, n_ver, sum(step_a), emitted, wait, 0))
+            wait = 0.0
+            durs.append(d)
+            if batch > max_b:
+                max_b = batch
+            for i in idx:
+                e = step_e[i]
+                pos[i] += e
+                at[i] += e
+                ver[i] += step_l[i]
+                acc_n[i] += step_a[i]
+            t = end
+            if record_tokens:
+                ends.append(end)
+                emits.extend(step_e)
+            if end >= next_arrival:
+                break  # the next step starts with an arrival
+        if not durs:
+            return durs, now
+        self.max_b = max_b
+        S[_N] = pos
+        S[_VER] += ver
+        S[_ACC] += acc_n
+        if record_tokens:
+            k = len(ends)
+            self.tok_job.append(np.tile(S[_JOB], k))
+            self.tok_cnt.append(np.asarray(emits, np.int64))
+            self.tok_time.extend(ends)
+            self.tok_len.extend([n] * k)
+        return durs, t
+
     def _loop(self, env: simpy.Environment):
         jobs = self.jobs
         cost = self.cost
@@ -461,6 +564,7 @@ class Engine:
         conf_dtype = conf_all.dtype
         # the solo walk needs a step time that does not move with the context (1-D profile)
         solo = self.policy.solo is not None and not cost.is_2d
+        rowwise = solo and self.policy.rowwise and not zos
         open_loop = self.wl.open_loop
         arrivals = self.wl.arrival_s
         n_arr_total = arrivals.shape[0] if open_loop else 0
@@ -524,8 +628,11 @@ class Engine:
                 now = env.now
             n_dec = n_run - n_new
             # -- one request and nothing to admit: walk its steps up to the next event
-            if solo and n_run == 1 and n_new == 0:
-                durs, end = self._solo_stretch(S, now, wait, n_queued, step_fn)
+            if solo and n_new == 0 and (n_run == 1 or (rowwise and n_run <= _ROWWISE_MAX_R)):
+                if n_run == 1:
+                    durs, end = self._solo_stretch(S, now, wait, n_queued, step_fn)
+                else:
+                    durs, end = self._rowwise_stretch(S, now, wait, n_queued, step_fn)
                 if durs:
                     hop = self._exact_delay(now, end)
                     if hop is not None:  # one event to the next one that matters
