@@ -201,16 +201,17 @@ def run_cells(
 
 
 def cell_cost(cell: Cell) -> float:
-    """A relative estimate of a cell's run time, to start the longest cells first.
+    """A relative estimate of a cell's CPU time, to start the longest cells first.
 
-    A replay's time is about (engine steps) x (cost of a step); at C requests in flight a step
-    emits ~C * tau tokens and costs a fixed ~100 us plus ~1 us a request, so the cells at low
-    load are the long ones (one request in flight: ~20x the time per token of 256). A rate's
-    concurrency is unknown before the run; its load value stands in for it.
+    ``specsim.sim.estimate.replay_cost_estimate`` (steps x cost of a step, per policy kind): at
+    one request in flight a token costs ~20x what it costs at 256, so the low-load cells are the
+    long ones. A rate's concurrency is unknown before the run; the rate stands in for it.
     """
-    load = max(float(cell.load), 1e-3)
-    requests = float(cell.requests or 100)
-    return requests * (100.0 / min(load, 256.0) + 1.0)
+    from specsim.sim.estimate import replay_cost_estimate
+
+    requests = cell.requests or 100
+    load = float(cell.load) if cell.load_kind != "arrivals" else 16.0
+    return replay_cost_estimate(cell.policy, int(requests), 200.0, max(load, 1.0))
 
 
 def _run_locked(
