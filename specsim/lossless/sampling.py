@@ -57,10 +57,15 @@ class BlockSampler:
         self.n = 0
         if pipe.multi is None:
             self._tables()
-            self.cont = [
+            laws = [
                 np.stack([toy.p(s) for s in itertools.product(range(self.vocab), repeat=j)])
                 for j in range(self.gamma + 1)
-            ]  # target laws after every prefix of length j
+            ]  # target laws after every prefix of length j, by base-V code
+            # Precomputed inverse-CDF tables: exactly what sample_from computes per row.
+            self.cont_cdf = [np.cumsum(law, axis=-1) for law in laws]
+            self.cont_last = [law.shape[-1] - 1 - np.argmax((law > 0)[:, ::-1], axis=-1)
+                              for law in laws]  # fmt: skip
+            self.cont_argmax = [np.argmax(law, axis=-1) for law in laws]
         self.probs = (
             toy.p(()).copy() if pipe.multi is not None
             else target_cells(toy, self.gamma + 1, pipe.greedy)
@@ -139,11 +144,14 @@ class BlockSampler:
             rows = np.flatnonzero(out[:, j] < 0)
             if rows.size == 0:
                 continue
-            law = self.cont[j][_encode(out[rows, :j], vocab)]
+            code = _encode(out[rows, :j], vocab)
             if self.pipe.greedy:
-                out[rows, j] = np.argmax(law, axis=1)
-            else:
-                out[rows, j] = sample_from(law, self.rng.random(rows.shape[0]))
+                out[rows, j] = self.cont_argmax[j][code]
+                continue
+            cdf = self.cont_cdf[j][code]
+            scaled = self.rng.random(rows.shape[0]) * cdf[:, -1]
+            idx = (cdf <= scaled[:, None]).sum(axis=-1)
+            out[rows, j] = np.minimum(idx, self.cont_last[j][code])
 
 
 def _chunks(n: int) -> Iterator[int]:

@@ -103,7 +103,7 @@ def g_test(counts: np.ndarray, probs: np.ndarray, alpha: float = ALPHA) -> GTest
 
 ALPHA_RUN = 1e-6  # family-wise false-alarm rate of one check-lossless run (all worlds, looks)
 LOOK_FRACTIONS = (1 / 64, 1 / 16, 1 / 4, 1.0)  # looks at these fractions of the planned n
-EXTEND = 4  # a borderline final look (p < BORDERLINE) buys one more look at EXTEND x n
+EXTEND = 2  # a borderline final look (p < BORDERLINE) buys one more look at EXTEND x n
 BORDERLINE = 1e-3
 LOOKS = len(LOOK_FRACTIONS) + 1  # the extension look is budgeted whether it runs or not
 TARGET_TV = 1e-3  # the planned n detects this TV with 99% power where the cap allows
@@ -155,7 +155,7 @@ def effective_df(probs: np.ndarray, n: int) -> int:
 def sequential_test(counts_at, probs: np.ndarray, n_max: int, alpha_look: float) -> Sequential:
     """Look at the cumulative counts ``counts_at(n)`` at n_max/64, /16, /4 and n_max; stop at the
     first look that rejects (overwhelming evidence, or any sample on a zero-probability
-    output); when the last look is borderline (p < 1e-3) look once more at 4 n_max."""
+    output); when the last look is borderline (p < 1e-3) look once more at 2 n_max."""
     plan = [max(1, int(n_max * f)) for f in LOOK_FRACTIONS]
     g = None
     looks = 0
