@@ -10,9 +10,9 @@ best process CPU time (what one core spent, robust to other processes sharing th
 the trace is generated once, outside the timing. Each scenario is also run through the bound
 (``numpy_bound.py``: a bare numpy loop doing the same accounting, no SimPy, no logs); the
 ``x bound`` column is the engine's CPU time over the bound's (goal <= 1.5), and the run checks
-that both simulated the same steps and time. ``--memory`` adds ``B/step``: the memory a run
-holds per engine step (tracemalloc peak, slope between a run of N and of 3N requests, tables
-included). Run on an idle core:
+that both simulated the same steps and time. ``--memory`` adds ``B/step``: the bytes the
+engine's step log holds per engine step (its only per-step state with per-token logging off).
+Run on an idle core:
 
     python benchmarks/bench_replay.py                 # all scenarios
     python benchmarks/bench_replay.py --cprofile out.prof --only closed-128
@@ -86,20 +86,32 @@ def _bound(trace, policy: str, profile: str, load: dict, seed: int) -> tuple[flo
     return time.process_time() - c0, got
 
 
-def _bytes_per_step(run, load: dict) -> float:
-    """Peak traced memory growth per engine step, between a run of N and one of 3N requests."""
-    import tracemalloc
+def _log_bytes_per_step(trace, policy: str, profile: str, load: dict, seed: int) -> float:
+    """Bytes the engine's step log holds per engine step (the only per-step state it keeps
+    when per-token logging is off): a list of 13-tuples before #13, one flat float64 buffer
+    after. Measured on the log object itself, so per-request tables do not blur it."""
+    import sys as _sys
 
-    peaks, steps = [], []
-    for scale in (1, 3):
-        kw = dict(load)
-        kw["requests"] = kw["requests"] * scale
-        tracemalloc.start()
-        res = run(kw)
-        peaks.append(tracemalloc.get_traced_memory()[1])
-        tracemalloc.stop()
-        steps.append(res.summary["engine_steps"])
-    return (peaks[1] - peaks[0]) / max(1, steps[1] - steps[0])
+    from specsim.policies.base import get_policy
+    from specsim.sim.engine import Engine, EngineLimits
+    from specsim.sim.profiles import get_profile
+    from specsim.sim.workload import make_workload
+
+    cost = get_profile(profile)
+    wl = make_workload(trace, seed=seed, **load)
+    limits = EngineLimits(cost.max_running, cost.kv_tokens, cost.prefill_budget)
+    eng = Engine(trace, get_policy(policy), cost, wl, limits, record_tokens=False)
+    raw = eng.run()
+    log = eng.log
+    if isinstance(log, list):  # tuples of boxed numbers (ints below 257 are shared)
+        size = _sys.getsizeof(log) + sum(
+            _sys.getsizeof(row)
+            + sum(_sys.getsizeof(x) for x in row if not (isinstance(x, int) and -5 <= x <= 256))
+            for row in log
+        )
+    else:
+        size = _sys.getsizeof(log)
+    return size / max(1, raw.step_log.shape[0])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -111,12 +123,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--azure-speedup", type=float, default=4.5, help="arrival time divisor (4.5)")
     ap.add_argument("--only", default=None, help="run one scenario by name")
     ap.add_argument("--no-bound", action="store_true", help="skip the numpy-loop bound")
-    ap.add_argument("--memory", action="store_true", help="measure bytes per engine step")
+    ap.add_argument("--memory", action="store_true", help="measure step-log bytes per step")
     ap.add_argument("--cprofile", default=None, metavar="FILE", help="write cProfile stats")
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore")  # extrapolation notes are not the point here
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from specsim.sim import replay
+    try:
+        from specsim.sim.simulate import replay
+    except ImportError:  # specsim before the module was renamed (to benchmark old commits)
+        from specsim.sim.replay import replay
 
     trace = _trace(1000, seed=0)
     seed = 1
@@ -165,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
                 same = (b_tok, b_steps, b_time) == (tok, s["engine_steps"], s["sim_time_s"])
                 line += f"{b_cpu:>9.2f}{best_cpu / b_cpu:>8.2f}" + ("" if same else " (differs!)")
             if args.memory:
-                line += f"{_bytes_per_step(run, load):>8.0f}"
+                line += f"{_log_bytes_per_step(trace, args.policy, args.profile, load, seed):>8.0f}"
             print(line, flush=True)
     return 0
 
