@@ -44,13 +44,13 @@ def check_out(
 ) -> Path:
     """Refuse, in one line, an output that could not be written or would overwrite a file."""
     p = Path(path)
+    if p.is_dir():
+        raise SpecsimError(f"{flag} {str(p)!r} is a directory; give a file name inside it")
     if suffixes and p.suffix.lower() not in suffixes:
         raise SpecsimError(
             f"{flag} {str(p)!r}: the name must end in {_one_of(suffixes)} (the format is "
             "taken from it)"
         )
-    if p.is_dir():
-        raise SpecsimError(f"{flag} {str(p)!r} is a directory; give a file name inside it")
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.is_dir():
         what = "is not a directory" if parent.exists() else "does not exist"
