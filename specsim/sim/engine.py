@@ -543,7 +543,9 @@ class Engine:
         conf_all = self.conf
         acc_all = self.accept_len
         lut = cost.lut_seconds(None)
-        self.lut = lut.tolist()  # Python floats: the solo walk indexes it per step
+        # Python floats for the walks, which index it per step; they never batch more than
+        # _ROWWISE_MAX_R x (1 + gamma) tokens (beyond, they ask the cost model: same numbers)
+        self.lut = lut[: (_ROWWISE_MAX_R + 1) * (gamma + 1) + 1].tolist()
         n_lut = lut.shape[0]
         step_fn = cost.step_time_fn(None)
         if not cost.is_2d:  # policies may read runs of batch sizes as table slices
