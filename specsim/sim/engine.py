@@ -3,8 +3,9 @@
 One SimPy process runs the engine loop; under ZOS a second, short-lived process models the
 scheduler running ahead on the CPU in each step it outlasts. All per-step work is vectorised
 numpy over the running batch (arrays of trace offsets, positions, outputs), so a step costs the
-same few dozen numpy calls whether 1 or 500 requests run. With one request in flight the steps
-up to the next event are walked without an event each (``Engine._solo_stretch``), with the
+same few dozen numpy calls whether 1 or 500 requests run. With one request in flight (or up to
+``_ROWWISE_MAX_R`` under a rowwise policy) the steps up to the next event are walked in plain
+Python without an event each (``Engine._solo_stretch``, ``Engine._rowwise_stretch``), with the
 same clock, bit for bit.
 
 One engine iteration (a "step"):
