@@ -246,3 +246,23 @@ if __name__ == "__main__":
     if "--write" not in sys.argv[1:]:
         raise SystemExit("usage: python tests/test_sim_golden.py --write")
     write()
+
+
+def test_trace_changed_in_place_is_not_served_from_the_cache():
+    """The engine caches a per-trace row table; a trace whose arrays were edited in place must
+    replay as a fresh trace with those values would, not from the stale table."""
+    import dataclasses
+
+    from specsim.sim.simulate import replay
+    from specsim.trace.io import read_trace
+
+    base = read_trace(str(TRACES / "chat.parquet"))  # read-only arrays: writeable copies
+    tr = dataclasses.replace(base, conf=base.conf.copy(), accept_len=base.accept_len.copy())
+    fresh = dataclasses.replace(base, conf=base.conf.copy(), accept_len=base.accept_len.copy())
+    replay(tr, "hw-aware", concurrency=4, requests=20, record_tokens=False)  # fills the cache
+    for t in (tr, fresh):
+        t.conf[:] = np.sqrt(t.conf)  # more confident drafts: more verified
+    got = replay(tr, "hw-aware", concurrency=4, requests=20, record_tokens=False).summary
+    want = replay(fresh, "hw-aware", concurrency=4, requests=20, record_tokens=False).summary
+    assert got["verified_draft_tokens"] == want["verified_draft_tokens"]
+    assert got["sim_time_s"] == want["sim_time_s"]
