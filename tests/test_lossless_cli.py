@@ -65,10 +65,10 @@ def test_registry_policy_by_name(capsys):
 
 def test_out_table_is_written_once_and_needs_force(tmp_path, capsys):
     out = tmp_path / "verdict.parquet"
-    args = ["check-lossless", "--checks", "exact", "--out", str(out)]
+    args = ["check-lossless", "--checks", "edge", "--out", str(out)]
     assert main(args) == 0
     df = pd.read_parquet(out)
-    assert set(df["check"]) == {"exact"} and df["lossless"].all()
+    assert set(df["check"]) == {"edge"} and df["lossless"].all()
     assert main(args) == 2
     assert "--force" in capsys.readouterr().err
     assert main([*args, "--force"]) == 0
