@@ -8,6 +8,8 @@ floor that rises with the batch size (busy GPU: verify less).
 
 It is lossless because admitting draft k looks at c_1..c_k only (non-anticipating).
 ``peeking`` looks one position ahead (c_{k+1}, which depends on the draft x_k): lossy.
+``random_length`` draws its length from its own stream ``inp.rng``: proven lossless (the checker
+integrates over the stream); ``unseeded_random`` draws from numpy's global generator: refused.
 """
 
 import numpy as np
