@@ -227,3 +227,23 @@ def check_lengths(lengths: np.ndarray, inp: StepInput, name: str) -> np.ndarray:
             f"max {arr.max()})"
         )
     return arr
+
+
+def lengths_ok(lengths: object, n: int, gamma: int) -> bool:
+    """The engine's per-step check, cheap enough for every step of every policy: an integer
+    array of shape (n,) with values in [0, gamma] (one unsigned comparison catches negatives)."""
+    return (
+        isinstance(lengths, np.ndarray)
+        and lengths.dtype.kind == "i"
+        and lengths.shape == (n,)
+        and not bool((lengths.view(f"u{lengths.itemsize}") > gamma).any())
+    )
+
+
+def checked_lengths(lengths: object, inp: StepInput, name: str) -> np.ndarray:
+    """``lengths`` if they pass :func:`lengths_ok`, else :func:`check_lengths`' verdict (which
+    converts integral floats and refuses the rest in one line). Built-in and plug-in policies
+    alike: an engine trusts no policy by where its code lives."""
+    if lengths_ok(lengths, inp.n_requests, inp.gamma):
+        return lengths  # type: ignore[return-value]
+    return check_lengths(np.asarray(lengths), inp, name)

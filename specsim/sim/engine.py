@@ -52,7 +52,15 @@ import numpy as np
 import simpy
 
 from specsim.errors import SpecsimError
-from specsim.policies.base import Policy, StepInput, TableStepTime
+from specsim.policies.base import (
+    Policy,
+    StepInput,
+    TableStepTime,
+    check_lengths,
+    checked_lengths,
+    lengths_ok,
+)
+from specsim.rng import stream
 from specsim.sim.cost import CostModel
 from specsim.sim.workload import Workload
 from specsim.trace.model import Trace
@@ -263,9 +271,12 @@ class Engine:
         record_tokens: bool = True,
         progress=None,
         env: simpy.Environment | None = None,
+        seed: int = 0,
     ) -> None:
         self.trace = trace
         self.policy = policy
+        # the policy's own seeded stream (StepInput.rng): a random policy draws from it only
+        self.policy_rng = stream(seed, "policy")
         self.cost = cost
         self.wl = workload
         self.limits = limits
@@ -362,6 +373,14 @@ class Engine:
             d = math.nextafter(d, math.inf if got < t else 0.0)
         return None
 
+    def _checked_solo(self, lens: np.ndarray, n: int) -> list[int]:
+        """A solo walk's lengths for n rows, checked like every step's (then as Python ints)."""
+        gamma = int(self.conf.shape[1])
+        if not lengths_ok(lens, n, gamma):
+            inp = StepInput(conf=np.zeros((n, gamma)), step_time=lambda b: b)
+            lens = check_lengths(np.asarray(lens), inp, self.policy.name)
+        return lens.tolist()
+
     def _solo_stretch(self, S: np.ndarray, now: float, wait: float, n_queued: int, step_fn):
         """Steps of a lone running request up to the next event, walked without SimPy.
 
@@ -387,7 +406,7 @@ class Engine:
             lens = self.policy.solo(self.conf[lo:hi], self.accept_len[lo:hi], step_fn)
         except ValueError:
             return [], now
-        lens = lens.tolist()
+        lens = self._checked_solo(lens, hi - lo)
         acc = self.accept_len[lo:hi].tolist()
         cost = self.cost
         lut = self.lut
@@ -473,9 +492,10 @@ class Engine:
         first = np.cumsum(span) - span  # where each request's rows start in the flat list
         rows = np.arange(int(span.sum())) + np.repeat(S[_BASE] + S[_N] - first, span)
         try:
-            lens = self.policy.solo(self.conf[rows], self.accept_len[rows], step_fn).tolist()
+            lens = self.policy.solo(self.conf[rows], self.accept_len[rows], step_fn)
         except ValueError:
             return [], now
+        lens = self._checked_solo(lens, rows.shape[0])
         acc = self.accept_len[rows].tolist()
         # index of each request's current row in the flat lists, and the end of its rows
         at = first.tolist()
@@ -571,7 +591,6 @@ class Engine:
         self.d_base, self.d_req, self.d_tok = d_base, d_req, d_tok
         zos = bool(self.policy.zos)
         schedule = self.policy.schedule
-        trusted = getattr(schedule, "__module__", "").startswith("specsim.policies")
         need_lag = "lagged_conf" in self.needs
         need_rate = "accept_rate" in self.needs
         need_acc = "accept_len" in self.needs
@@ -700,12 +719,9 @@ class Engine:
                     accept_len=acc if need_acc else None,
                     survival=surv,
                     lagged_survival=lag_surv,
+                    rng=self.policy_rng,
                 )
-                lens = schedule(inp)
-                if not trusted:
-                    from specsim.policies.base import check_lengths
-
-                    lens = check_lengths(lens, inp, self.policy.name)
+                lens = checked_lengths(schedule(inp), inp, self.policy.name)
                 a_ok = np.minimum(lens, acc)
                 emit = np.minimum(a_ok + 1, S[_OUT, :n_dec] - pos)
                 upd = np.array((emit, lens, a_ok), dtype=np.int64)  # rows _N, _VER, _ACC

@@ -132,7 +132,9 @@ def replay(
         known = wl.arrival_s.shape[0] if wl.open_loop else wl.max_jobs
         if known:  # a bar made before the load was known learns its total here
             progress.total = float(known)
-    engine = Engine(tr, pol, cost, wl, limits, record_tokens=record_tokens, progress=progress)
+    engine = Engine(
+        tr, pol, cost, wl, limits, record_tokens=record_tokens, progress=progress, seed=seed
+    )
     raw = engine.run()
     wall = time.perf_counter() - t0
     closed_c = int(wl.concurrency) if wl.kind == "closed" else None

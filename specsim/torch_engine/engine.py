@@ -140,6 +140,7 @@ class RealEngine:
             (self.slots, self.cap, max(n_feat, 1)), dtype=torch.float16, device=dev
         )
         self.gen = torch.Generator().manual_seed(int(cfg.seed))
+        self.policy_rng = np.random.default_rng([int(cfg.seed), 0x9E3779B9])  # StepInput.rng
         self.eos = frozenset(int(e) for e in cfg.eos_ids)
 
     # ------------------------------------------------------------------ verification
@@ -321,6 +322,7 @@ class RealEngine:
                     step_time=_shifted(fn, pre) if pre else fn,
                     lagged_conf=lag,
                     accept_rate=rate,
+                    rng=self.policy_rng,
                 )
                 lens = check_lengths(self.policy.schedule(inp), inp, self.policy.name)
             t_sched = clock()
