@@ -229,21 +229,24 @@ def check_lengths(lengths: np.ndarray, inp: StepInput, name: str) -> np.ndarray:
     return arr
 
 
+_U64 = np.dtype(np.uint64)
+
+
 def lengths_ok(lengths: object, n: int, gamma: int) -> bool:
     """The engine's per-step check, cheap enough for every step of every policy: an integer
     array of shape (n,) with values in [0, gamma] (one unsigned comparison catches negatives)."""
-    return (
-        isinstance(lengths, np.ndarray)
-        and lengths.dtype.kind == "i"
-        and lengths.shape == (n,)
-        and not bool((lengths.view(f"u{lengths.itemsize}") > gamma).any())
-    )
+    if not (isinstance(lengths, np.ndarray) and lengths.shape == (n,)):
+        return False
+    if lengths.dtype == np.int64:  # the common case: one unsigned max, no copy
+        return n == 0 or int(np.maximum.reduce(lengths.view(_U64))) <= gamma
+    return lengths.dtype.kind == "i" and (n == 0 or (lengths.min() >= 0 and lengths.max() <= gamma))
 
 
 def checked_lengths(lengths: object, inp: StepInput, name: str) -> np.ndarray:
     """``lengths`` if they pass :func:`lengths_ok`, else :func:`check_lengths`' verdict (which
     converts integral floats and refuses the rest in one line). Built-in and plug-in policies
     alike: an engine trusts no policy by where its code lives."""
-    if lengths_ok(lengths, inp.n_requests, inp.gamma):
+    n, gamma = inp.conf.shape
+    if lengths_ok(lengths, n, gamma):
         return lengths  # type: ignore[return-value]
     return check_lengths(np.asarray(lengths), inp, name)
