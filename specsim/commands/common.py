@@ -16,7 +16,7 @@ POLICY_NAMES = (
     "hw-aware", "zos", "goodput", "mtp1", "static:K", "full", "ar", "threshold:T",
     "cum-threshold:T", "oracle", "hw-aware-global",
 )  # fmt: skip
-PROFILE_NAMES = ("h100-dense-8b", "v4-flash-like", "smollm2-135m-cpu")
+PROFILE_NAMES = ("h100-dense-8b", "v4-flash-like", "v4-pro-like", "smollm2-135m-cpu")
 
 POLICY_HELP = (
     f"scheduler: {', '.join(POLICY_NAMES)}, or module:callable for your own (docs/policies.md)"

@@ -8,7 +8,8 @@ then a table with columns ``batch_tokens,step_ms`` and optionally ``context_toke
 grid: every batch size at every context).
 
 Built-in names: the generated ``h100-dense-8b`` and ``v4-flash-like`` (roofline, calibrated in
-docs/simulator.md) and every ``specsim/data/profiles/*.csv`` by its file stem.
+docs/simulator.md), ``v4-pro-like`` (built from the sourced facts of
+``specsim.sim.deployments``) and every ``specsim/data/profiles/*.csv`` by its file stem.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import numpy as np
 from specsim.errors import SpecsimError
 from specsim.registry import Registry
 from specsim.sim.cost import CostModel
+from specsim.sim.deployments import Deployment, FreeParams, sources
 
 PROFILES: Registry[CostModel] = Registry("profile")
 
@@ -312,6 +314,83 @@ def _v4_flash_like(arg: str | None = None) -> CostModel:
     )
 
 
+def deployment_profile(
+    name: str,
+    dep: Deployment,
+    fit: FreeParams,
+    *,
+    bytes_per_param: float | None = None,
+    buckets: np.ndarray | None = None,
+    max_running: int | None = None,
+    draft_scale: float = 1.0,
+    sched_scale: float = 1.0,
+    b_max: int = 65536,
+) -> CostModel:
+    """A roofline profile of a sourced :class:`~specsim.sim.deployments.Deployment`.
+
+    Every physical input comes from ``dep`` (its header lists each with its source); only
+    ``fit`` (fixed and per-token overheads) is free. The keyword arguments exist for the
+    sensitivity study of ``specsim report paper-check`` (FP8 instead of the checkpoint's bytes
+    per parameter, other CUDA-graph buckets, another batch cap, scaled draft/scheduler costs).
+    Draft and scheduler costs are v4-flash-like's, the per-request/per-token draft terms scaled
+    by (hidden / 4096)^2 (a drafter as wide as its target).
+    """
+    m = dep.model
+    g = dep.gpu
+    hw = Hardware(
+        f"{dep.gpus}x{g.name}",
+        mem_bw=float(dep.mem_derate) * dep.gpus * float(g.mem_bw),
+        flops=float(dep.flops_derate) * dep.gpus * float(g.flops),
+        overhead_ms=fit.overhead_ms,
+        per_token_us=fit.per_token_us,
+    )
+    bpp = m.bytes_per_param if bytes_per_param is None else float(bytes_per_param)
+    spec = ModelSpec(
+        f"{m.name}-{bpp:.2f}B",
+        params=float(m.total_params),
+        active_params=float(m.active_params),
+        bytes_per_param=bpp,
+        experts=int(float(m.routed_experts)),
+        top_k=int(float(m.top_k)),
+        expert_share=m.expert_share,
+        kv_bytes_per_token=m.kv_bytes_per_token,
+    )
+    batch = np.arange(1, b_max + 1)
+    ctx = float(dep.context_tokens)
+    ms = roofline_ms(batch, hw, spec, ctx, 4.0, buckets=buckets)
+    width2 = (float(m.hidden) / 4096.0) ** 2
+    meta = {"source": f"roofline: {hw.name} x {spec.name} (specsim/sim/deployments.py)"}
+    meta.update(sources(dep))
+    meta["overhead_ms"] = f"{fit.overhead_ms:g} (free: {fit.source})"
+    meta["per_token_us"] = f"{fit.per_token_us:g} (free: {fit.source})"
+    return CostModel(
+        name=name,
+        batch_tokens=batch,
+        step_ms=ms,
+        meta=meta,
+        draft_base_ms=2.0 * draft_scale,
+        draft_per_request_ms=0.02 * width2 * draft_scale,
+        draft_per_token_ms=0.005 * width2 * draft_scale,
+        sched_base_us=60.0 * sched_scale,
+        sched_us_per_request=2.0 * sched_scale,
+        max_running=int(float(dep.max_running)) if max_running is None else int(max_running),
+        kv_tokens=min(dep.kv_tokens, 10**12),
+        gpus=dep.gpus,
+    )
+
+
+@PROFILES.register(
+    "v4-pro-like", help="roofline: V4-Pro from public facts on 16 GPUs (paper-check fit)"
+)
+@functools.cache
+def _v4_pro_like(arg: str | None = None) -> CostModel:
+    from specsim.sim.deployments import FLASH_FIT, PRO_DEPLOYMENT, transfer
+
+    return deployment_profile(
+        "v4-pro-like", PRO_DEPLOYMENT, transfer(FLASH_FIT, PRO_DEPLOYMENT.model)
+    )
+
+
 def register_csv_folder(folder=None) -> list[str]:
     """Register every ``*.csv`` in ``folder`` (default: ``specsim/data/profiles/``) under its
     file stem; names already taken are left alone. Returns the names added."""
@@ -370,6 +449,7 @@ __all__ = [
     "Hardware",
     "ModelSpec",
     "cuda_graph_buckets",
+    "deployment_profile",
     "describe",
     "distinct_experts",
     "get_profile",

@@ -1,0 +1,574 @@
+"""``paper-check``: the simulator against the DSpark paper's production table.
+
+Calibrate the free parameters of a sourced deployment model (``specsim.sim.deployments``) on
+V4-Flash's published +51% / +661% (DSpark over MTP-1 at 80 / 120 tok/s/user), then PREDICT
+V4-Pro's +52% / +406% (35 / 50 tok/s/user) without refitting, and measure which assumptions move
+the four numbers (a tornado). Why a report and not a test: the published figures are one
+production measurement; what the simulator can honestly say is how close a physically sourced
+model gets and which assumption the gap is most sensitive to.
+
+Each evaluation is a (deployment, free parameters, variant) job: MTP-1 replayed as ``static:1``
+on a block-1 synthetic trace with the public MTP acceptance, and ``zos`` on a block-7 synthetic
+trace with the production survival prior, both closed loops over a concurrency sweep, throughput
+per GPU read off each Pareto frontier at the SLA points (steady-state throughput).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from specsim.analysis.report import ReportContext
+from specsim.errors import SpecsimError
+
+KEYS = {
+    "kind", "title", "summary", "concurrency", "min_requests", "trace_requests", "seed",
+    "fit_overhead_ms", "fit_per_token_us", "sensitivity", "pro_probe_fixed_ms",
+}  # fmt: skip
+X = "per_user_tps_mean"
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One setting of the assumptions the sensitivity study varies (defaults: the baseline)."""
+
+    label: str = "baseline"
+    dspark_accept: str = "chat"  # synth profile: chat = the production survival prior
+    mtp_accept: float | None = None  # None: the deployment's sourced value
+    buckets: str = "vllm"  # vllm | none (every B captured) | pow2
+    bytes_per_param: float | None = None  # None: from the checkpoint (FP4 + FP8)
+    max_running: int | None = None
+    draft_scale: float = 1.0
+    sched_scale: float = 1.0
+    output_median: float = 220.0
+    transfer: str = "scaled"  # scaled | constant (Pro's overheads = Flash's)
+    fixed_ms: float | None = None  # override the (transferred) fixed overhead: the Pro probe
+
+
+@dataclass(frozen=True)
+class Job:
+    deployment: str
+    overhead_ms: float
+    per_token_us: float
+    variant: Variant
+    concurrency: tuple[float, ...]
+    min_requests: int
+    trace_requests: int
+    seed: int
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+def _buckets(kind: str) -> np.ndarray | None:
+    from specsim.sim.profiles import cuda_graph_buckets
+
+    if kind == "vllm":
+        return cuda_graph_buckets()
+    if kind == "none":
+        return np.arange(1, 513, dtype=np.int64)
+    if kind == "pow2":
+        return np.array([2**i for i in range(10)], dtype=np.int64)
+    raise SpecsimError(f"unknown bucket kind {kind!r}; use vllm, none or pow2")
+
+
+@lru_cache(maxsize=16)
+def _trace(accept: tuple[float, ...], output_median: float, n: int, seed: int):  # noqa: ANN202
+    from specsim.trace.synth import LogNormal, synth_trace
+
+    out = LogNormal(output_median, 0.35, max(8, int(output_median / 4)), int(output_median * 3))
+    return synth_trace(n_requests=n, accept_profile=list(accept), output_len=out, seed=seed)
+
+
+def profile_for(job: Job):  # noqa: ANN201 - CostModel, imported lazily
+    """The cost profile a job replays on: the deployment's roofline with the job's overheads."""
+    from specsim.sim.deployments import DEPLOYMENTS, V4_FLASH, FreeParams, transfer
+    from specsim.sim.profiles import deployment_profile
+
+    dep = DEPLOYMENTS[job.deployment]
+    v = job.variant
+    fit = FreeParams(job.overhead_ms, job.per_token_us, "paper-check grid")
+    if dep.model is not V4_FLASH and v.transfer == "scaled":
+        fit = transfer(fit, dep.model)
+    if v.fixed_ms is not None:
+        fit = replace(fit, overhead_ms=v.fixed_ms)
+    return deployment_profile(
+        f"{job.deployment}-{v.label}",
+        dep,
+        fit,
+        bytes_per_param=v.bytes_per_param,
+        buckets=_buckets(v.buckets),
+        max_running=v.max_running,
+        draft_scale=v.draft_scale,
+        sched_scale=v.sched_scale,
+    )
+
+
+def evaluate(job: Job) -> dict[str, Any]:
+    """Sweep MTP-1 and zos over the job's loads; throughput per GPU at the SLA points and gains.
+
+    Top level so it pickles into a worker process.
+    """
+    from specsim.analysis.frontier import speed_at_throughput, throughput_at
+    from specsim.sim.deployments import DEPLOYMENTS
+    from specsim.sim.simulate import replay
+    from specsim.trace.synth import PROFILES as ACCEPT
+
+    dep = DEPLOYMENTS[job.deployment]
+    v = job.variant
+    prof = profile_for(job)
+    mtp_acc = float(dep.mtp1_acceptance) if v.mtp_accept is None else v.mtp_accept
+    traces = {
+        "mtp1": ("static:1", _trace((mtp_acc,), v.output_median, job.trace_requests, job.seed)),
+        "zos": (
+            "zos",
+            _trace(ACCEPT[v.dspark_accept], v.output_median, job.trace_requests, job.seed),
+        ),
+    }
+    rows = []
+    for name, (policy, trace) in traces.items():
+        for c in job.concurrency:
+            n = max(job.min_requests, int(3 * c + 32))
+            s = replay(trace, policy, concurrency=int(c), requests=n, profile=prof,
+                       seed=job.seed, record_tokens=False).summary  # fmt: skip
+            steady = s.get("steady_throughput_tok_s", float("nan"))
+            thr = steady if math.isfinite(steady) else s["throughput_tok_s"]
+            decode = s["output_tokens"] - s["requests_completed"]
+            req_steps = decode / s["tau"] if s["tau"] > 0 else float("nan")
+            rows.append({
+                "policy": name, "concurrency": c, "requests": n, X: s[X],
+                "throughput_per_gpu_tok_s": thr / prof.gpus, "tau": s["tau"],
+                "verified_per_request": 1.0 + s["verified_draft_tokens"] / req_steps,
+                "achieved_concurrency": s["achieved_concurrency"],
+                "mean_batch_tokens": s["mean_batch_tokens"],
+            })  # fmt: skip
+    curve = pd.DataFrame(rows)
+    out: dict[str, Any] = {"curve": curve}
+    m = curve[curve["policy"] == "mtp1"]
+    z = curve[curve["policy"] == "zos"]
+    for i, sla in enumerate(dep.sla_tps):
+        tm = throughput_at(m[X].to_numpy(), m["throughput_per_gpu_tok_s"].to_numpy(), sla)
+        tz = throughput_at(z[X].to_numpy(), z["throughput_per_gpu_tok_s"].to_numpy(), sla)
+        out[f"mtp1_{i}"], out[f"zos_{i}"] = tm, tz
+        out[f"gain_{i}"] = 100.0 * (tz / tm - 1.0) if tm > 0 else float("nan")  # NaN stays
+        ok = math.isfinite(tm) and tm > 0  # speed_at_throughput fails on a NaN target
+        zx, zy = z[X].to_numpy(), z["throughput_per_gpu_tok_s"].to_numpy()
+        speed = speed_at_throughput(zx, zy, tm) if ok else float("nan")
+        out[f"user_gain_{i}"] = 100.0 * (speed / sla - 1.0) if ok else float("nan")
+    out["step_ms_b1"] = float(prof.step_time(1)) * 1000
+    out["step_ms_b640"] = float(prof.step_time(640)) * 1000
+    out["gpus"] = prof.gpus
+    return out
+
+
+def fit_error(res: dict[str, Any], published: tuple[float, float]) -> float:
+    """Squared log error of (1 + gain) at both SLA points; inf when a point is out of reach."""
+    err = 0.0
+    for i, pub in enumerate(published):
+        g = res[f"gain_{i}"]
+        if not math.isfinite(g) or g <= -100:
+            return float("inf")
+        err += math.log((1 + g / 100) / (1 + pub / 100)) ** 2
+    return err
+
+
+def _run(jobs: list[Job], workers: int | None) -> list[dict[str, Any]]:
+    n = max(1, min(int(workers or os.cpu_count() or 1), len(jobs)))
+    if n == 1:
+        return [evaluate(j) for j in jobs]
+    with ProcessPoolExecutor(max_workers=n) as pool:
+        return list(pool.map(evaluate, jobs, chunksize=1))
+
+
+def sensitivity_variants() -> list[tuple[str, Variant, Variant]]:
+    """(assumption, low, high): each pair moves one assumption away from the baseline."""
+    return [
+        ("DSpark acceptance: production prior -> benchmark (code / math)",
+         Variant("bench-code", dspark_accept="code"), Variant("bench-math", dspark_accept="math")),
+        ("MTP-1 acceptance 0.875 -> 0.85 / 0.90",
+         Variant("mtp-0.85", mtp_accept=0.85), Variant("mtp-0.90", mtp_accept=0.90)),
+        ("CUDA-graph buckets: vLLM -> none (every B) / powers of 2",
+         Variant("buckets-none", buckets="none"), Variant("buckets-pow2", buckets="pow2")),
+        ("draft cost (base, per request, per token) x1 -> x0 / x3",
+         Variant("draft-x0", draft_scale=0.0), Variant("draft-x3", draft_scale=3.0)),
+        ("scheduler cost x1 -> x0 / x10",
+         Variant("sched-x0", sched_scale=0.0), Variant("sched-x10", sched_scale=10.0)),
+        ("max batch 512 requests -> 128 / 1024",
+         Variant("maxrun-128", max_running=128), Variant("maxrun-1024", max_running=1024)),
+        ("output length median 220 -> 110 / 880 tokens",
+         Variant("out-110", output_median=110.0), Variant("out-880", output_median=880.0)),
+        ("weights: checkpoint FP4+FP8 (0.56 B/param) -> FP8 (1.0, v4-flash-like)",
+         Variant("fp8", bytes_per_param=1.0), Variant("fp8", bytes_per_param=1.0)),
+        ("Pro overheads: scaled by layers(x hidden) -> equal to Flash's",
+         Variant("transfer-const", transfer="constant"),
+         Variant("transfer-const", transfer="constant")),
+    ]  # fmt: skip
+
+
+def build(ctx: ReportContext) -> None:
+    """Calibrate on V4-Flash, predict V4-Pro, tokens verified vs load, sensitivity tornado."""
+    import time
+
+    from specsim.sim.deployments import (
+        FLASH_DEPLOYMENT,
+        FLASH_FIT,
+        PRO_DEPLOYMENT,
+        V4_PRO,
+        transfer,
+    )
+
+    unknown = sorted(set(ctx.config) - KEYS)
+    if unknown:
+        raise SpecsimError(
+            f"{ctx.folder / 'config.toml'}: unknown key {unknown[0]!r}; valid keys: "
+            f"{', '.join(sorted(KEYS))}"
+        )
+    conc = tuple(float(c) for c in ctx.get("concurrency", kind=list))
+    if not conc or min(conc) < 1:
+        raise SpecsimError(f"{ctx.folder / 'config.toml'}: concurrency must be numbers >= 1")
+    min_req = int(ctx.get("min_requests", 96, kind=int))
+    trace_req = int(ctx.get("trace_requests", 300, kind=int))
+    seed = int(ctx.get("seed", 0, kind=int))
+    grid_o = [float(x) for x in ctx.get("fit_overhead_ms", kind=list)]
+    grid_t = [float(x) for x in ctx.get("fit_per_token_us", kind=list)]
+    do_sens = bool(ctx.get("sensitivity", True, kind=bool))
+    base = Variant()
+
+    def job(dep: str, o: float, t: float, v: Variant = base) -> Job:
+        return Job(dep, o, t, v, conc, min_req, trace_req, seed)
+
+    load_before = os.getloadavg()
+    t0 = time.perf_counter()
+    # ---- (b) calibration on V4-Flash
+    grid = [(o, t) for o in grid_o for t in grid_t]
+    fits = _run([job("v4-flash", o, t) for o, t in grid], ctx.workers)
+    fit_rows = []
+    for (o, t), r in zip(grid, fits, strict=True):
+        fit_rows.append({"overhead_ms": o, "per_token_us": t, "step_ms_b1": r["step_ms_b1"],
+                         "step_ms_b640": r["step_ms_b640"], "gain_80": r["gain_0"],
+                         "gain_120": r["gain_1"],
+                         "error": fit_error(r, FLASH_DEPLOYMENT.published_gain_pct)})  # fmt: skip
+    fit_table = pd.DataFrame(fit_rows)
+    best = fit_table.loc[fit_table["error"].idxmin()] if np.isfinite(fit_table["error"]).any() \
+        else fit_table.iloc[0]  # fmt: skip
+    o_fit, t_fit = float(best["overhead_ms"]), float(best["per_token_us"])
+    flash = fits[grid.index((o_fit, t_fit))]
+    # ---- (c) prediction for V4-Pro, fit untouched
+    pro = evaluate(job("v4-pro", o_fit, t_fit))
+    pro_fit = transfer(replace(FLASH_FIT, overhead_ms=o_fit, per_token_us=t_fit), V4_PRO)
+    # ---- (e) sensitivity
+    sens_rows = []
+    if do_sens:
+        pairs = sensitivity_variants()
+        uniq: dict[tuple[str, str], Job] = {}
+        for _, lo, hi in pairs:
+            for v in (lo, hi):
+                for dep in ("v4-flash", "v4-pro"):
+                    if v.transfer == "constant" and dep == "v4-flash":
+                        continue
+                    uniq[(dep, v.label)] = job(dep, o_fit, t_fit, v)
+        keys = list(uniq)
+        res = dict(zip(keys, _run([uniq[k] for k in keys], ctx.workers), strict=True))
+        basel = {"v4-flash": flash, "v4-pro": pro}
+        for name, lo, hi in pairs:
+            for dep in ("v4-flash", "v4-pro"):
+                if lo.transfer == "constant" and dep == "v4-flash":
+                    continue  # the transfer rule does not touch the fitted model
+                d = FLASH_DEPLOYMENT if dep == "v4-flash" else PRO_DEPLOYMENT
+                for i, sla in enumerate(d.sla_tps):
+                    b = basel[dep][f"gain_{i}"]
+                    r_lo = res.get((dep, lo.label), basel[dep])[f"gain_{i}"]
+                    r_hi = res.get((dep, hi.label), basel[dep])[f"gain_{i}"]
+                    sens_rows.append({"assumption": name, "deployment": dep, "sla_tps": sla,
+                                      "baseline_gain": b, "low": lo.label, "gain_low": r_lo,
+                                      "high": hi.label, "gain_high": r_hi})  # fmt: skip
+    sens = pd.DataFrame(sens_rows)
+    # ---- the missing mechanism: what fixed overhead would Pro need?
+    probe_ms = [float(x) for x in ctx.get("pro_probe_fixed_ms", [], kind=list)]
+    probe_jobs = [job("v4-pro", o_fit, t_fit, Variant(f"fixed-{x:g}", fixed_ms=x))
+                  for x in probe_ms]  # fmt: skip
+    probe = pd.DataFrame([
+        {"Pro fixed overhead ms": x, "step ms B=1": r["step_ms_b1"], "gain % @35": r["gain_0"],
+         "gain % @50": r["gain_1"]}
+        for x, r in zip(probe_ms, _run(probe_jobs, ctx.workers), strict=True)
+    ])  # fmt: skip
+    took = time.perf_counter() - t0
+    load_after = os.getloadavg()
+
+    # ---- results table
+    curves = []
+    for dep, r in (("v4-flash", flash), ("v4-pro", pro)):
+        curves.append(r["curve"].assign(deployment=dep))
+    curve = pd.concat(curves, ignore_index=True)
+    ctx.save_results(curve)
+    fit_table.to_csv(ctx.folder / "fit_grid.csv", index=False)
+    ctx.written.append(ctx.folder / "fit_grid.csv")
+    if not sens.empty:
+        sens.to_csv(ctx.folder / "sensitivity.csv", index=False)
+        ctx.written.append(ctx.folder / "sensitivity.csv")
+
+    _write(ctx, locals())
+
+
+def _write(ctx: ReportContext, v: dict[str, Any]) -> None:  # noqa: C901 - one linear page
+    from specsim.sim.deployments import FLASH_DEPLOYMENT, PRO_DEPLOYMENT, V4_FLASH, V4_PRO
+
+    flash, pro, fit_table = v["flash"], v["pro"], v["fit_table"]
+    o_fit, t_fit, pro_fit, conc = v["o_fit"], v["t_fit"], v["pro_fit"], v["conc"]
+    fd, pdp = FLASH_DEPLOYMENT, PRO_DEPLOYMENT
+    ctx.md(
+        "## What is sourced, what is fitted",
+        "",
+        "Every physical parameter comes from `specsim/sim/deployments.py`, each with its source "
+        "(the `v4-pro-like` profile header lists them). Derived, not fitted:",
+        "",
+        "| | V4-Flash | V4-Pro | source |",
+        "|---|---|---|---|",
+        f"| total / active params | {V4_FLASH.total_params.value / 1e9:g}B / "
+        f"{V4_FLASH.active_params.value / 1e9:g}B | {V4_PRO.total_params.value / 1e9:g}B / "
+        f"{V4_PRO.active_params.value / 1e9:g}B | model cards |",
+        f"| routed experts, top-k, layers, hidden | {V4_FLASH.routed_experts.value:g}, "
+        f"{V4_FLASH.top_k.value:g}, {V4_FLASH.layers.value:g}, {V4_FLASH.hidden.value:g} | "
+        f"{V4_PRO.routed_experts.value:g}, {V4_PRO.top_k.value:g}, {V4_PRO.layers.value:g}, "
+        f"{V4_PRO.hidden.value:g} | NeMo AutoModel (Flash), model card (Pro) |",
+        f"| bytes/param = download / params | {V4_FLASH.bytes_per_param:.3f} | "
+        f"{V4_PRO.bytes_per_param:.3f} | ~160 GB / ~865 GB checkpoints (FP4 experts + FP8) |",
+        f"| expert share of weights | {V4_FLASH.expert_share:.3f} | {V4_PRO.expert_share:.3f} | "
+        "from active = (1-s)P + sPk/E |",
+        f"| KV bytes/token | {V4_FLASH.kv_bytes_per_token:,.0f} | "
+        f"{V4_PRO.kv_bytes_per_token:,.0f} | V3.2 MLA x layers x 10% (V4 report) |",
+        f"| GPUs (H20-class, 96 GB) | {fd.gpus} | {pdp.gpus} | whole nodes holding the weights "
+        "in 90% of HBM |",
+        f"| MTP-1 acceptance | {fd.mtp1_acceptance.value:g} | {pdp.mtp1_acceptance.value:g} | "
+        "DeepSeek-V3 report: 85-90% |",
+        "",
+        "Free (what physical facts leave open), fitted on V4-Flash only: the fixed step overhead "
+        "and the per-padded-token overhead (all-to-all, sampling). Carried to Pro by a stated "
+        "rule: fixed overhead x layers ratio (61/43), per-token x layers x hidden ratio "
+        f"({V4_PRO.layers.value * V4_PRO.hidden.value / (V4_FLASH.layers.value * V4_FLASH.hidden.value):.2f}). "  # noqa: E501
+        "Also open and *not* fitted (held at `v4-flash-like`'s assumptions, varied below): GPU "
+        "type (the paper says 'production GPUs'), bandwidth/compute derates (75% / 45%), max "
+        "batch (512 requests), draft and scheduler costs.",
+        "",
+        "Note: the shipped `v4-flash-like` profile (unchanged, golden tests depend on it) "
+        "assumes FP8 weights (1.0 B/param); the checkpoints are FP4+FP8 (0.56 B/param). This "
+        "report builds its own Flash profile from the facts and makes FP8 one of the "
+        "sensitivity dimensions.",
+        "",
+        "Workloads (every number below is measured on these): MTP-1 = `static:1` on a "
+        f"synthetic block-1 trace with position-1 acceptance {fd.mtp1_acceptance.value:g}; "
+        "DSpark = `zos` (the paper's production form: lagged global budget, dynamic top-K) on "
+        "a synthetic block-7 trace with the production survival prior a_1..a_7 = 0.78 ... 0.08 "
+        f"(tau 3.29); {v['trace_req']} requests each (outputs lognormal, median 220 tokens), "
+        f"closed loops at concurrency {', '.join(f'{c:g}' for c in conc)}, each with at least "
+        f"max({v['min_req']}, 3C + 32) requests; throughput = steady-state throughput per GPU "
+        "read off each Pareto frontier at the SLA.",
+        "",
+        "## Calibration on V4-Flash",
+        "",
+        f"Grid: fixed overhead {', '.join(f'{x:g}' for x in v['grid_o'])} ms x per-token "
+        f"{', '.join(f'{x:g}' for x in v['grid_t'])} us ({len(fit_table)} settings); objective: "
+        "squared log error of (1 + gain) at 80 and 120 tok/s/user. Best: "
+        f"**{o_fit:g} ms fixed, {t_fit:g} us per padded token** (Pro by the rule: "
+        f"{pro_fit.overhead_ms:.1f} ms, {pro_fit.per_token_us:.1f} us).",
+        "",
+    )
+    show = fit_table.sort_values("error").head(8).rename(columns={
+        "overhead_ms": "fixed ms", "per_token_us": "per-token us", "step_ms_b1": "step ms B=1",
+        "step_ms_b640": "step ms B=640", "gain_80": "gain % @80", "gain_120": "gain % @120",
+        "error": "fit error"})  # fmt: skip
+    ctx.md("The 8 best settings of the grid (all in `fit_grid.csv`):", "")
+    ctx.table(show, "{:,.2f}")
+    ctx.md("## Predicted against published", "")
+    rows = []
+    for dep, d, r, role in (("V4-Flash", fd, flash, "fit"), ("V4-Pro", pdp, pro, "prediction")):
+        for i, sla in enumerate(d.sla_tps):
+            g, pub = r[f"gain_{i}"], d.published_gain_pct[i]
+            rows.append({"model": dep, "role": role, "SLA tok/s/user": sla,
+                         "MTP-1 tok/s/GPU": r[f"mtp1_{i}"], "DSpark tok/s/GPU": r[f"zos_{i}"],
+                         "simulated gain %": g, "published gain %": pub,
+                         "error (pp)": g - pub,
+                         "ratio (1+sim)/(1+pub)": (1 + g / 100) / (1 + pub / 100),
+                         "per-user gain at MTP-1's throughput %": r[f"user_gain_{i}"]})  # fmt: skip
+    pvp = pd.DataFrame(rows)
+    ctx.table(pvp, "{:,.2f}")
+    ctx.md(
+        "Published per-user gains at matched throughput: +60-85% (Flash), +57-78% (Pro). "
+        "Throughput per GPU: Flash on "
+        f"{flash['gpus']} GPUs, Pro on {pro['gpus']}.",
+        "",
+    )
+    v["pvp"] = pvp
+    # ---- (d) tokens verified per request
+    curve = pd.concat([flash["curve"].assign(deployment="V4-Flash"),
+                       pro["curve"].assign(deployment="V4-Pro")])  # fmt: skip
+    zc = curve[curve["policy"] == "zos"]
+    tv = zc.pivot_table(index="concurrency", columns="deployment",
+                        values="verified_per_request").reset_index()  # fmt: skip
+    ctx.md(
+        "## Tokens verified per request against load",
+        "",
+        "DSpark (`zos`), tokens verified per request per step (bonus included, so MTP-1 is 2), "
+        "production acceptance prior. Paper: about 4-6 below 200 concurrent requests (Flash; "
+        "below 150 on Pro), fewer as load rises.",
+        "",
+    )
+    ctx.table(tv.rename(columns={"concurrency": "concurrent requests"}), "{:,.2f}")
+    ctx.figure(_verified_figure(zc), "verified.png",
+               "Tokens verified per request per step by zos against load, with the paper's "
+               "4-6 band")  # fmt: skip
+    # ---- (e) tornado
+    sens = v["sens"]
+    if not sens.empty:
+        ctx.md("## Sensitivity: which assumptions move the four numbers", "")
+        ctx.figure(_tornado(sens, pvp), "tornado.png",
+                   "Change of the simulated gain over MTP-1 (percentage points) when one "
+                   "assumption moves, at the four SLA points; the red line is where the "
+                   "published figure sits")  # fmt: skip
+        sw = sens.assign(
+            swing=(sens["gain_high"] - sens["gain_low"])
+            .abs()
+            .combine((sens["gain_low"] - sens["baseline_gain"]).abs(), max)
+            .combine((sens["gain_high"] - sens["baseline_gain"]).abs(), max)
+        )
+        rank = sw.groupby("assumption")["swing"].max().sort_values(ascending=False)
+        v["rank"] = rank
+        tab = sens.assign(point=sens["deployment"] + " @" + sens["sla_tps"].map("{:g}".format))
+        tab = tab[["assumption", "point", "baseline_gain", "low", "gain_low", "high", "gain_high"]]
+        ctx.md("Gains (%) by variant (all in `sensitivity.csv`):", "")
+        ctx.table(tab, "{:,.1f}")
+        ctx.md("Largest swing (percentage points, any of the four points): " + "; ".join(
+            f"{a}: {s:,.0f}" for a, s in rank.head(5).items()) + ".", "")  # fmt: skip
+    probe = v["probe"]
+    if not probe.empty:
+        ctx.md(
+            "## What V4-Pro would need",
+            "",
+            "The same prediction with Pro's fixed step overhead set by hand instead of carried "
+            f"from the fit ({pro_fit.overhead_ms:.1f} ms by the layers rule); everything else "
+            "unchanged. Not a fit: a probe of the size of the missing mechanism.",
+            "",
+        )
+        ctx.table(probe, "{:,.1f}")
+    ctx.md(*_discussion(v, pvp), "")
+    lb, la = v["load_before"], v["load_after"]
+    ctx.md(
+        f"Simulation time for this report: {v['took']:.0f} s (all jobs, {os.cpu_count()} "
+        f"cores); load average (1/5/15 min) before {lb[0]:.2f} / {lb[1]:.2f} / {lb[2]:.2f}, "
+        f"after {la[0]:.2f} / {la[1]:.2f} / {la[2]:.2f}.",
+        "",
+    )
+
+
+def _verified_figure(zc: pd.DataFrame):  # noqa: ANN202 - matplotlib Figure
+    import matplotlib.pyplot as plt
+    from matplotlib import ticker
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    ax.axhspan(4, 6, color="0.85", label="paper: 4-6 at moderate load")
+    for dep, color, lim in (("V4-Flash", "tab:blue", 200), ("V4-Pro", "tab:orange", 150)):
+        g = zc[zc["deployment"] == dep].sort_values("concurrency")
+        ax.plot(g["concurrency"], g["verified_per_request"], "o-", color=color,
+                label=f"{dep}, simulated zos")  # fmt: skip
+        ax.axvline(lim, color=color, ls=":", label=f"{dep}: paper's 'moderate load' limit ({lim})")
+    ax.axhline(2, color="k", ls="--", lw=1, label="MTP-1: 2 tokens (static)")
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(ticker.ScalarFormatter())
+    ax.set_xlabel("concurrent requests (closed loop)")
+    ax.set_ylabel("tokens verified per request per step")
+    ax.set_title("DSpark (zos) verification length under load, production acceptance")
+    ax.set_ylim(0, 8)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7, loc="upper right")
+    fig.tight_layout()
+    return fig
+
+
+def _tornado(sens: pd.DataFrame, pvp: pd.DataFrame):  # noqa: ANN202 - matplotlib Figure
+    import matplotlib.pyplot as plt
+
+    points = list(sens[["deployment", "sla_tps"]].drop_duplicates().itertuples(index=False))
+    fig, axes = plt.subplots(1, len(points), figsize=(4.2 * len(points) + 3, 6.5), sharey=True)
+    order = (sens.assign(s=(sens["gain_high"] - sens["baseline_gain"]).abs()
+                         + (sens["gain_low"] - sens["baseline_gain"]).abs())
+             .groupby("assumption")["s"].max().sort_values().index.tolist())  # fmt: skip
+    y = np.arange(len(order))
+    for ax, (dep, sla) in zip(np.atleast_1d(axes), points, strict=True):
+        g = sens[(sens["deployment"] == dep) & (sens["sla_tps"] == sla)].set_index("assumption")
+        g = g.reindex(order)
+        lo = (g["gain_low"] - g["baseline_gain"]).to_numpy()
+        hi = (g["gain_high"] - g["baseline_gain"]).to_numpy()
+        ax.barh(y - 0.18, np.nan_to_num(lo), height=0.36, color="tab:blue",
+                label="first variant (before '/')")  # fmt: skip
+        ax.barh(y + 0.18, np.nan_to_num(hi), height=0.36, color="tab:orange",
+                label="second variant (after '/')")  # fmt: skip
+        ax.axvline(0, color="k", lw=0.8)
+        name = "V4-Flash" if dep == "v4-flash" else "V4-Pro"
+        row = pvp[(pvp["model"] == name) & (pvp["SLA tok/s/user"] == sla)].iloc[0]
+        ax.axvline(row["published gain %"] - row["simulated gain %"], color="red", ls="--",
+                   label="published - simulated baseline")  # fmt: skip
+        ax.set_title(f"{name} @ {sla:g} tok/s/user\nbaseline {row['simulated gain %']:+.0f}%, "
+                     f"published {row['published gain %']:+.0f}%", fontsize=9)  # fmt: skip
+        ax.set_xlabel("change in gain over MTP-1 (pp)")
+        ax.grid(True, axis="x", alpha=0.3)
+    first = np.atleast_1d(axes)[0]
+    first.set_yticks(y)
+    first.set_yticklabels([o.replace(": ", ":\n", 1) for o in order], fontsize=7)
+    handles, labels = first.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncols=3, fontsize=8, frameon=False)
+    fig.suptitle("paper-check sensitivity: one assumption at a time (NaN = SLA out of reach, "
+                 "drawn as 0)", fontsize=10)  # fmt: skip
+    fig.tight_layout(rect=(0, 0.06, 1, 0.95))
+    return fig
+
+
+def _discussion(v: dict[str, Any], pvp: pd.DataFrame) -> list[str]:
+    lines = ["## Reading it", ""]
+    f = pvp[pvp["model"] == "V4-Flash"]
+    p = pvp[pvp["model"] == "V4-Pro"]
+    lines.append(
+        "- Fit (V4-Flash): simulated "
+        + ", ".join(
+            f"{r['simulated gain %']:+.0f}% at {r['SLA tok/s/user']:g}" for _, r in f.iterrows()
+        )  # fmt: skip
+        + " against published +51% / +661%."
+    )
+    lines.append(
+        "- Prediction (V4-Pro, fit untouched): simulated "
+        + ", ".join(
+            f"{r['simulated gain %']:+.0f}% at {r['SLA tok/s/user']:g}" for _, r in p.iterrows()
+        )  # fmt: skip
+        + " against published +52% / +406%."
+    )
+    lines.append(
+        "- The fit is two numbers with two free parameters, so a good Flash fit is expected, "
+        "not evidence. Its shape is informative: the +661% at 120 tok/s/user is a knife edge "
+        "(MTP-1 only just reaches 120 tok/s/user at one request; a few tenths of a ms of fixed "
+        "overhead move it by hundreds of points or put it out of reach, see `fit_grid.csv`), "
+        "while the +51% at 80 needs a large per-token cost, i.e. a step that grows steeply "
+        f"with verified tokens (step at B = 640: {v['best']['step_ms_b640']:.0f} ms with the "
+        "fit, against 41 ms with 20 us per token; the paper's round at batch 128, verification "
+        "+ draft + sampling, is 188-190 ms, so a steep step does not contradict that "
+        "microbenchmark)."
+    )
+    lines.append(
+        "- The Pro prediction falls short at 50 tok/s/user because Pro's step at one request "
+        f"comes out at {v['pro']['step_ms_b1']:.1f} ms: MTP-1 reaches 50 tok/s/user easily, "
+        "so there is no knife edge. The probe above shows Pro would need a fixed overhead of "
+        "about 33 ms (against the 18 ms the layers rule carries) to reach +406%: ~15 ms per "
+        "step is missing. The missing mechanism this points to: V4-Pro does not "
+        "fit one 8-GPU node (865 GB > 8 x 96 GB), so its expert-parallel all-to-all crosses "
+        "nodes; two inter-node all-to-alls per MoE layer at ~100 us each over 61 layers add "
+        "~12 ms per step (the size of the gap), a latency floor the per-layer scaling of a "
+        "single-node overhead does not carry. Not modelled here (no public figure for the "
+        "paper's interconnect)."
+    )
+    if "rank" in v:
+        lines.append("- The three assumptions that move the gains most: "
+                     + "; ".join(v["rank"].index[:3]) + ".")  # fmt: skip
+    return lines

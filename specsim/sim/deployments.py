@@ -1,0 +1,261 @@
+"""Sourced deployment models of DeepSeek V4-Flash and V4-Pro, for ``specsim report paper-check``.
+
+Why a module of facts: the DSpark paper's production table (V4-Flash +51% / +661% and V4-Pro
++52% / +406% throughput over MTP-1 at two per-user SLAs each) is the one published measurement
+of prefix scheduling at scale. To test the simulator against it, the two cost profiles must come
+from public facts, each with its source, so that a prediction for V4-Pro made from a fit on
+V4-Flash is a prediction and not a second fit. Every number here is a :class:`Fact` (value +
+citation); :class:`FreeParams` are what physical facts leave open, fitted on V4-Flash only.
+
+This module is pure data and arithmetic: it imports nothing from the simulator, so
+``specsim.sim.profiles`` can build profiles from it (``deployment_profile``) without an import
+cycle.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+# Short citation strings, reused below.
+HF_FLASH = "deepseek-ai/DeepSeek-V4-Flash model card (Hugging Face)"
+HF_PRO = "deepseek-ai/DeepSeek-V4-Pro model card (Hugging Face)"
+NEMO_FLASH = "NVIDIA NeMo AutoModel, DeepSeek-V4-Flash page / DeepseekV4Config defaults"
+V4_REPORT = "DeepSeek-V4 technical report (compressed attention: KV at 1M ~10% of V3.2)"
+V32_CONFIG = "DeepSeek-V3.2 config.json: 61 layers, MLA latent 512 + rope 64, bf16"
+V3_REPORT = "DeepSeek-V3 technical report, section 5.4.3 (MTP second-token acceptance 85-90%)"
+DSPARK = "DSpark paper, production table (../shared/notes/dspark.md, Headline figures)"
+H20_SPEC = "NVIDIA H20 datasheet: 96 GB HBM3, 4.0 TB/s, 296 TFLOP/s FP8 dense"
+PROFILE_ASSUMPTION = "specsim v4-flash-like assumption (docs/simulator.md), not a public fact"
+
+
+@dataclass(frozen=True)
+class Fact:
+    """A number and where it comes from (a short citation)."""
+
+    value: float
+    source: str
+
+    def __float__(self) -> float:
+        return float(self.value)
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """Public facts of one target model."""
+
+    name: str
+    total_params: Fact
+    active_params: Fact
+    routed_experts: Fact
+    top_k: Fact
+    shared_experts: Fact
+    layers: Fact
+    hidden: Fact
+    context: Fact
+    download_bytes: Fact  # the released checkpoint (FP4 experts + FP8 rest)
+    kv_ratio_vs_v32: Fact  # KV per token at 1M context relative to DeepSeek-V3.2
+
+    @property
+    def bytes_per_param(self) -> float:
+        """Checkpoint bytes / total parameters: ~0.56 for FP4 experts + FP8 rest (FP8 = 1.0)."""
+        return float(self.download_bytes) / float(self.total_params)
+
+    @property
+    def expert_share(self) -> float:
+        """Share s of the parameters in routed experts, from active = (1 - s) P + s P k / E."""
+        p, a = float(self.total_params), float(self.active_params)
+        k_over_e = float(self.top_k) / float(self.routed_experts)
+        return (p - a) / (p * (1.0 - k_over_e))
+
+    @property
+    def kv_bytes_per_token(self) -> float:
+        """V3.2's MLA KV (576 bf16 values per layer) x this model's layers x the V4 ratio."""
+        return V32_KV_BYTES_PER_LAYER * float(self.layers) * float(self.kv_ratio_vs_v32)
+
+
+V32_KV_BYTES_PER_LAYER = (512 + 64) * 2  # MLA latent + decoupled rope key, bf16 (V32_CONFIG)
+
+
+@dataclass(frozen=True)
+class GpuFacts:
+    """One accelerator, nominal (the node's totals are x ``per_node``)."""
+
+    name: str
+    hbm_bytes: Fact
+    mem_bw: Fact  # bytes/s
+    flops: Fact  # FLOP/s at the weights' compute precision (FP8 on Hopper; no FP4 units)
+    per_node: Fact
+
+
+@dataclass(frozen=True)
+class FreeParams:
+    """What physical facts leave open: fitted on V4-Flash only, then carried to V4-Pro.
+
+    ``overhead_ms`` is the fixed cost of a step (launch, sync, sampling, framework) and
+    ``per_token_us`` the cost of each padded token the roofline misses (expert all-to-all,
+    sampling). Transfer rule to another model (a stated assumption, varied in the sensitivity
+    study): the fixed overhead scales with the number of layers (per-layer sync points) and the
+    per-token cost with layers x hidden (the bytes one token moves through the all-to-all).
+    """
+
+    overhead_ms: float
+    per_token_us: float
+    source: str
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """A model served on ``gpus`` accelerators, and the paper's figures for it."""
+
+    model: ModelFacts
+    gpu: GpuFacts
+    mem_derate: Fact  # share of nominal bandwidth kernels reach
+    flops_derate: Fact
+    usable_hbm: Fact  # share of HBM for weights + KV (the rest: activations, graphs)
+    mtp1_acceptance: Fact  # position-1 acceptance of the MTP head (the baseline)
+    sla_tps: tuple[float, float]  # the paper's two SLA points, tok/s/user
+    published_gain_pct: tuple[float, float]  # DSpark over MTP-1 at those points
+    max_running: Fact
+    context_tokens: Fact  # mean context of a running request the step table is made at
+
+    @property
+    def gpus(self) -> int:
+        """Whole nodes that hold the weights in ``usable_hbm`` of their memory."""
+        node = float(self.gpu.hbm_bytes) * float(self.gpu.per_node) * float(self.usable_hbm)
+        nodes = max(1, math.ceil(float(self.model.download_bytes) / node))
+        return int(nodes * float(self.gpu.per_node))
+
+    @property
+    def kv_tokens(self) -> int:
+        """KV cache capacity (tokens) left after the weights."""
+        free = float(self.gpu.hbm_bytes) * self.gpus * float(self.usable_hbm)
+        free -= float(self.model.download_bytes)
+        return int(max(free, 0.0) / self.model.kv_bytes_per_token)
+
+
+V4_FLASH = ModelFacts(
+    name="DeepSeek-V4-Flash",
+    total_params=Fact(284e9, HF_FLASH),
+    active_params=Fact(13e9, HF_FLASH),
+    routed_experts=Fact(256, NEMO_FLASH),
+    top_k=Fact(6, NEMO_FLASH),
+    shared_experts=Fact(1, NEMO_FLASH),
+    layers=Fact(43, NEMO_FLASH),
+    hidden=Fact(4096, NEMO_FLASH),
+    context=Fact(1_048_576, HF_FLASH),
+    download_bytes=Fact(160e9, HF_FLASH + " (FP4 experts + FP8 rest, ~160 GB)"),
+    kv_ratio_vs_v32=Fact(0.10, V4_REPORT),
+)
+
+V4_PRO = ModelFacts(
+    name="DeepSeek-V4-Pro",
+    total_params=Fact(1.6e12, HF_PRO),
+    active_params=Fact(49e9, HF_PRO),
+    routed_experts=Fact(384, HF_PRO),
+    top_k=Fact(6, HF_PRO),
+    shared_experts=Fact(1, HF_PRO),
+    layers=Fact(61, HF_PRO),
+    hidden=Fact(7168, HF_PRO),
+    context=Fact(1_048_576, HF_PRO),
+    download_bytes=Fact(865e9, HF_PRO + " (FP4 experts + FP8 rest, ~865 GB)"),
+    kv_ratio_vs_v32=Fact(0.10, V4_REPORT),
+)
+
+# The paper says only "production GPUs". H20-class is what v4-flash-like assumes (an export-
+# market Hopper with more bandwidth than compute); the GPU type is an assumption, not a fit.
+H20 = GpuFacts(
+    name="H20-class",
+    hbm_bytes=Fact(96e9, H20_SPEC),
+    mem_bw=Fact(4.0e12, H20_SPEC),
+    flops=Fact(296e12, H20_SPEC),
+    per_node=Fact(8, "HGX board: 8 GPUs per node"),
+)
+
+MTP1_ACCEPTANCE = Fact(0.875, V3_REPORT + "; midpoint, 0.85 and 0.90 in the sensitivity study")
+
+
+def _deployment(model: ModelFacts, sla: tuple[float, float], gain: tuple[float, float]):
+    return Deployment(
+        model=model,
+        gpu=H20,
+        mem_derate=Fact(0.75, PROFILE_ASSUMPTION),
+        flops_derate=Fact(0.45, PROFILE_ASSUMPTION),
+        usable_hbm=Fact(0.90, "vLLM gpu_memory_utilization default 0.9"),
+        mtp1_acceptance=MTP1_ACCEPTANCE,
+        sla_tps=sla,
+        published_gain_pct=gain,
+        max_running=Fact(512, PROFILE_ASSUMPTION + " (max concurrent requests)"),
+        context_tokens=Fact(2048, PROFILE_ASSUMPTION + " (prompt ~512 + output ~220 x reuse)"),
+    )
+
+
+FLASH_DEPLOYMENT = _deployment(V4_FLASH, (80.0, 120.0), (51.0, 661.0))
+PRO_DEPLOYMENT = _deployment(V4_PRO, (35.0, 50.0), (52.0, 406.0))
+DEPLOYMENTS = {"v4-flash": FLASH_DEPLOYMENT, "v4-pro": PRO_DEPLOYMENT}
+
+# The fit that ships (``specsim report paper-check`` refits it and says whether it moved).
+FLASH_FIT = FreeParams(
+    overhead_ms=12.9,
+    per_token_us=60.0,
+    source="fitted on V4-Flash (+51% at 80, +661% at 120 tok/s/user) by specsim report paper-check",
+)
+
+
+def transfer(fit: FreeParams, to: ModelFacts, base: ModelFacts = V4_FLASH) -> FreeParams:
+    """The free parameters carried from ``base`` to ``to`` by the stated transfer rule."""
+    layers = float(to.layers) / float(base.layers)
+    width = float(to.hidden) / float(base.hidden)
+    return FreeParams(
+        overhead_ms=fit.overhead_ms * layers,
+        per_token_us=fit.per_token_us * layers * width,
+        source=f"{fit.source}; carried to {to.name} by layers (fixed) and layers x hidden "
+        "(per token)",
+    )
+
+
+def sources(dep: Deployment) -> dict[str, str]:
+    """``key: value (source)`` lines for a profile header: every parameter with its source."""
+    m = dep.model
+    out: dict[str, str] = {}
+    for key in ("total_params", "active_params", "routed_experts", "top_k", "shared_experts",
+                "layers", "hidden", "context", "download_bytes", "kv_ratio_vs_v32"):  # fmt: skip
+        f: Fact = getattr(m, key)
+        out[key] = f"{f.value:g} ({f.source})"
+    out["bytes_per_param"] = f"{m.bytes_per_param:.3f} (derived: download_bytes / total_params)"
+    out["expert_share"] = f"{m.expert_share:.4f} (derived: active = (1-s)P + sPk/E)"
+    out["kv_bytes_per_token"] = (
+        f"{m.kv_bytes_per_token:.0f} (derived: V3.2 MLA 1152 B/layer x layers x kv ratio)"
+    )
+    g = dep.gpu
+    out["gpu"] = f"{g.name} {g.hbm_bytes.value:g} B, {g.mem_bw.value:g} B/s, " + (
+        f"{g.flops.value:g} FLOP/s ({g.hbm_bytes.source}; the paper says only 'production GPUs')"
+    )
+    out["gpus_derived"] = f"{dep.gpus} (derived: whole 8-GPU nodes holding the weights)"
+    for key in ("mem_derate", "flops_derate", "usable_hbm", "mtp1_acceptance", "max_running",
+                "context_tokens"):  # fmt: skip
+        f = getattr(dep, key)
+        out[key] = f"{f.value:g} ({f.source})"
+    out["published"] = (
+        f"+{dep.published_gain_pct[0]:g}% at {dep.sla_tps[0]:g}, +{dep.published_gain_pct[1]:g}% "
+        f"at {dep.sla_tps[1]:g} tok/s/user ({DSPARK})"
+    )
+    return out
+
+
+__all__ = [
+    "DEPLOYMENTS",
+    "FLASH_DEPLOYMENT",
+    "FLASH_FIT",
+    "MTP1_ACCEPTANCE",
+    "PRO_DEPLOYMENT",
+    "V4_FLASH",
+    "V4_PRO",
+    "Deployment",
+    "Fact",
+    "FreeParams",
+    "GpuFacts",
+    "ModelFacts",
+    "sources",
+    "transfer",
+]
