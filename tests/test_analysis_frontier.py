@@ -113,3 +113,11 @@ def test_throughput_per_gpu_divides_by_the_profiles_gpus():
     sla = throughput_at_sla(t, [30.0], baseline="mtp1").set_index("policy")
     assert sla.loc["zos", "throughput_per_gpu_tok_s"] == pytest.approx(900.0 / 8)
     assert sla.loc["zos", "gain_pct"] == pytest.approx(125.0)  # a ratio: the same per GPU
+
+
+def test_speed_at_a_nan_throughput_is_nan():
+    from specsim.analysis.frontier import speed_at_throughput
+
+    x, y = np.array([10.0, 20.0, 40.0]), np.array([1000.0, 600.0, 200.0])
+    assert math.isnan(speed_at_throughput(x, y, float("nan")))
+    assert speed_at_throughput(x, y, 600.0) == pytest.approx(20.0)

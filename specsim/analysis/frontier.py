@@ -111,8 +111,8 @@ def throughput_at_sla(
 def speed_at_throughput(x: np.ndarray, y: np.ndarray, target: float) -> float:
     """Highest per-user speed on the frontier at throughput >= ``target`` tok/s."""
     idx = pareto_front(x, y)
-    if idx.size == 0:
-        return float("nan")
+    if idx.size == 0 or not np.isfinite(target):
+        return float("nan")  # no frontier, or no throughput to match (a NaN baseline point)
     fx, fy = np.asarray(x, float)[idx][::-1], np.asarray(y, float)[idx][::-1]  # y ascending
     if target > fy[-1]:
         return float("nan")
