@@ -52,6 +52,7 @@ def test_help_imports_neither_pandas_nor_numpy():
 def test_burstiness_is_the_gamma_shape_vllm_means(tmp_path, capsys):
     trace = "traces/synthetic-chat.parquet"
     args = ["replay", trace, "--policy", "mtp1", "--rate", "4", "--requests", "40", "--json"]
+
     def summary(extra: list[str]) -> dict:
         assert main([*args, *extra]) == 0
         out = json.loads(capsys.readouterr().out)
