@@ -34,7 +34,7 @@ from specsim.cli import main
 ROOT = Path(__file__).resolve().parent.parent
 PROFILE = ROOT / "specsim" / "data" / "profiles" / "smollm2-135m-cpu.csv"
 FAST = dict(max_examples=40, suppress_health_check=list(HealthCheck))
-MANY = dict(max_examples=300, suppress_health_check=list(HealthCheck))
+MANY = dict(max_examples=500, suppress_health_check=list(HealthCheck))
 
 
 def _examples(slow_ok: bool = True) -> dict:
