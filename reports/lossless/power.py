@@ -2,7 +2,7 @@
 power of the sequential test at TV 1e-3 (least favourable direction), sampler speed, and a
 false-alarm stress of correct pipelines. Run from the repository root:
 
-    /work/shared/bin/alone python reports/lossless/power.py > reports/lossless/power.md
+    ../shared/bin/alone python reports/lossless/power.py > reports/lossless/power.md
 """
 
 from __future__ import annotations
