@@ -151,6 +151,7 @@ def test_multi_draft_verifier(capsys):
     assert main(["check-lossless", "--verifier", spec, "--multi", *FAST]) == 1
 
 
+@pytest.mark.slow  # every mutant is also its own test in test_lossless_mutants.py
 def test_mutants_catalogue_from_the_cli(capsys):
     assert main(["check-lossless", "--mutants", "--checks", "exact,edge"]) == 0
     out = capsys.readouterr().out
