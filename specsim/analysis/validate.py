@@ -328,15 +328,16 @@ def _record(target, proposer, name, prompts, path, max_new_tokens, seed) -> None
 
 
 def _atomic_csv(df: pd.DataFrame, path: Path) -> None:
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    df.to_csv(tmp, index=False, float_format="%.6g")
-    tmp.replace(path)
+    from specsim.outputs import atomic
+
+    with atomic(path) as tmp:
+        df.to_csv(tmp, index=False, float_format="%.6g")
 
 
 def _atomic_parquet(df: pd.DataFrame, path: Path) -> None:
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    df.to_parquet(tmp, index=False)
-    tmp.replace(path)
+    from specsim.outputs import write_table
+
+    write_table(df, path)
 
 
 def fidelity_markdown(table: pd.DataFrame) -> str:
@@ -403,8 +404,9 @@ def plot_fidelity(table: pd.DataFrame, path: Path) -> Path:
         ax.set_title(label.split(" (")[0] + ": simulated vs measured")
         ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
-    tmp = path.with_name(f"{path.stem}.tmp-{os.getpid()}{path.suffix}")
-    fig.savefig(tmp, dpi=120)
+    from specsim.outputs import atomic
+
+    with atomic(path) as tmp:
+        fig.savefig(tmp, dpi=120, format=path.suffix.lstrip(".") or "png")
     plt.close(fig)
-    tmp.replace(path)
     return path

@@ -11,7 +11,6 @@ implementations instead and exits 0 only when every one is caught.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import TYPE_CHECKING
 
@@ -83,15 +82,9 @@ def _checks(text: str) -> tuple[str, ...]:
 
 
 def _write(df: pd.DataFrame, path: str, force: bool) -> None:
-    if os.path.exists(path) and not force:
-        raise SpecsimError(f"{path} exists; pass --force to overwrite it")
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
-        df.to_parquet(tmp, index=False)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    from specsim.outputs import check_out, write_table
+
+    write_table(df, check_out(path, force=force))
 
 
 def verdict_table(df: pd.DataFrame) -> str:

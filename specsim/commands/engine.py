@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from pathlib import Path
 
 from specsim.commands.common import DRAFTER_HELP, POLICY_HELP, add_seed, add_threads
 from specsim.errors import SpecsimError
+from specsim.outputs import atomic as atomic_path
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -140,10 +140,8 @@ def run(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
 
     def atomic(name: str, write) -> None:  # type: ignore[no-untyped-def]
-        path = args.out / name
-        tmp = path.with_name(f"{name}.tmp-{os.getpid()}")
-        write(tmp)
-        tmp.replace(path)
+        with atomic_path(args.out / name) as tmp:
+            write(tmp)
 
     summary = {**res.summary, **res.config, "drafter": drafter_name, "target": target.name}
     atomic("summary.json", lambda p: p.write_text(json.dumps(summary, indent=2) + "\n"))

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from specsim.commands.engine import add_model_args, set_threads
 from specsim.errors import SpecsimError
+from specsim.outputs import write_text
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -128,9 +129,6 @@ def run(args: argparse.Namespace) -> int:
         "analysis.",
         "",
     ]
-    readme = args.out / "README.md"
-    tmp = readme.with_name(f"README.md.tmp-{os.getpid()}")
-    tmp.write_text("\n".join(lines))
-    tmp.replace(readme)
+    write_text("\n".join(lines), args.out / "README.md")
     print(fidelity_markdown(table))
     return 0

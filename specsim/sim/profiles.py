@@ -124,9 +124,9 @@ def parse_profile_csv(text: str, name: str, source: str = "") -> CostModel:
 
 def write_profile_csv(model: CostModel, path: str | os.PathLike, force: bool = False) -> Path:
     """Write ``model`` as a profile CSV (atomic; refuses to overwrite without ``force``)."""
-    p = Path(path)
-    if p.exists() and not force:
-        raise SpecsimError(f"{str(p)!r} exists; pass --force to overwrite it")
+    from specsim.outputs import check_out, write_text
+
+    p = check_out(path, force=force, suffixes=(".csv",), flag="profile")
     lines = [f"# name: {model.name}"]
     lines += [f"# {k}: {v}" for k, v in model.scalars().items()]
     lines += [f"# {k}: {v}" for k, v in model.meta.items() if k != "name"]
@@ -137,10 +137,7 @@ def write_profile_csv(model: CostModel, path: str | os.PathLike, force: bool = F
     else:
         lines.append("batch_tokens,step_ms")
         lines += [f"{b},{ms:.6g}" for b, ms in zip(model.batch_tokens, model.step_ms, strict=True)]
-    tmp = p.with_name(f".{p.name}.tmp{os.getpid()}")
-    tmp.write_text("\n".join(lines) + "\n")
-    os.replace(tmp, p)
-    return p
+    return write_text("\n".join(lines) + "\n", p)
 
 
 # --------------------------------------------------------------------------- roofline
