@@ -40,6 +40,12 @@ def _command_lines(page: Path) -> list[str]:
 def test_python_blocks_run(page, tmp_path, monkeypatch):
     (tmp_path / "traces").symlink_to(ROOT / "traces")
     monkeypatch.chdir(tmp_path)
+    import specsim.policies  # noqa: F401  (the built-ins, before the page adds its own)
+    from specsim.policies.base import POLICIES
+
+    # a page may register an example policy: keep it out of the other tests' registry
+    monkeypatch.setattr(POLICIES, "_factories", dict(POLICIES._factories))
+    monkeypatch.setattr(POLICIES, "_help", dict(POLICIES._help))
     namespace: dict = {"__name__": f"doc_{page.stem}"}
     for i, code in enumerate(_python_blocks(page)):
         try:
