@@ -15,7 +15,15 @@ from pathlib import Path
 
 from specsim.errors import SpecsimError
 
-BUNDLED = {"mt-bench": "chat", "humaneval": "code", "mbpp": "code", "gsm8k": "math"}
+BUNDLED = {
+    "mt-bench": "chat",
+    "humaneval": "code",
+    "mbpp": "code",
+    "gsm8k": "math",
+    "chat-train": "chat",  # training only; its 300 GSM8K-train rows are "math" (SOURCE_CATEGORY)
+}
+# a line's own "source" field overrides the file's category (chat-train mixes in GSM8K train)
+SOURCE_CATEGORY = {"gsm8k": "math"}
 _SPEC = re.compile(r"^(?P<name>.+?)(\[(?P<start>-?\d*):(?P<stop>-?\d*)\])?$")
 
 
@@ -52,11 +60,13 @@ def load_prompts(spec: str, category: str | None = None) -> list[Prompt]:
             try:
                 obj = json.loads(line)
                 text = obj["turns"][0] if "turns" in obj else obj["prompt"]
+                src = obj.get("source") if isinstance(obj, dict) else None
             except (json.JSONDecodeError, KeyError, IndexError, TypeError):
                 raise SpecsimError(
                     f"{path}:{i + 1} is not a JSON object with 'turns' or 'prompt'; fix that line"
                 ) from None
-            rows.append(Prompt(text=str(text), category=cat, source=f"{path.stem}#{i}"))
+            row_cat = cat if category else SOURCE_CATEGORY.get(str(src), cat)
+            rows.append(Prompt(text=str(text), category=row_cat, source=f"{path.stem}#{i}"))
     start = int(m.group("start")) if m.group("start") else None
     stop = int(m.group("stop")) if m.group("stop") else None
     return rows[start:stop]
