@@ -173,6 +173,15 @@ def test_train_drafter_then_record_with_it(model_dir, tmp_path):
         == 0
     )
     assert (ckpt / "config.json").exists() and (ckpt / "training_report.json").exists()
+    import json
+
+    from safetensors.torch import load_file
+
+    report = json.loads((ckpt / "training_report.json").read_text())
+    curve = report["learning_curve"]  # held-out tau against training minutes, from step 0
+    assert curve[0]["step"] == 0 and curve[-1]["step"] == report["steps"] == 20
+    assert all(c["tau"] >= 1 and c["cpu_minutes"] >= 0 for c in curve)
+    assert load_file(str(ckpt / "model.safetensors"))["fc.weight"].dtype == torch.float16
     out = tmp_path / "d.parquet"
     assert (
         main(

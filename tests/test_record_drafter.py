@@ -188,3 +188,62 @@ def test_training_lowers_the_loss_and_raises_acceptance():
     after, acc1 = loss_acc()
     assert after < 0.8 * before
     assert acc1 > acc0
+
+
+def test_a_stopped_training_run_resumes_to_the_same_weights(tmp_path):
+    """Killed after 9 steps and rerun, training ends bit-identical to one uninterrupted run:
+    the saved state holds the weights, the optimiser, both RNGs, the step and the clock."""
+    model, cfg, target = _setup(qk_norm=False, draft_vocab=80)
+    seqs = _sequences(target, cfg, n=4)
+    vocab = choose_vocab(seqs, 80, 96)
+    tc = TrainConfig(
+        steps=16, seqs_per_step=2, anchors_per_seq=4, lr=3e-3, warmup=3, log_every=3,
+        checkpoint_minutes=0.0, eval_minutes=0.0,
+    )  # fmt: skip
+
+    def fresh():
+        torch.manual_seed(0)
+        d = DSparkDrafter(cfg)
+        init_from_target(d, model, vocab)
+        return d
+
+    whole = fresh()
+    hist, curve = train(whole, seqs, tc, log=lambda m: None, evaluate=lambda: {"tau": 1.0})
+    assert [c["step"] for c in curve] == [0, 16] and len(hist) == 5
+
+    class Stop(Exception):
+        pass
+
+    def die_at_step_9(msg):
+        if msg.startswith("step=9 "):
+            raise Stop
+
+    state = tmp_path / "state.pt"
+    first = fresh()
+    with pytest.raises(Stop):
+        train(first, seqs, tc, log=die_at_step_9, state_file=state)
+    assert state.exists()  # saved after step 8 (every step here)
+    resumed = fresh()
+    msgs = []
+    hist2, _ = train(resumed, seqs, tc, log=msgs.append, state_file=state)
+    assert msgs[0].startswith("resumed from") and "at step 8" in msgs[0]
+    for (name, a), b in zip(whole.state_dict().items(), resumed.state_dict().values()):
+        assert torch.equal(a, b), name
+    assert [h["step"] for h in hist2] == [h["step"] for h in hist]
+
+
+def test_a_checkpoint_saved_in_fp16_loads_as_the_same_rounded_drafter(tmp_path):
+    model, cfg, target = _setup(draft_vocab=80)
+    d = DSparkDrafter(cfg)
+    init_from_target(d, model, torch.arange(80))
+    with torch.no_grad():
+        for p in d.parameters():
+            p.copy_(p.to(torch.float16).float())
+    save_drafter(d, tmp_path / "d", dtype=torch.float16)
+    from safetensors.torch import load_file
+
+    stored = load_file(str(tmp_path / "d" / "model.safetensors"))
+    assert stored["fc.weight"].dtype == torch.float16 and stored["d2t"].dtype == torch.long
+    back = load_drafter(tmp_path / "d")
+    for (name, a), b in zip(d.state_dict().items(), back.state_dict().values()):
+        assert a.dtype == b.dtype and torch.equal(a, b), name

@@ -67,13 +67,25 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="checkpoint directory (default: ~/.cache/specsim/drafters/dspark-<hash>)",
     )
     tr.add_argument("--max-new-tokens", type=int, default=160)
+    tr.add_argument(
+        "--gen-batch-size", type=int, default=16, help="prompts per greedy generation batch"
+    )
     tr.add_argument("--block-size", type=int, default=7)
     tr.add_argument("--layers", type=int, default=2)
     tr.add_argument("--draft-vocab", type=int, default=8192, help="0 = full target vocabulary")
     tr.add_argument("--markov-rank", type=int, default=64)
     tr.add_argument("--context-window", type=int, default=192)
     tr.add_argument("--steps", type=int, default=3000)
-    tr.add_argument("--minutes", type=float, default=30.0, help="training time cap")
+    tr.add_argument(
+        "--minutes",
+        type=float,
+        default=30.0,
+        help="training time cap; a run stopped early resumes from its saved state when rerun "
+        "with the same settings (a larger cap stretches the rest of the schedule)",
+    )
+    tr.add_argument(
+        "--fresh", action="store_true", help="ignore a saved training state and start over"
+    )
     tr.add_argument("--seqs-per-step", type=int, default=8)
     tr.add_argument("--anchors-per-seq", type=int, default=12)
     tr.add_argument("--lr", type=float, default=6e-4)
@@ -167,6 +179,9 @@ def run_train(args: argparse.Namespace) -> int:
         context_window=args.context_window,
         train_cfg=cfg,
         force=args.force,
+        cached_only=args.cached_only,
+        gen_batch_size=args.gen_batch_size,
+        resume=not args.fresh,
         log=lambda m: print(m, file=sys.stderr, flush=True),
     )
     report.pop("history", None)

@@ -22,9 +22,34 @@ from specsim.record.prompts import Prompt
 
 
 def default_drafter_dir(target: Any) -> Path:
+    """Where ``train-drafter`` writes a drafter for ``target`` (the user's cache)."""
     from specsim.record.models import cache_dir
 
     return cache_dir() / "drafters" / f"dspark-{target.sha256[:12]}"
+
+
+def shipped_drafter_dir(target: Any) -> Path:
+    """Where the drafter shipped inside the package for ``target`` would be."""
+    from importlib import resources
+
+    root = Path(str(resources.files("specsim") / "data" / "drafters"))
+    return root / f"dspark-{target.sha256[:12]}"
+
+
+def find_drafter_dir(target: Any) -> Path:
+    """``--drafter dspark``: the shipped drafter for this target, else the cache's."""
+    shipped = shipped_drafter_dir(target)
+    return shipped if (shipped / "config.json").exists() else default_drafter_dir(target)
+
+
+def train_state_file(target: Any, key: dict[str, Any]) -> Path:
+    """The resumable training state of one run, keyed by everything that shapes it."""
+    import hashlib
+
+    from specsim.record.models import cache_dir
+
+    h = hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return cache_dir() / "train-state" / f"dspark-{target.sha256[:12]}-{h}.pt"
 
 
 def build_drafter(
@@ -41,8 +66,13 @@ def build_drafter(
     train_cfg: Any = None,
     force: bool = False,
     cached_only: bool = False,
+    gen_batch_size: int = 16,
+    curve_sequences: int = 48,
+    resume: bool = True,
     log: Any = print,
 ) -> dict[str, Any]:
+    import torch
+
     from specsim.errors import SpecsimError
     from specsim.policies.calibrate import apply_sts, fit_sts
     from specsim.record.dspark import (
@@ -77,7 +107,7 @@ def build_drafter(
         ids = [i for i, k in zip(ids, keep, strict=True) if k]
         if not prompts:
             raise SpecsimError("--cached-only: no cached generations for these prompts yet")
-    outs = greedy_outputs(target, ids, max_new_tokens, desc="generate")
+    outs = greedy_outputs(target, ids, max_new_tokens, gen_batch_size, desc="generate")
     timings["generate_s"] = time.perf_counter() - t
     t = time.perf_counter()
     seqs = []
@@ -113,9 +143,32 @@ def build_drafter(
         f"{len(held)}; trainable params {n_trainable / 1e6:.2f}M"
     )
     coverage = vocab_coverage(held, drafter.d2t) if vocab is not None else 1.0
+    curve_seqs = report_half[:curve_sequences]
+
+    def heldout() -> dict[str, float]:
+        """tau (full verification, raw confidences) on a fixed held-out subset, per category."""
+        drafter.eval()
+        tr = rows_trace(drafter, curve_seqs, raw=True)
+        return {
+            ("tau" if cat == "all" else f"tau_{cat}"): float(d["tau_replay"])
+            for cat, d in summary(tr).items()
+        }
+
+    key = {
+        "prompts": [p.source for p in prompts],
+        "max_new_tokens": max_new_tokens,
+        "drafter": cfg.to_json(),
+        "train": {k: v for k, v in train_cfg.__dict__.items() if k != "max_minutes"},
+    }
+    state = train_state_file(target, key) if resume else None
     t = time.perf_counter()
-    hist = train(drafter, trn, train_cfg, log=log)
+    hist, curve = train(drafter, trn, train_cfg, log=log, state_file=state, evaluate=heldout)
     timings["train_s"] = time.perf_counter() - t
+    # the checkpoint is stored in fp16 (DeepSpec layout, half the size): round the weights now,
+    # so that STS, the report and every later recording use exactly what is shipped
+    with torch.no_grad():
+        for prm in drafter.parameters():
+            prm.copy_(prm.to(torch.float16).to(prm.dtype))
     t = time.perf_counter()
     fit_tr = rows_trace(drafter, fit_half, raw=True)
     temps = fit_sts(fit_tr.conf, fit_tr.accept_len)
@@ -131,12 +184,13 @@ def build_drafter(
         "heldout_report_sequences": len(report_half),
         "draft_vocab_coverage": round(coverage, 4),
         "trainable_params": int(n_trainable),
-        "steps": int(hist[-1]["step"]) if hist else 0,
+        "steps": int(curve[-1]["step"]),  # the final held-out point is taken after the last step
         "sts_temperatures": [round(float(x), 4) for x in temps],
         "before_sts": before,
         "after_sts": after,
         "timings_s": {k: round(v, 1) for k, v in timings.items()},
         "train_config": train_cfg.__dict__,
+        "learning_curve": curve,
         "history": hist,
     }
     from dataclasses import replace
@@ -152,6 +206,6 @@ def build_drafter(
             "train_config": train_cfg.__dict__,
         },
     )
-    save_drafter(drafter, out, force=force)
+    save_drafter(drafter, out, force=force, dtype=torch.float16)
     (out / "training_report.json").write_text(json.dumps(report, indent=2) + "\n")
     return report

@@ -372,8 +372,14 @@ def init_from_target(drafter: DSparkDrafter, target_model: Any, vocab: torch.Ten
     drafter.bind(target_model.get_input_embeddings())
 
 
-def save_drafter(drafter: DSparkDrafter, out_dir: str | Path, force: bool = False) -> Path:
-    """Write config.json + model.safetensors atomically (DeepSpec layout)."""
+def save_drafter(
+    drafter: DSparkDrafter,
+    out_dir: str | Path,
+    force: bool = False,
+    dtype: torch.dtype | None = None,
+) -> Path:
+    """Write config.json + model.safetensors atomically (DeepSpec layout); floating tensors in
+    ``dtype`` when given (fp16 halves a shipped checkpoint; loading upcasts to fp32)."""
     from safetensors.torch import save_file
 
     out = Path(out_dir)
@@ -382,6 +388,8 @@ def save_drafter(drafter: DSparkDrafter, out_dir: str | Path, force: bool = Fals
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
     tmp.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().contiguous().cpu() for k, v in drafter.state_dict().items()}
+    if dtype is not None:
+        state = {k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()}
     if drafter.cfg.draft_vocab_size is None:
         state.pop("d2t")
     save_file(state, str(tmp / "model.safetensors"))

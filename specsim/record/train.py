@@ -21,9 +21,11 @@ them (the coverage is reported) and make steps 2-3x faster.
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -47,6 +49,8 @@ class TrainConfig:
     verify_temperature: float = 0.0  # 0: greedy exact-match acceptance; 1: rejection sampling
     seed: int = 0
     log_every: int = 50
+    checkpoint_minutes: float = 5.0  # save the resumable training state this often
+    eval_minutes: float = 5.0  # held-out tau for the learning curve this often (0: never)
 
 
 def choose_vocab(seqs: list[Sequence], size: int, vocab_size: int) -> torch.Tensor:
@@ -111,26 +115,80 @@ def block_loss(
     return loss, parts
 
 
+def _save_state(path: Path, state: dict) -> None:
+    """Write the resumable training state atomically (a killed run keeps the previous one)."""
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(state, tmp)
+    tmp.replace(path)
+
+
 def train(
     drafter: DSparkDrafter,
     seqs: list[Sequence],
     cfg: TrainConfig,
     log: Callable[[str], None] = print,
-) -> list[dict[str, float]]:
-    """Train in place; returns the logged history. Seeded; time-capped by ``max_minutes``."""
+    state_file: Path | None = None,
+    evaluate: Callable[[], dict[str, float]] | None = None,
+) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
+    """Train in place; returns (logged history, held-out learning curve).
+
+    Seeded; capped by ``max_minutes`` of training time (evaluation excluded). With
+    ``state_file`` the run saves its whole state (weights, optimiser, both RNGs, step, minutes,
+    history) every ``checkpoint_minutes`` and resumes from it when it exists, so a stopped run
+    continues where it stopped; resuming with a larger ``max_minutes`` stretches the remaining
+    cosine schedule. ``evaluate`` is called every ``eval_minutes`` (and at the end) for the
+    curve of held-out tau against training minutes, wall and CPU.
+    """
     torch.manual_seed(cfg.seed)
     rng = np.random.default_rng(cfg.seed)
     t2d = drafter.t2d()
     params = [p for p in drafter.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
-    drafter.train()
     hist: list[dict[str, float]] = []
-    t0 = time.perf_counter()
+    curve: list[dict[str, float]] = []
+    first, prior_min, prior_cpu = 0, 0.0, 0.0
+    if state_file is not None and state_file.exists():
+        st = torch.load(state_file, weights_only=False)
+        drafter.load_state_dict(st["drafter"])
+        opt.load_state_dict(st["opt"])
+        rng.bit_generator.state = st["np_rng"]
+        torch.set_rng_state(st["torch_rng"])
+        first, prior_min, prior_cpu = st["step"], st["minutes"], st["cpu_minutes"]
+        hist, curve = st["hist"], st["curve"]
+        log(f"resumed from {state_file} at step {first} ({prior_min:.1f} min)")
+    drafter.train()
+    t0, c0, paused, paused_cpu = time.perf_counter(), time.process_time(), 0.0, 0.0
+    minutes = lambda: prior_min + (time.perf_counter() - t0 - paused) / 60  # noqa: E731
+    cpu_minutes = lambda: prior_cpu + (time.process_time() - c0 - paused_cpu) / 60  # noqa: E731
+    next_eval = (
+        (math.floor(prior_min / cfg.eval_minutes) + 1) * cfg.eval_minutes
+        if cfg.eval_minutes > 0
+        else math.inf
+    )
+    if evaluate is not None and not curve:
+        curve.append({"step": 0, "minutes": 0.0, "cpu_minutes": 0.0, **evaluate()})
+        drafter.train()
+    next_ckpt = prior_min + cfg.checkpoint_minutes
+
+    def snapshot(step: int) -> dict:
+        return {
+            "drafter": drafter.state_dict(),
+            "opt": opt.state_dict(),
+            "np_rng": rng.bit_generator.state,
+            "torch_rng": torch.get_rng_state(),
+            "step": step,
+            "minutes": minutes(),
+            "cpu_minutes": cpu_minutes(),
+            "hist": hist,
+            "curve": curve,
+        }
+
     acc: dict[str, float] = {}
     usable = [s for s in seqs if s.output_len >= 2]
-    for step in range(cfg.steps):
-        elapsed = (time.perf_counter() - t0) / 60
-        frac = max(step / cfg.steps, elapsed / cfg.max_minutes)
+    step = first
+    for step in range(first, cfg.steps):
+        frac = max(step / cfg.steps, minutes() / cfg.max_minutes)
         if frac >= 1:
             log(f"time cap reached at step {step}")
             break
@@ -156,15 +214,29 @@ def train(
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         if (step + 1) % cfg.log_every == 0:
-            row = {
-                "step": step + 1,
-                "loss": total,
-                "lr": lr,
-                "minutes": (time.perf_counter() - t0) / 60,
-            }
+            row = {"step": step + 1, "loss": total, "lr": lr, "minutes": minutes()}
             row.update({k: v / cfg.log_every for k, v in acc.items()})
             acc = {}
             hist.append(row)
             log(" ".join(f"{k}={v:.4g}" for k, v in row.items()))
+        if evaluate is not None and minutes() >= next_eval:
+            w, c = time.perf_counter(), time.process_time()
+            point = {"step": step + 1, "minutes": minutes(), "cpu_minutes": cpu_minutes()}
+            curve.append({**point, **evaluate()})
+            log("held-out " + " ".join(f"{k}={v:.4g}" for k, v in curve[-1].items()))
+            drafter.train()
+            paused += time.perf_counter() - w
+            paused_cpu += time.process_time() - c
+            next_eval += cfg.eval_minutes
+        if state_file is not None and minutes() >= next_ckpt:
+            _save_state(state_file, snapshot(step + 1))
+            next_ckpt += cfg.checkpoint_minutes
+    else:
+        step = cfg.steps
+    if evaluate is not None and (not curve or curve[-1]["step"] != step):
+        point = {"step": step, "minutes": minutes(), "cpu_minutes": cpu_minutes()}
+        curve.append({**point, **evaluate()})
+    if state_file is not None:
+        _save_state(state_file, snapshot(step))
     drafter.eval()
-    return hist
+    return hist, curve
