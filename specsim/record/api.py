@@ -14,8 +14,9 @@ from specsim.errors import SpecsimError
 
 
 def load_drafter_spec(spec: str, target: Any, block_size: int | None) -> tuple[Any, str]:
-    """A drafter from its command-line name: ``dspark``, a checkpoint folder or ``ngram[:N]``."""
-    from specsim.record.build import default_drafter_dir
+    """A drafter from its command-line name: ``dspark`` (the drafter shipped for this target,
+    else the one ``train-drafter`` left in the cache), a checkpoint folder or ``ngram[:N]``."""
+    from specsim.record.build import find_drafter_dir
     from specsim.record.dspark import load_drafter
 
     if spec.startswith("ngram"):
@@ -23,7 +24,7 @@ def load_drafter_spec(spec: str, target: Any, block_size: int | None) -> tuple[A
 
         n = int(spec.split(":", 1)[1]) if ":" in spec else 3
         return NgramDrafter(n=n, block_size=block_size or 7), f"ngram:{n}"
-    path = default_drafter_dir(target) if spec == "dspark" else Path(spec).expanduser()
+    path = find_drafter_dir(target) if spec == "dspark" else Path(spec).expanduser()
     if spec == "dspark" and not path.exists():
         raise SpecsimError(
             f"no trained DSpark drafter for this target at {path}; run 'specsim train-drafter' "

@@ -152,9 +152,9 @@ def make_proposer(spec: str, target: Any, block_size: int | None = None) -> tupl
         init_from_target(drafter, model, None)
         return DSparkProposer(drafter.to(target.device).eval(), model), "dspark:init"
     if spec == "dspark":
-        from specsim.record.build import default_drafter_dir
+        from specsim.record.build import find_drafter_dir
 
-        path = default_drafter_dir(target)
+        path = find_drafter_dir(target)
         if not path.exists():
             raise SpecsimError(
                 f"no trained DSpark drafter for this target at {path}; run 'specsim "
