@@ -18,6 +18,10 @@ Protocol (``Policy.schedule(inp) -> lengths``):
   scheduler.
 - ``inp.rng``: the policy's own seeded ``numpy.random.Generator`` (may be None): a random policy
   draws from it and nothing else.
+- ``inp.accept_hist``: (C, gamma, bins, 2) float64 counts of drafts REACHED (all earlier ones
+  accepted) and ACCEPTED in earlier steps, by request class, position and confidence bin
+  (``bins`` equal bins of [0, 1]); ``inp.request_class``: (R,) each request's class. Outcomes
+  of steps that ended before the decision only (under ZOS, not the step it overlaps).
 - ``inp.survival`` / ``inp.lagged_survival``: (R, gamma) float64 survivals
   ``cumprod(conf.astype(float64), axis=1)`` of ``conf`` / ``lagged_conf``, equal bit for bit to
   computing them; the engine gathers them from a table it computes once per trace (speed only,
@@ -85,6 +89,9 @@ class StepInput:
     # Precomputed survivals of conf / lagged_conf (speed only; None: compute from conf).
     survival: np.ndarray | None = None
     lagged_survival: np.ndarray | None = None
+    # Verification outcomes of earlier steps, by class, position and confidence bin.
+    accept_hist: np.ndarray | None = None
+    request_class: np.ndarray | None = None
 
     @property
     def n_requests(self) -> int:

@@ -37,6 +37,11 @@ One engine iteration (a "step"):
 Online acceptance estimate (for policies that need ``accept_rate``): per draft position k, the
 share of verified position-k drafts (reached: all earlier ones accepted) that were accepted,
 with a prior of 0.5 worth ``PRIOR_WEIGHT`` observations.
+
+Verification history (for policies that need ``accept_hist``): counts of reached and accepted
+drafts by request class (the trace's category), position and confidence bin
+(``HIST_BINS`` equal bins of [0, 1]), from steps that ENDED before the decision was made: under
+ZOS, whose decision for step t runs during step t-1, the outcomes of step t-1 are withheld too.
 """
 
 from __future__ import annotations
@@ -67,6 +72,7 @@ from specsim.trace.model import Trace
 
 PRIOR_RATE = 0.5
 PRIOR_WEIGHT = 2.0
+HIST_BINS = 20
 
 # Columns of the step log, in order.
 STEP_COLUMNS = (
@@ -306,6 +312,34 @@ class Engine:
                 "raise --kv-tokens"
             )
 
+    def _init_hist(self) -> None:
+        """Class of every trace row, and empty (class, position, bin, [reached, accepted])."""
+        tr = self.trace
+        cats = tr.category if tr.category is not None else np.zeros(tr.n_requests, object)
+        _, cls = np.unique(cats.astype(str), return_inverse=True)
+        self.row_class = np.repeat(cls.astype(np.int64), np.diff(self.offsets))
+        shape = (int(cls.max()) + 1 if cls.size else 1, self.gamma, HIST_BINS, 2)
+        self.hist = np.zeros(shape, dtype=np.float64)  # what decisions may see
+        self.hist_pending = np.zeros(shape, dtype=np.float64)  # the last step's (ZOS: unseen)
+
+    def _hist_add(self, rows: np.ndarray, conf: np.ndarray, lens, a_ok) -> None:
+        """Count this step's outcomes: draft k (0-based) of a request was reached iff
+        k <= a_ok and k < lens, and accepted iff k < a_ok."""
+        gamma = self.gamma
+        k = np.arange(gamma)
+        reached = k < np.minimum(a_ok + 1, lens)[:, None]
+        accepted = k < a_ok[:, None]
+        b = np.minimum((conf.astype(np.float64) * HIST_BINS).astype(np.int64), HIST_BINS - 1)
+        b = np.maximum(b, 0)
+        cell = ((self.row_class[rows][:, None] * gamma + k) * HIST_BINS + b) * 2
+        n = self.hist.size
+        inc = np.bincount(cell[reached], minlength=n) + np.bincount(cell[accepted] + 1, minlength=n)
+        if self.policy.zos:  # the run-ahead decision of the next step cannot see this step yet
+            self.hist += self.hist_pending
+            self.hist_pending = inc.reshape(self.hist.shape).astype(np.float64)
+        else:
+            self.hist += inc.reshape(self.hist.shape)
+
     # ------------------------------------------------------------------ run
 
     def run(self) -> RawLog:
@@ -323,6 +357,8 @@ class Engine:
         self.tok_len: list[int] = []
         self.trials = np.zeros(self.gamma + 1, dtype=np.int64)
         self.succ = np.zeros(self.gamma + 1, dtype=np.int64)
+        if "accept_hist" in self.needs:
+            self._init_hist()
         self.max_b = 0
         self.n_done = 0
         wl = self.wl
@@ -594,6 +630,7 @@ class Engine:
         need_lag = "lagged_conf" in self.needs
         need_rate = "accept_rate" in self.needs
         need_acc = "accept_len" in self.needs
+        need_hist = "accept_hist" in self.needs
         need_surv = "survival" in self.needs
         need_lag_surv = need_lag and "lagged_survival" in self.needs
         # survivals of every trace row, once: a step gathers its rows instead of a cumprod
@@ -720,6 +757,8 @@ class Engine:
                     survival=surv,
                     lagged_survival=lag_surv,
                     rng=self.policy_rng,
+                    accept_hist=self.hist if need_hist else None,
+                    request_class=self.row_class[rows] if need_hist else None,
                 )
                 lens = checked_lengths(schedule(inp), inp, self.policy.name)
                 a_ok = np.minimum(lens, acc)
@@ -730,6 +769,8 @@ class Engine:
                     reach = np.minimum(a_ok + 1, lens)
                     self.trials += np.bincount(reach, minlength=gamma + 1)[::-1].cumsum()[::-1]
                     self.succ += np.bincount(a_ok, minlength=gamma + 1)[::-1].cumsum()[::-1]
+                if need_hist:
+                    self._hist_add(rows, conf, lens, a_ok)
                 draft_s = d_base + (d_req + d_tok) * n_dec
                 sched_s = 0.0 if zos else cost.sched_s(n_dec)
             else:
