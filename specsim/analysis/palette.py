@@ -57,6 +57,9 @@ _FAMILY: dict[str, Style] = {
     "zos": Style(OKABE_ITO["vermillion"], "*", "-"),
     "goodput": Style("#8C564B", "h", "-."),  # brown: outside Okabe-Ito but distinct in CVD sims
     "oracle": Style(OKABE_ITO["black"], "", ":"),
+    # issue #16's policy and its alias: indigo (Tol), outside Okabe-Ito but distinct from all
+    "calibrated-zos": Style("#332288", "p", "-"),
+    "auto": Style("#332288", "p", "-"),
     # the ZOS report's variants (specsim.analysis.variants)
     "zos-serial": Style(OKABE_ITO["vermillion"], "v", "--"),
     "fresh-overlapped": Style(OKABE_ITO["black"], "X", ":"),
@@ -102,7 +105,8 @@ def policy_style(policy: str) -> Style:
 # simplest to the paper's, the bound last; a family's arguments in ascending order.
 POLICY_ORDER = (
     "ar", "mtp1", "static", "full", "threshold", "cum-threshold", "goodput", "hw-aware",
-    "hw-aware-global", "zos-serial", "zos", "fresh-overlapped", "oracle",
+    "hw-aware-global", "zos-serial", "zos", "fresh-overlapped", "calibrated-zos", "auto",
+    "oracle",
 )  # fmt: skip
 
 

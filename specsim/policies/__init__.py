@@ -5,7 +5,14 @@ Built-in: ``ar``, ``static:K``, ``mtp1``, ``full``, ``threshold:T``, ``cum-thres
 ``@POLICIES.register("name")`` or pass ``module:callable`` wherever a policy name is accepted.
 """
 
-from specsim.policies import goodput, hw_aware, oracle, static, threshold  # noqa: F401 (register)
+from specsim.policies import (  # noqa: F401 (register)
+    calibrated,
+    goodput,
+    hw_aware,
+    oracle,
+    static,
+    threshold,
+)
 from specsim.policies.base import POLICIES, Policy, StepInput, check_lengths, get_policy
 
 __all__ = ["POLICIES", "Policy", "StepInput", "check_lengths", "get_policy"]

@@ -1,0 +1,145 @@
+"""``calibrated-zos`` (alias ``auto``): DSpark's ZOS scheduler on confidences re-calibrated
+online from what the verifier has been accepting, with a look-ahead stop for a lone request.
+
+Why: ``zos`` trusts the drafter's confidences: an over-confident drafter (the recorded chat
+trace) makes its global budget buy verification of tokens that are then rejected, and it loses
+to plain ``mtp1``. ``hw-aware`` is trapped by its early stop at SPS bucket cliffs from a few
+requests on. The best static length changes with trace and load. This policy:
+
+1. Calibrates. Each conditional confidence c_{r,k} becomes the acceptance rate observed in
+   EARLIER steps for position-k drafts of the same request class (the trace's category) whose
+   confidence fell in the same bin (``StepInput.accept_hist``), shrunk towards the position's
+   pooled rate and, with no data, towards c itself; linear between bin centres. c'_{r,k} reads
+   c_{r,k} and the past only. Survivals a'_{r,j} = prod_{i<=j} c'_{r,i}.
+2. One request in flight: an early stop that looks ahead. Draft k is admitted while the best
+   EXPECTED continuation (a'_k times the history's acceptance rates beyond k, over the whole
+   step-time curve) beats stopping before it: Algorithm 1's stop without its cliff trap.
+3. Several: ZOS. A budget of K tokens from the global search (the whole SPS curve, no early
+   stop) over the calibrated survivals of the LAGGED rows, floored, up to ``SMALL_BATCH``
+   requests, at the best single length the history's rates give (one lagged row a request is
+   a noisy sample); then the K current candidates of highest calibrated survival are verified.
+
+Lossless: whether draft k of request r is verified depends on c_{r,1..k} (its calibrated
+survival; its rank, which only candidates ranked before it decide; the look-ahead's known
+prefix), on other requests, on lagged rows and on outcomes of earlier steps; never on
+c_{r,k+1..}. Every admitted set is prefix-closed (survivals do not grow along a row; ties rank
+(r, j) ascending). The losslessness suite checks it, and catches a mutant that calibrates on
+the CURRENT step's outcomes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from specsim.errors import SpecsimError
+from specsim.policies.base import POLICIES, Policy, StepInput
+from specsim.policies.hw_aware import _global_budget_flat, _top_k_lengths
+
+POOL_WEIGHT = 8.0  # pseudo-observations of the raw confidence behind a position's pooled rate
+CLASS_WEIGHT = 16.0  # pseudo-observations of the pooled rate behind a class's own rate
+SMALL_BATCH = 4  # up to this many requests the budget is floored at the history's expectation
+
+
+def calibration_table(hist: np.ndarray) -> np.ndarray:
+    """(C, gamma, bins) acceptance estimate per class, position and confidence bin."""
+    bins = hist.shape[2]
+    mid = (np.arange(bins) + 0.5) / bins
+    pooled = hist.sum(axis=0)
+    p_pool = (pooled[..., 1] + POOL_WEIGHT * mid) / (pooled[..., 0] + POOL_WEIGHT)
+    return (hist[..., 1] + CLASS_WEIGHT * p_pool) / (hist[..., 0] + CLASS_WEIGHT)
+
+
+def calibrate(conf: np.ndarray, table: np.ndarray, cls: np.ndarray | None) -> np.ndarray:
+    """c' of every (r, k): the table read at c, linear between bin centres, clipped to [0, 1]."""
+    r, gamma = conf.shape
+    bins = table.shape[2]
+    x = np.clip(conf.astype(np.float64), 0.0, 1.0) * bins - 0.5
+    i0 = np.clip(np.floor(x).astype(np.int64), 0, bins - 1)
+    i1 = np.minimum(i0 + 1, bins - 1)
+    f = np.clip(x - i0, 0.0, 1.0)
+    c = np.zeros(r, np.int64) if cls is None else np.asarray(cls, np.int64)
+    k = np.arange(gamma)[None, :]
+    t = table[c[:, None], k]  # (r, gamma, bins)
+    v0 = np.take_along_axis(t, i0[..., None], axis=2)[..., 0]
+    v1 = np.take_along_axis(t, i1[..., None], axis=2)[..., 0]
+    return np.clip(v0 + (v1 - v0) * f, 0.0, 1.0)
+
+
+def _calibrated_survival(conf: np.ndarray, inp: StepInput, table) -> np.ndarray:
+    c = conf if table is None else calibrate(conf, table, inp.request_class)
+    return np.cumprod(c.astype(np.float64), axis=1).ravel()
+
+
+def history_rates(hist: np.ndarray | None, gamma: int) -> np.ndarray:
+    """Conditional acceptance per position over every class and bin (a prior of one accept
+    and one reject): what the drafts beyond the ones seen are expected to do."""
+    if hist is None:
+        return np.full(gamma, 0.5)
+    h = hist.sum(axis=(0, 2))
+    return (h[:, 1] + 1.0) / (h[:, 0] + 2.0)
+
+
+def lone_length(surv: np.ndarray, rate: np.ndarray, step_time) -> int:
+    """One request: admit draft k while the best EXPECTED continuation from k (its known
+    survival, times the history's acceptance rates beyond it) beats stopping before k.
+
+    An early stop, like Algorithm 1's, but one that looks past a cliff of the step-time curve
+    with what the history says comes next. The decision on draft k reads a'_1..a'_k and the
+    past only."""
+    gamma = surv.shape[0]
+    t = np.asarray(step_time(1 + np.arange(gamma + 1)), dtype=np.float64)
+    tok = 1.0
+    for k in range(gamma):
+        proj = surv[k] * np.concatenate(([1.0], np.cumprod(rate[k + 1 :])))
+        if np.max((tok + np.cumsum(proj)) / t[k + 1 :]) <= tok / t[k]:
+            return k
+        tok += surv[k]
+    return gamma
+
+
+def uniform_budget(rate: np.ndarray, r: int, step_time) -> int:
+    """Tokens of the best ONE length for all r requests from the history's rates (goodput)."""
+    s = np.cumprod(rate)
+    k = np.arange(rate.shape[0] + 1)
+    tokens = r * (1.0 + np.concatenate(([0.0], np.cumsum(s))))
+    return int(np.argmax(tokens / np.asarray(step_time(r * (1 + k)), dtype=np.float64))) * r
+
+
+def calibrated_zos_lengths(inp: StepInput) -> np.ndarray:
+    """See the module docstring: calibrate, budget from lagged rows, verify the current top K."""
+    r, gamma = inp.n_requests, inp.gamma
+    if r == 0:
+        return np.zeros(0, dtype=np.int64)
+    table = None if inp.accept_hist is None else calibration_table(inp.accept_hist)
+    surv = _calibrated_survival(inp.conf, inp, table)
+    rate = history_rates(inp.accept_hist, gamma)
+    if r == 1:
+        return np.array([lone_length(surv, rate, inp.step_time)], dtype=np.int64)
+    lag_conf = inp.conf if inp.lagged_conf is None else inp.lagged_conf
+    budget = _global_budget_flat(_calibrated_survival(lag_conf, inp, table), r, inp.step_time)
+    if r <= SMALL_BATCH:  # one lagged row a request is a noisy sample: floor at the expected
+        budget = max(budget, uniform_budget(rate, r, inp.step_time))
+    return _top_k_lengths(surv, budget, r, gamma)
+
+
+@POLICIES.register(
+    "calibrated-zos",
+    help="ZOS on confidences calibrated online from verification outcomes (alias: auto)",
+)
+def calibrated_zos(arg: str | None = None) -> Policy:
+    if arg is not None:
+        raise SpecsimError(f"policy 'calibrated-zos' takes no argument (got calibrated-zos:{arg})")
+    return Policy(
+        name="calibrated-zos",
+        schedule=calibrated_zos_lengths,
+        zos=True,
+        needs=frozenset({"lagged_conf", "accept_hist"}),
+        doc=__doc__ or "",
+    )
+
+
+@POLICIES.register("auto", help="the policy to deploy blind: calibrated-zos")
+def auto(arg: str | None = None) -> Policy:
+    if arg is not None:
+        raise SpecsimError(f"policy 'auto' takes no argument (got auto:{arg})")
+    return calibrated_zos()
