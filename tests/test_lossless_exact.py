@@ -136,9 +136,12 @@ def test_multi_draft_verifiers_are_lossless(seed, vocab, k):
 @given(
     worlds(),
     st.sampled_from(
-        ["full", "static:1", "static:2", "threshold:0.5", "cum-threshold:0.3", "hw-aware", "zos"]
+        [
+            "full", "static:1", "static:2", "threshold:0.5", "cum-threshold:0.3", "hw-aware",
+            "zos", "calibrated-zos",
+        ]
     ),
-)
+)  # fmt: skip
 def test_non_anticipating_policies_are_lossless(world, policy):
     toy, gamma, m, batch = world
     res = output_law(toy, m, gamma, policy, batch=batch)
@@ -195,3 +198,18 @@ def test_typical_acceptance_is_caught():
         settings=FIND,
     )
     assert _found(world, "full", rule=rule) > 1e-6
+
+
+@EXACT
+@given(worlds(), st.integers(0, 2**31 - 1))
+def test_calibrated_zos_is_lossless_under_any_history(world, seed):
+    """Its calibration reads the verification history of earlier steps: whatever that history
+    says (random counts, empty, lopsided), the output law is the target's."""
+    import dataclasses
+
+    toy, gamma, m, batch = world
+    rng = np.random.default_rng(seed)
+    reached = rng.integers(0, 60, (1, gamma, 20)).astype(np.float64) * (rng.random() < 0.8)
+    hist = np.stack([reached, np.floor(reached * rng.random(reached.shape))], axis=-1)
+    res = output_law(toy, m, gamma, "auto", batch=dataclasses.replace(batch, accept_hist=hist))
+    assert res.tv <= TOLERANCE, res.worst()

@@ -287,6 +287,30 @@ def zos_current_as_lagged(view: BlockView) -> int:
     return int(lengths_from_admitted(req, budget, conf.shape[0])[b.index])
 
 
+def calibrated_zos_current_outcomes(view: BlockView) -> int:
+    """``calibrated-zos`` whose history already counts THIS step's drafts (the history update
+    wired before the decision instead of after the step): each current draft counts as 50
+    observations, accepted when the drafter's own q(x_k) >= 0.5, so the calibrated c'_k, and
+    with it whether x_k is verified, reads x_k itself."""
+    from specsim.lossless.oracle import HIST_BINS, LAGGED_PRIOR, default_history
+    from specsim.policies.calibrated import calibrated_zos_lengths
+
+    b = view.batch
+    conf = b.conf_matrix(view.conf_row)
+    gamma = conf.shape[1]
+    hist = (b.accept_hist if b.accept_hist is not None else default_history(gamma)).copy()
+    bins = np.minimum((view.conf_row * HIST_BINS).astype(np.int64), HIST_BINS - 1)
+    for k in range(gamma):
+        hist[0, k, bins[k], 0] += 50
+        hist[0, k, bins[k], 1] += 50 * float(view.q_drafts[k] >= Q_THRESHOLD)
+    lagged = b.lagged if b.lagged is not None else b.conf_matrix(np.full(gamma, LAGGED_PRIOR))
+    inp = StepInput(
+        conf=conf, step_time=b.step_time, lagged_conf=lagged, accept_hist=hist,
+        request_class=np.zeros(conf.shape[0], np.int64),
+    )  # fmt: skip
+    return int(calibrated_zos_lengths(inp)[b.index])
+
+
 PEEK_RATE = 0.1
 
 
@@ -365,6 +389,9 @@ def catalogue() -> list[Mutant]:
            scheduler="hw-aware-global", doc="Algorithm 1 without early stop (registry code)"),
         _m("zos-current-as-lagged", "exact+statistical", "anticipating scheduler",
            scheduler=zos_current_as_lagged, doc=zos_current_as_lagged.__doc__),
+        _m("calibrated-zos-current-outcomes", "exact", "anticipating scheduler",
+           scheduler=calibrated_zos_current_outcomes,
+           doc=calibrated_zos_current_outcomes.__doc__),
         _m("q-threshold-scheduler", "exact+statistical", "anticipating scheduler",
            scheduler=q_threshold_scheduler, doc=q_threshold_scheduler.__doc__),
         _m("specinfer-no-update", "exact+statistical", "multi-draft bug",
@@ -420,6 +447,7 @@ def correct_pipelines() -> list[Pipeline]:
             "hw-aware",
             "zos",
             "goodput",
+            "calibrated-zos",
         )
     ]
     out += [

@@ -32,6 +32,17 @@ from specsim.policies.base import Policy, StepInput, check_lengths, get_policy
 
 TOLERANCE = 1e-9  # lossless: total variation to the target law at most this
 LAGGED_PRIOR = 0.8  # the study request's lagged confidences when a Batch gives none
+HIST_BINS = 20  # confidence bins of a verification history (as the engine keeps it)
+
+
+def default_history(gamma: int) -> np.ndarray:
+    """A fixed, uneven verification history (1 class, gamma positions, HIST_BINS bins, [reached,
+    accepted]) for policies that read ``accept_hist`` when a Batch gives none: past outcomes
+    are fixed numbers to the current block, as they are in an engine."""
+    rng = np.random.default_rng([20261130, gamma])
+    reached = rng.integers(0, 40, (1, gamma, HIST_BINS)).astype(np.float64)
+    accepted = np.floor(reached * rng.random(reached.shape))
+    return np.stack([reached, accepted], axis=-1)
 
 
 @dataclass(frozen=True, eq=False)
@@ -43,7 +54,8 @@ class Batch:
     ``index``: the study request's row. ``lagged``: (R, gamma) confidences from two steps earlier
     (fixed numbers: they never see the current drafts; default: the batch-mates' rows and
     :data:`LAGGED_PRIOR` for the study row). ``accept_rate``: (gamma,) online acceptance
-    estimate (for ``goodput``).
+    estimate (for ``goodput``). ``accept_hist``: verification history of earlier steps (for
+    ``calibrated-zos``; default :func:`default_history`).
     """
 
     others: np.ndarray
@@ -51,6 +63,7 @@ class Batch:
     index: int = 0
     lagged: np.ndarray | None = None
     accept_rate: np.ndarray | None = None
+    accept_hist: np.ndarray | None = None  # default: default_history(gamma)
 
     def step_time(self, b: np.ndarray) -> np.ndarray:
         """Seconds per target step at token batch b (vectorised; b past the table is clipped)."""
@@ -113,9 +126,10 @@ def policy_scheduler(spec: str | Policy, draws: int = POLICY_DRAWS) -> Scheduler
         lagged = b.lagged
         if lagged is None:
             lagged = b.conf_matrix(np.full(conf.shape[1], LAGGED_PRIOR))
+        hist = b.accept_hist if b.accept_hist is not None else default_history(conf.shape[1])
         inp = StepInput(
             conf=conf, step_time=b.step_time, lagged_conf=lagged, accept_rate=b.accept_rate,
-            rng=rng,
+            rng=rng, accept_hist=hist, request_class=np.zeros(conf.shape[0], np.int64),
         )  # fmt: skip
         return int(check_lengths(policy(inp), inp, policy.name)[b.index])
 
