@@ -458,6 +458,51 @@ def figure(
     return fig
 
 
+def ratio_figure(
+    ratios: pd.DataFrame, *, value: str = "ratio", label: str = "", title: str = ""
+) -> Any:
+    """Heat maps of one ratio per (trace, load), one panel per profile: ``ratios`` has columns
+    profile, trace, load and ``value``. Cells print the value; the colour is centred at 1.0
+    (red below: worse than the reference; blue above)."""
+    from matplotlib.colors import TwoSlopeNorm
+
+    plt = _plt()
+    profiles = list(dict.fromkeys(ratios["profile"].astype(str)))
+    traces = list(dict.fromkeys(ratios["trace"].astype(str)))
+    loads = sorted(set(ratios["load"].astype(float)))
+    n = len(profiles)
+    cols = min(n, 2)
+    rows_p = -(-n // cols)
+    fig, axes = plt.subplots(
+        rows_p,
+        cols,
+        figsize=(0.9 * len(loads) * cols + 3.2, 0.5 * len(traces) * rows_p + 1.6 * rows_p + 0.8),
+        squeeze=False,
+    )
+    v = ratios[value].to_numpy(dtype=float)
+    lo, hi = float(np.nanmin(v)), float(np.nanmax(v))
+    norm = TwoSlopeNorm(vcenter=1.0, vmin=min(lo, 0.999), vmax=max(hi, 1.001))
+    im = None
+    for ax, prof in zip(axes.ravel(), profiles, strict=False):
+        sub = ratios[ratios["profile"].astype(str) == prof]
+        grid = sub.pivot_table(index="trace", columns="load", values=value, aggfunc="mean")
+        grid = grid.reindex(index=traces, columns=loads)
+        im = ax.imshow(grid.to_numpy(), cmap="RdBu", norm=norm, aspect="auto")
+        for (i, j), x in np.ndenumerate(grid.to_numpy()):
+            if np.isfinite(x):
+                ax.text(j, i, f"{x:.3f}", ha="center", va="center", fontsize=7)
+        ax.set_xticks(range(len(loads)), [f"{c:g}" for c in loads], fontsize=8)
+        ax.set_yticks(range(len(traces)), traces, fontsize=8)
+        ax.set_xlabel(LOAD_LABEL["concurrency"], fontsize=9)
+        ax.set_title(f"profile {prof}", fontsize=10)
+    for ax in axes.ravel()[n:]:
+        ax.set_visible(False)
+    if im is not None:
+        fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.8, label=label or value)
+    fig.suptitle(_wrap_title(title or label or value, fig.get_size_inches()[0]))
+    return fig
+
+
 def save_figure(fig: Any, out: str | Path, *, force: bool = False, dpi: int = 150) -> Path:
     """Save as png/svg/pdf (by suffix) to a temporary name, then rename into place."""
     out = Path(out)

@@ -22,20 +22,24 @@ def cells_resumable(ctx: ReportContext, cells: list, out: Path) -> bool:
 
 
 def sweep_into_folder(
-    ctx: ReportContext, traces: list[str], policies: list[str], **kw: Any
+    ctx: ReportContext,
+    traces: list[str],
+    policies: list[str],
+    name: str = "results.parquet",
+    **kw: Any,
 ) -> pd.DataFrame:
-    """A resumable sweep into the report folder's results.parquet (reset if the grid changed)."""
+    """A resumable sweep into the report folder's ``name`` (reset if the grid changed)."""
     from specsim.analysis.sweep import build_cells, run_cells
 
     cells = build_cells(traces, policies, **kw)
-    out = ctx.folder / "results.parquet"
+    out = ctx.folder / name
     force = not ctx.resume or (out.exists() and not cells_resumable(ctx, cells, out))
     table = run_cells(cells, out=out, workers=ctx.workers, force=force, progress=ctx.progress)
     ctx.written.append(out)
     if table.attrs["cells_reused"]:
         ctx.notes.append(
             f"{table.attrs['cells_reused']} of {table.attrs['cells_total']} sweep cells were "
-            "reused from `results.parquet` (same cell, same trace bytes, same result); delete "
+            f"reused from `{name}` (same cell, same trace bytes, same result); delete "
             "it to recompute everything"
         )
     return table

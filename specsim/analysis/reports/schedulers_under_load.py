@@ -189,6 +189,115 @@ def build(ctx: ReportContext) -> None:
         )
         ctx.table(pd.DataFrame(speed_rows), "{:+,.0f}")
     ctx.md(*_discussion(sla, cur, names, ours, baseline, targets, profile, traces), "")
+    if ctx.get("auto_profiles", None) is not None:
+        _auto_section(ctx, trace_paths, sla, targets, baseline, traces, seed)
+
+
+def _auto_section(ctx, trace_paths, sla, targets, baseline, traces, seed) -> None:
+    """Issue #16: is ``auto`` ever the wrong choice? Against the best built-in lossless policy
+    at every (trace, profile, load), and against mtp1 at the SLA points."""
+    from specsim.analysis.plots import ratio_figure
+
+    auto = str(ctx.get("auto_policy", "auto"))
+    refs = [str(p) for p in ctx.get("auto_reference", kind=list)]
+    profiles = [str(p) for p in ctx.get("auto_profiles", kind=list)]
+    conc = [float(x) for x in ctx.get("auto_concurrency", kind=list)]
+    requests = int(ctx.get("auto_requests", 200))
+    tables = []
+    for prof in profiles:
+        t = sweep_into_folder(
+            ctx,
+            [str(p) for p in trace_paths],
+            [*refs, auto, "oracle"],
+            name=f"auto-{prof}.parquet",
+            concurrency=conc,
+            seeds=1,
+            profile=prof,
+            seed=seed,
+            requests=requests,
+        )
+        tables.append(t.assign(profile=prof))
+    both = pd.concat(tables, ignore_index=True)
+    g = both.groupby(["profile", "trace", "concurrency", "policy"], sort=False)[
+        "throughput_tok_s"
+    ].mean()
+    g = g.unstack("policy")
+    best = g[refs].max(axis=1)
+    rows = pd.DataFrame(
+        {
+            "best built-in": g[refs].idxmax(axis=1),
+            "best tok/s": best,
+            f"{auto} tok/s": g[auto],
+            f"{auto} / best": g[auto] / best,
+            f"{auto} / oracle": g[auto] / g["oracle"],
+        }
+    ).reset_index()
+    rows = rows.rename(columns={"concurrency": "load"})
+    ratio = rows[f"{auto} / best"]
+    within = float((ratio >= 0.98).mean())
+    worst = rows.loc[ratio.idxmin()]
+    synth = rows[rows["trace"].str.contains("synth")]
+    ctx.md(
+        f"## Is `{auto}` ever the wrong choice?",
+        "",
+        f"`{auto}` (`calibrated-zos`, docs/policies.md) against the BEST built-in lossless "
+        f"policy at each point ({', '.join(f'`{r}`' for r in refs)}), on every trace, on "
+        f"the profiles {', '.join(f'`{p}`' for p in profiles)}, at concurrency "
+        f"{', '.join(f'{c:g}' for c in conc)} ({requests} requests, one seed; raw "
+        f"confidences). The goal (issue #16): within 2% of the best everywhere, at least 95% of "
+        "`oracle` on the synthetic traces, and never below `mtp1` at the paper's SLA points.",
+        "",
+        f"- Within 2% of the best built-in in {100 * within:.0f}% of the "
+        f"{len(rows)} points; {int((ratio > 1.0).sum())} points above it. Lowest: "
+        f"{worst[f'{auto} / best']:.3f} of `{worst['best built-in']}` on {worst['trace']}, "
+        f"`{worst['profile']}`, {worst['load']:g} in flight.",
+        f"- Of `oracle` (which knows each draft's fate) on the synthetic traces: "
+        f"{synth[f'{auto} / oracle'].min():.3f} to {synth[f'{auto} / oracle'].max():.3f}"
+        f" ({100 * float((synth[f'{auto} / oracle'] >= 0.95).mean()):.0f}% of points at "
+        "0.95 or more).",
+        "",
+    )
+    fig = ratio_figure(
+        rows.rename(columns={f"{auto} / best": "ratio"}),
+        label=f"{auto} throughput / best built-in's",
+        title=f"{auto} against the best built-in lossless policy at each point "
+        "(1.000 = as good; red = worse)",
+    )
+    ctx.figure(fig, "auto.png", f"{auto} / best built-in, per trace, profile and load")
+    misses = rows[ratio < 0.98]
+    if len(misses):
+        ctx.md("Points more than 2% below the best built-in:", "")
+        ctx.table(misses, "{:.3f}")
+    if auto in set(sla["policy"]):
+        at = []
+        for t in targets:
+            for name in traces:
+                r = sla[(sla["trace"] == name) & (sla["sla_tps"] == t)].set_index("policy")
+                a = r.loc[auto, "throughput_per_gpu_tok_s"]
+                b = r.loc[baseline, "throughput_per_gpu_tok_s"]
+                at.append(
+                    {
+                        "trace": name,
+                        "SLA (tok/s/user)": f"{t:g}",
+                        f"{auto} tok/s": a,
+                        f"{baseline} tok/s": b,
+                        "verdict": "n/a (neither reaches it)"
+                        if not (np.isfinite(a) or np.isfinite(b))
+                        else f"{baseline} cannot"
+                        if not np.isfinite(b)
+                        else "LOSES"
+                        if not np.isfinite(a) or a < b
+                        else f"{100 * (a / b - 1):+.0f}%",
+                    }
+                )
+        at = pd.DataFrame(at)
+        loses = int((at["verdict"] == "LOSES").sum())
+        ctx.md(
+            f"At the SLA points (profile of the sections above), `{auto}` against "
+            f"`{baseline}`: it loses at {loses} of {len(at)} (trace, SLA) points.",
+            "",
+        )
+        ctx.table(at, "{:,.0f}")
 
 
 def _gain_text(row: pd.Series, baseline: str) -> str:
