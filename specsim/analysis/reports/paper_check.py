@@ -48,6 +48,7 @@ class Variant:
     draft_scale: float = 1.0
     sched_scale: float = 1.0
     output_median: float = 220.0
+    prompt_median: float = 512.0  # 0: disaggregated prefill (a 1-token stub reaches the engine)
     transfer: str = "scaled"  # scaled | constant (Pro's overheads = Flash's)
     fixed_ms: float | None = None  # override the (transferred) fixed overhead: the Pro probe
 
@@ -78,11 +79,22 @@ def _buckets(kind: str) -> np.ndarray | None:
 
 
 @lru_cache(maxsize=16)
-def _trace(accept: tuple[float, ...], output_median: float, n: int, seed: int):  # noqa: ANN202
+def _trace(  # noqa: ANN202
+    accept: tuple[float, ...], output_median: float, n: int, seed: int, prompt_median: float
+):
     from specsim.trace.synth import LogNormal, synth_trace
 
     out = LogNormal(output_median, 0.35, max(8, int(output_median / 4)), int(output_median * 3))
-    return synth_trace(n_requests=n, accept_profile=list(accept), output_len=out, seed=seed)
+    # prompts as synth_trace's default at 512; 0 = disaggregated: the prefill runs on other
+    # GPUs and a 1-token stub stands for it here (its KV is not charged either)
+    if prompt_median > 0:
+        lo, hi = max(1, int(prompt_median / 32)), int(prompt_median * 16)
+        prompt = LogNormal(prompt_median, 0.8, lo, hi)
+    else:
+        prompt = LogNormal(1.0, 0.0, 1, 1)
+    return synth_trace(
+        n_requests=n, accept_profile=list(accept), prompt_len=prompt, output_len=out, seed=seed
+    )
 
 
 def profile_for(job: Job):  # noqa: ANN201 - CostModel, imported lazily
@@ -124,10 +136,19 @@ def evaluate(job: Job) -> dict[str, Any]:
     prof = profile_for(job)
     mtp_acc = float(dep.mtp1_acceptance) if v.mtp_accept is None else v.mtp_accept
     traces = {
-        "mtp1": ("static:1", _trace((mtp_acc,), v.output_median, job.trace_requests, job.seed)),
+        "mtp1": (
+            "static:1",
+            _trace((mtp_acc,), v.output_median, job.trace_requests, job.seed, v.prompt_median),
+        ),
         "zos": (
             "zos",
-            _trace(ACCEPT[v.dspark_accept], v.output_median, job.trace_requests, job.seed),
+            _trace(
+                ACCEPT[v.dspark_accept],
+                v.output_median,
+                job.trace_requests,
+                job.seed,
+                v.prompt_median,
+            ),
         ),
     }
     rows = []
@@ -202,6 +223,9 @@ def sensitivity_variants() -> list[tuple[str, Variant, Variant]]:
          Variant("maxrun-128", max_running=128), Variant("maxrun-1024", max_running=1024)),
         ("output length median 220 -> 110 / 880 tokens",
          Variant("out-110", output_median=110.0), Variant("out-880", output_median=880.0)),
+        ("prefill share: prompt median 512 -> disaggregated (prefill on other GPUs) / 2,048",
+         Variant("prefill-disagg", prompt_median=0.0),
+         Variant("prompt-2048", prompt_median=2048.0)),
         ("weights: checkpoint FP4+FP8 (0.56 B/param) -> FP8 (1.0, v4-flash-like)",
          Variant("fp8", bytes_per_param=1.0), Variant("fp8", bytes_per_param=1.0)),
         ("Pro overheads: scaled by layers(x hidden) -> equal to Flash's",
