@@ -227,7 +227,7 @@ def test_a_stopped_training_run_resumes_to_the_same_weights(tmp_path):
     msgs = []
     hist2, _ = train(resumed, seqs, tc, log=msgs.append, state_file=state)
     assert msgs[0].startswith("resumed from") and "at step 8" in msgs[0]
-    for (name, a), b in zip(whole.state_dict().items(), resumed.state_dict().values()):
+    for (name, a), b in zip(whole.state_dict().items(), resumed.state_dict().values(), strict=True):
         assert torch.equal(a, b), name
     assert [h["step"] for h in hist2] == [h["step"] for h in hist]
 
@@ -245,5 +245,5 @@ def test_a_checkpoint_saved_in_fp16_loads_as_the_same_rounded_drafter(tmp_path):
     stored = load_file(str(tmp_path / "d" / "model.safetensors"))
     assert stored["fc.weight"].dtype == torch.float16 and stored["d2t"].dtype == torch.long
     back = load_drafter(tmp_path / "d")
-    for (name, a), b in zip(d.state_dict().items(), back.state_dict().values()):
+    for (name, a), b in zip(d.state_dict().items(), back.state_dict().values(), strict=True):
         assert a.dtype == b.dtype and torch.equal(a, b), name
