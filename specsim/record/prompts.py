@@ -21,6 +21,7 @@ BUNDLED = {
     "mbpp": "code",
     "gsm8k": "math",
     "chat-train": "chat",  # training only; its 300 GSM8K-train rows are "math" (SOURCE_CATEGORY)
+    "dolly-context": "passage",  # evaluation only: questions on / summaries of a given passage
 }
 # a line's own "source" field overrides the file's category (chat-train mixes in GSM8K train)
 SOURCE_CATEGORY = {"gsm8k": "math"}
