@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import os
+import textwrap
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
@@ -542,7 +543,8 @@ def _tornado(sens: pd.DataFrame, pvp: pd.DataFrame):  # noqa: ANN202 - matplotli
         ax.grid(True, axis="x", alpha=0.3)
     first = np.atleast_1d(axes)[0]
     first.set_yticks(y)
-    first.set_yticklabels([o.replace(": ", ":\n", 1) for o in order], fontsize=7)
+    # wrapped, so the longest assumption (prefill share) is not clipped at the left edge
+    first.set_yticklabels([textwrap.fill(o, 34, break_on_hyphens=False) for o in order], fontsize=7)
     handles, labels = first.get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncols=3, fontsize=8, frameon=False)
     fig.suptitle("paper-check sensitivity: one assumption at a time (NaN = SLA out of reach, "
