@@ -62,6 +62,48 @@ def test_every_fact_has_a_source() -> None:
                 assert v.source.strip(), f.name
 
 
+def test_all_to_all_is_derived_from_its_stated_sources() -> None:
+    from specsim.sim.deployments import HGX_FABRIC, all_to_all
+
+    f = HGX_FABRIC
+    for fact in (f.nvlink_bw, f.nic_bw, f.dispatch_bytes, f.dispatch_scale_bytes, f.scale_block,
+                 f.combine_bytes):  # fmt: skip
+        assert fact.source.strip()
+    # DeepSeek-V3 / DeepEP: dispatch FP8 with one FP32 scale per 128 values, combine BF16
+    assert (f.dispatch_bytes.value, f.dispatch_scale_bytes.value) == (1, 4)
+    assert (f.scale_block.value, f.combine_bytes.value) == (128, 2)
+    # DeepEP's measured 2-node bottleneck (nominal CX7 400 Gb/s = 50 GB/s); H20 NVLink 900 / 2
+    assert f.nic_bw.value == 43e9 and "43 GB/s" in f.nic_bw.source
+    assert f.nvlink_bw.value == 450e9 and "900 GB/s" in f.nvlink_bw.source
+    assert 5 < f.nvlink_bw.value / f.nic_bw.value < 20  # NICs ~10x slower than NVLink
+
+    flash, pro = all_to_all(FLASH_DEPLOYMENT), all_to_all(PRO_DEPLOYMENT)
+    assert flash.nic_share == 0 and flash.nic_us == 0  # one node: nothing crosses a NIC
+    assert math.isclose(flash.nvlink_share, 7 / 8)
+    assert (pro.nic_share, pro.nvlink_share) == (8 / 16, 7 / 16)  # 2 nodes of 8
+    for m, a, dep in ((V4_FLASH, flash, FLASH_DEPLOYMENT), (V4_PRO, pro, PRO_DEPLOYMENT)):
+        h = m.hidden.value
+        assert a.bytes_per_copy == h * 1 + h / 128 * 4 + h * 2
+        moved = m.top_k.value * a.bytes_per_copy * m.layers.value  # one token, all layers
+        assert math.isclose(a.nvlink_us, 1e6 * moved * a.nvlink_share / (dep.gpus * 450e9))
+        assert math.isclose(a.nic_us, 1e6 * moved * a.nic_share / (dep.gpus * 43e9))
+    assert 5 < pro.nic_us < 7 and flash.total_us < 1  # microseconds per padded token
+
+
+def test_paper_check_charges_the_all_to_all_per_padded_token() -> None:
+    from specsim.analysis.reports.paper_check import Job, Variant, profile_for
+    from specsim.sim.deployments import all_to_all
+
+    def job(v: Variant) -> Job:
+        return Job("v4-pro", 12.9, 60.0, v, (1.0,), 8, 8, 0)
+
+    with_ = profile_for(job(Variant()))
+    without = profile_for(job(Variant("a2a-x0", a2a_scale=0.0)))
+    b = 512  # a CUDA-graph bucket: no padding
+    extra_ms = (with_.step_time(b) - without.step_time(b)) * 1000
+    assert math.isclose(extra_ms, all_to_all(PRO_DEPLOYMENT).total_us * b / 1000, rel_tol=1e-6)
+
+
 def test_v4_pro_like_profile_is_built_from_the_facts() -> None:
     assert "v4-pro-like" in PROFILES
     p = get_profile("v4-pro-like")

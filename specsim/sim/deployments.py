@@ -27,6 +27,15 @@ V3_REPORT = "DeepSeek-V3 technical report, section 5.4.3 (MTP second-token accep
 DSPARK = "DSpark paper, production table (../shared/notes/dspark.md, Headline figures)"
 H20_SPEC = "NVIDIA H20 datasheet: 96 GB HBM3, 4.0 TB/s, 296 TFLOP/s FP8 dense"
 PROFILE_ASSUMPTION = "specsim v4-flash-like assumption (docs/simulator.md), not a public fact"
+DEEPEP = (
+    "DeepEP README, V1 performance (docs/legacy.md): H800 (~160 GB/s NVLink) + one CX7 400 Gb/s "
+    "InfiniBand NIC per GPU (~50 GB/s); FP8 dispatching, BF16 combining"
+)
+V3_COMM = (
+    "DeepSeek-V3 technical report, 3.2.2 (IB 50 GB/s per GPU, NVLink 160 GB/s on H800) and "
+    "3.3.3 (dispatch activations in FP8 with 1x128 scales, combine in BF16)"
+)
+H20_NVLINK = "NVIDIA H20 spec: NVLink 4.0, 900 GB/s bidirectional (450 GB/s each way)"
 
 
 @dataclass(frozen=True)
@@ -89,6 +98,24 @@ class GpuFacts:
 
 
 @dataclass(frozen=True)
+class FabricFacts:
+    """The links an expert-parallel all-to-all crosses, and what one token puts on them.
+
+    Bandwidths are per GPU and per direction: inside a node every GPU reaches the others over
+    NVLink; between nodes each GPU has its own NIC (the HGX layout DeepEP and DeepSeek-V3
+    describe). Byte widths are per hidden value: dispatch in FP8 plus one FP32 scale per 128
+    values, combine in BF16.
+    """
+
+    nvlink_bw: Fact  # bytes/s, one direction
+    nic_bw: Fact  # bytes/s, one direction
+    dispatch_bytes: Fact  # per hidden value
+    dispatch_scale_bytes: Fact  # per ``scale_block`` hidden values
+    scale_block: Fact
+    combine_bytes: Fact  # per hidden value
+
+
+@dataclass(frozen=True)
 class FreeParams:
     """What physical facts leave open: fitted on V4-Flash only, then carried to V4-Pro.
 
@@ -118,6 +145,7 @@ class Deployment:
     published_gain_pct: tuple[float, float]  # DSpark over MTP-1 at those points
     max_running: Fact
     context_tokens: Fact  # mean context of a running request the step table is made at
+    fabric: FabricFacts
 
     @property
     def gpus(self) -> int:
@@ -172,6 +200,18 @@ H20 = GpuFacts(
     per_node=Fact(8, "HGX board: 8 GPUs per node"),
 )
 
+# One NIC per GPU at 400 Gb/s and NVLink inside an 8-GPU node. The NIC figure is what DeepEP and
+# the V3 report give (~50 GB/s); DeepEP's normal kernels reach 43 GB/s across 2 nodes (EP 16), the
+# number used here, so the inter-node cost is what a tuned library measures, not a nominal peak.
+HGX_FABRIC = FabricFacts(
+    nvlink_bw=Fact(450e9, H20_NVLINK),
+    nic_bw=Fact(43e9, DEEPEP + "; internode EP 16 bottleneck bandwidth 43 GB/s (nominal ~50)"),
+    dispatch_bytes=Fact(1, V3_COMM + "; " + DEEPEP),
+    dispatch_scale_bytes=Fact(4, V3_COMM),
+    scale_block=Fact(128, V3_COMM),
+    combine_bytes=Fact(2, V3_COMM + "; " + DEEPEP),
+)
+
 MTP1_ACCEPTANCE = Fact(0.875, V3_REPORT + "; midpoint, 0.85 and 0.90 in the sensitivity study")
 
 
@@ -187,6 +227,7 @@ def _deployment(model: ModelFacts, sla: tuple[float, float], gain: tuple[float, 
         published_gain_pct=gain,
         max_running=Fact(512, PROFILE_ASSUMPTION + " (max concurrent requests)"),
         context_tokens=Fact(2048, PROFILE_ASSUMPTION + " (prompt ~512 + output ~220 x reuse)"),
+        fabric=HGX_FABRIC,
     )
 
 
@@ -211,6 +252,50 @@ def transfer(fit: FreeParams, to: ModelFacts, base: ModelFacts = V4_FLASH) -> Fr
         per_token_us=fit.per_token_us * layers * width,
         source=f"{fit.source}; carried to {to.name} by layers (fixed) and layers x hidden "
         "(per token)",
+    )
+
+
+@dataclass(frozen=True)
+class AllToAll:
+    """The expert all-to-all's cost per padded token of a step, derived from the fabric.
+
+    Why a derived term: V4-Pro needs 2 nodes, so part of every token's dispatch and combine
+    crosses the NICs (~10x less bandwidth than NVLink), which a per-token overhead fitted on
+    single-node V4-Flash and scaled by layers x hidden does not carry. Model: tokens spread
+    evenly over the GPUs (data-parallel attention) and experts spread evenly too, so of a token's
+    ``top_k`` expert copies a share ``(gpus - per_node) / gpus`` goes to another node and
+    ``(per_node - 1) / gpus`` to another GPU of its node (no per-node deduplication: DeepEP's
+    decode kernels send one copy per expert); every GPU sends its tokens' bytes at once, so the
+    step pays bytes / (gpus x link bandwidth) per token. Latency floors are not in it.
+    """
+
+    bytes_per_copy: float  # dispatch + combine bytes of one token to one expert, one layer
+    nvlink_share: float  # share of the top-k copies that go to another GPU of the node
+    nic_share: float  # share that goes to another node
+    nvlink_us: float  # per padded token, whole deployment, all MoE layers
+    nic_us: float
+
+    @property
+    def total_us(self) -> float:
+        return self.nvlink_us + self.nic_us
+
+
+def all_to_all(dep: Deployment) -> AllToAll:
+    """The derived expert all-to-all cost of ``dep`` (every layer counted as an MoE layer)."""
+    m, f = dep.model, dep.fabric
+    hidden = float(m.hidden)
+    copy = hidden * float(f.dispatch_bytes) + hidden * float(f.combine_bytes)
+    copy += hidden / float(f.scale_block) * float(f.dispatch_scale_bytes)
+    gpus, node = float(dep.gpus), float(dep.gpu.per_node)
+    nvl_share = (min(node, gpus) - 1.0) / gpus
+    nic_share = max(gpus - node, 0.0) / gpus
+    per_layer = float(m.top_k) * copy * float(m.layers)  # bytes one token moves, all layers
+    return AllToAll(
+        bytes_per_copy=copy,
+        nvlink_share=nvl_share,
+        nic_share=nic_share,
+        nvlink_us=1e6 * per_layer * nvl_share / (gpus * float(f.nvlink_bw)),
+        nic_us=1e6 * per_layer * nic_share / (gpus * float(f.nic_bw)),
     )
 
 
@@ -245,17 +330,21 @@ def sources(dep: Deployment) -> dict[str, str]:
 
 __all__ = [
     "DEPLOYMENTS",
+    "HGX_FABRIC",
     "FLASH_DEPLOYMENT",
     "FLASH_FIT",
     "MTP1_ACCEPTANCE",
     "PRO_DEPLOYMENT",
     "V4_FLASH",
     "V4_PRO",
+    "AllToAll",
     "Deployment",
+    "FabricFacts",
     "Fact",
     "FreeParams",
     "GpuFacts",
     "ModelFacts",
+    "all_to_all",
     "sources",
     "transfer",
 ]
