@@ -463,7 +463,11 @@ def ratio_figure(
 ) -> Any:
     """Heat maps of one ratio per (trace, load), one panel per profile: ``ratios`` has columns
     profile, trace, load and ``value``. Cells print the value; the colour is centred at 1.0
-    (red below: worse than the reference; blue above)."""
+    (red below: worse than the reference; blue above).
+
+    The panels share their rows, so only the first column prints the trace names (long names
+    otherwise run into the panel to their left), and constrained layout spaces the panels and
+    the colour bar."""
     from matplotlib.colors import TwoSlopeNorm
 
     plt = _plt()
@@ -478,21 +482,27 @@ def ratio_figure(
         cols,
         figsize=(0.9 * len(loads) * cols + 3.2, 0.5 * len(traces) * rows_p + 1.6 * rows_p + 0.8),
         squeeze=False,
+        sharey=True,
+        layout="constrained",
     )
     v = ratios[value].to_numpy(dtype=float)
     lo, hi = float(np.nanmin(v)), float(np.nanmax(v))
     norm = TwoSlopeNorm(vcenter=1.0, vmin=min(lo, 0.999), vmax=max(hi, 1.001))
     im = None
-    for ax, prof in zip(axes.ravel(), profiles, strict=False):
+    for k, (ax, prof) in enumerate(zip(axes.ravel(), profiles, strict=False)):
         sub = ratios[ratios["profile"].astype(str) == prof]
         grid = sub.pivot_table(index="trace", columns="load", values=value, aggfunc="mean")
         grid = grid.reindex(index=traces, columns=loads)
         im = ax.imshow(grid.to_numpy(), cmap="RdBu", norm=norm, aspect="auto")
         for (i, j), x in np.ndenumerate(grid.to_numpy()):
             if np.isfinite(x):
-                ax.text(j, i, f"{x:.3f}", ha="center", va="center", fontsize=7)
+                dark = abs(float(norm(x)) - 0.5) > 0.35  # white text on the deepest colours
+                ax.text(j, i, f"{x:.3f}", ha="center", va="center", fontsize=7,
+                        color="white" if dark else "black")  # fmt: skip
         ax.set_xticks(range(len(loads)), [f"{c:g}" for c in loads], fontsize=8)
         ax.set_yticks(range(len(traces)), traces, fontsize=8)
+        if k % cols:
+            ax.tick_params(labelleft=False)
         ax.set_xlabel(LOAD_LABEL["concurrency"], fontsize=9)
         ax.set_title(f"profile {prof}", fontsize=10)
     for ax in axes.ravel()[n:]:

@@ -193,11 +193,44 @@ def build(ctx: ReportContext) -> None:
         _auto_section(ctx, trace_paths, sla, targets, baseline, traces, seed)
 
 
+def auto_ratios(both: pd.DataFrame, refs: list[str], auto: str) -> pd.DataFrame:
+    """Per (profile, trace, load): the best of ``refs``, and ``auto`` against it and oracle.
+
+    ``both``: the ``auto-<profile>.parquet`` sweeps, each with its profile column. Apart from
+    the sweep so that auto.png can be redrawn from the committed parquet files.
+    """
+    g = both.groupby(["profile", "trace", "concurrency", "policy"], sort=False)[
+        "throughput_tok_s"
+    ].mean()
+    g = g.unstack("policy")
+    best = g[refs].max(axis=1)
+    rows = pd.DataFrame(
+        {
+            "best built-in": g[refs].idxmax(axis=1),
+            "best tok/s": best,
+            f"{auto} tok/s": g[auto],
+            f"{auto} / best": g[auto] / best,
+            f"{auto} / oracle": g[auto] / g["oracle"],
+        }
+    ).reset_index()
+    return rows.rename(columns={"concurrency": "load"})
+
+
+def auto_figure(rows: pd.DataFrame, auto: str):  # noqa: ANN201 - matplotlib Figure
+    """auto.png: ``auto`` / best built-in per trace, profile and load (from ``auto_ratios``)."""
+    from specsim.analysis.plots import ratio_figure
+
+    return ratio_figure(
+        rows.rename(columns={f"{auto} / best": "ratio"}),
+        label=f"{auto} throughput / best built-in's",
+        title=f"{auto} against the best built-in lossless policy at each point "
+        "(1.000 = as good; red = worse)",
+    )
+
+
 def _auto_section(ctx, trace_paths, sla, targets, baseline, traces, seed) -> None:
     """Issue #16: is ``auto`` ever the wrong choice? Against the best built-in lossless policy
     at every (trace, profile, load), and against mtp1 at the SLA points."""
-    from specsim.analysis.plots import ratio_figure
-
     auto = str(ctx.get("auto_policy", "auto"))
     refs = [str(p) for p in ctx.get("auto_reference", kind=list)]
     profiles = [str(p) for p in ctx.get("auto_profiles", kind=list)]
@@ -217,22 +250,7 @@ def _auto_section(ctx, trace_paths, sla, targets, baseline, traces, seed) -> Non
             requests=requests,
         )
         tables.append(t.assign(profile=prof))
-    both = pd.concat(tables, ignore_index=True)
-    g = both.groupby(["profile", "trace", "concurrency", "policy"], sort=False)[
-        "throughput_tok_s"
-    ].mean()
-    g = g.unstack("policy")
-    best = g[refs].max(axis=1)
-    rows = pd.DataFrame(
-        {
-            "best built-in": g[refs].idxmax(axis=1),
-            "best tok/s": best,
-            f"{auto} tok/s": g[auto],
-            f"{auto} / best": g[auto] / best,
-            f"{auto} / oracle": g[auto] / g["oracle"],
-        }
-    ).reset_index()
-    rows = rows.rename(columns={"concurrency": "load"})
+    rows = auto_ratios(pd.concat(tables, ignore_index=True), refs, auto)
     ratio = rows[f"{auto} / best"]
     within = float((ratio >= 0.98).mean())
     worst = rows.loc[ratio.idxmin()]
@@ -257,12 +275,7 @@ def _auto_section(ctx, trace_paths, sla, targets, baseline, traces, seed) -> Non
         "0.95 or more).",
         "",
     )
-    fig = ratio_figure(
-        rows.rename(columns={f"{auto} / best": "ratio"}),
-        label=f"{auto} throughput / best built-in's",
-        title=f"{auto} against the best built-in lossless policy at each point "
-        "(1.000 = as good; red = worse)",
-    )
+    fig = auto_figure(rows, auto)
     ctx.figure(fig, "auto.png", f"{auto} / best built-in, per trace, profile and load")
     misses = rows[ratio < 0.98]
     if len(misses):
