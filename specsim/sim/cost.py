@@ -10,6 +10,15 @@ the first point the first value is held (a linear fall towards B = 0 could reach
 
 ``context_tokens`` (2-D profiles) is the MEAN context length (prompt + generated tokens) of the
 requests in the step; the table is interpolated linearly in it too, clamped at its ends.
+
+Engine terms (all 0 in generated profiles, measured by ``specsim validate`` on the real engine,
+docs/fidelity.md): a step also pays ``step_overhead_ms`` (the loop's fixed cost),
+``verify_per_request_ms`` per request in it (decoding AND prefilling: one attention call per
+layer, accepting, streaming), and per decoding request ``draft_per_context_us`` per context token
+the drafter attends to (a DSpark drafter reads up to ``draft_context_window`` target features).
+With ``prefill_token_ms`` > 0 a prompt token is charged at that cost instead of through the
+table (it needs no logits: an engine computes the LM head only where it samples), so the table
+covers the verified tokens only.
 """
 
 from __future__ import annotations
@@ -33,6 +42,17 @@ def dense_lookup(batch_tokens: np.ndarray, step_ms: np.ndarray) -> np.ndarray:
 # million tokens a step; any cost term above an hour is a unit mistake.
 MAX_PROFILE_BATCH = 1_000_000
 MAX_COST = 3.6e9
+_COST_KEYS = (
+    "draft_base_ms",
+    "draft_per_request_ms",
+    "draft_per_token_ms",
+    "sched_base_us",
+    "sched_us_per_request",
+    "step_overhead_ms",
+    "verify_per_request_ms",
+    "draft_per_context_us",
+    "prefill_token_ms",
+)
 
 
 @dataclass(frozen=True, eq=False)
@@ -52,6 +72,11 @@ class CostModel:
     draft_per_token_ms: float = 0.0
     sched_base_us: float = 0.0
     sched_us_per_request: float = 0.0
+    step_overhead_ms: float = 0.0
+    verify_per_request_ms: float = 0.0
+    draft_per_context_us: float = 0.0
+    draft_context_window: int = 0  # 0: the drafter reads the whole context
+    prefill_token_ms: float = 0.0
     max_running: int = 256
     kv_tokens: int = 1 << 20
     prefill_budget: int = 16384
@@ -61,14 +86,18 @@ class CostModel:
     _slope: np.ndarray = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        for key in ("draft_base_ms", "draft_per_request_ms", "draft_per_token_ms",
-                    "sched_base_us", "sched_us_per_request"):  # fmt: skip
+        for key in _COST_KEYS:
             v = getattr(self, key)
             if not (np.isfinite(v) and 0 <= v <= MAX_COST):
                 raise SpecsimError(
                     f"profile {self.name!r}: {key} = {v} must be a finite number in "
                     f"[0, {MAX_COST:g}]; fix the profile header"
                 )
+        if not 0 <= self.draft_context_window <= 10**9:
+            raise SpecsimError(
+                f"profile {self.name!r}: draft_context_window = {self.draft_context_window} must "
+                "be a whole number >= 0 (0: no window)"
+            )
         for key, hi in (("max_running", 10**7), ("kv_tokens", 10**13), ("prefill_budget", 10**9),
                         ("gpus", 10**6)):  # fmt: skip
             v = getattr(self, key)
@@ -120,6 +149,47 @@ class CostModel:
     @property
     def is_2d(self) -> bool:
         return self.context_tokens is not None
+
+    @property
+    def has_engine_terms(self) -> bool:
+        """Whether any per-request, per-context or prefill term is set (measured engines)."""
+        return bool(
+            self.step_overhead_ms
+            or self.verify_per_request_ms
+            or self.draft_per_context_us
+            or self.prefill_token_ms
+        )
+
+    def policy_step_fn(self, step_fn, prefill_tokens: int):  # type: ignore[no-untyped-def]
+        """The ``B -> seconds`` a policy sees in a step that also prefills ``prefill_tokens``
+        prompt tokens: the table at B + P, or (``prefill_token_ms`` > 0) the table at B plus
+        the prompt tokens' own cost. Shared by the simulator and the real engine."""
+        if not prefill_tokens:
+            return step_fn
+        if self.prefill_token_ms:
+            extra = self.prefill_token_ms * 1e-3 * prefill_tokens
+            return lambda batch: step_fn(batch) + extra
+        return lambda batch: step_fn(np.asarray(batch) + prefill_tokens)
+
+    def draft_context_s(self, contexts: np.ndarray) -> float:
+        """Seconds of drafting that grow with context: the sum over decoding requests of the
+        context tokens the drafter attends to (capped at ``draft_context_window``)."""
+        if not self.draft_per_context_us:
+            return 0.0
+        c = np.asarray(contexts, dtype=np.int64)
+        if self.draft_context_window:
+            c = np.minimum(c, self.draft_context_window)
+        return self.draft_per_context_us * 1e-6 * float(c.sum())
+
+    def verify_s(self, decode_tokens: int, prefill_tokens: int, n_requests: int, step_fn):  # type: ignore[no-untyped-def]
+        """Seconds of the target step of ``n_requests`` requests verifying ``decode_tokens``
+        tokens and prefilling ``prefill_tokens`` (``step_fn``: the table at this context), the
+        engine terms included. The simulator's hot loop inlines the same arithmetic."""
+        if self.prefill_token_ms:
+            t = float(step_fn(decode_tokens)) + self.prefill_token_ms * 1e-3 * prefill_tokens
+        else:
+            t = float(step_fn(decode_tokens + prefill_tokens))
+        return t + self.step_overhead_ms * 1e-3 + self.verify_per_request_ms * 1e-3 * n_requests
 
     def _row(self, lut: np.ndarray, slope: float, batch: np.ndarray) -> np.ndarray:
         bmax = lut.shape[0] - 1
@@ -188,6 +258,11 @@ class CostModel:
             "draft_per_token_ms": self.draft_per_token_ms,
             "sched_base_us": self.sched_base_us,
             "sched_us_per_request": self.sched_us_per_request,
+            "step_overhead_ms": self.step_overhead_ms,
+            "verify_per_request_ms": self.verify_per_request_ms,
+            "draft_per_context_us": self.draft_per_context_us,
+            "draft_context_window": self.draft_context_window,
+            "prefill_token_ms": self.prefill_token_ms,
             "max_running": self.max_running,
             "kv_tokens": self.kv_tokens,
             "prefill_budget": self.prefill_budget,

@@ -625,6 +625,9 @@ class Engine:
         d_base, d_req = cost.draft_base_ms * 1e-3, cost.draft_per_request_ms * 1e-3
         d_tok = cost.draft_per_token_ms * 1e-3 * gamma
         self.d_base, self.d_req, self.d_tok = d_base, d_req, d_tok
+        # measured-engine terms (specsim.sim.cost): 0 in generated profiles
+        engine_terms = cost.has_engine_terms
+        p_tok = cost.prefill_token_ms * 1e-3
         zos = bool(self.policy.zos)
         schedule = self.policy.schedule
         need_lag = "lagged_conf" in self.needs
@@ -637,7 +640,7 @@ class Engine:
         tab = row_table(conf_all, acc_all) if need_surv or need_lag_surv else None
         conf_dtype = conf_all.dtype
         # the solo walk needs a step time that does not move with the context (1-D profile)
-        solo = self.policy.solo is not None and not cost.is_2d
+        solo = self.policy.solo is not None and not cost.is_2d and not engine_terms
         rowwise = solo and self.policy.rowwise and not zos
         open_loop = self.wl.open_loop
         arrivals = self.wl.arrival_s
@@ -733,7 +736,12 @@ class Engine:
                     acc = acc_all[rows]
                 if cost.is_2d:
                     step_fn = cost.step_time_fn(float(np.mean(S[_PROMPT] + S[_N])))
-                pol_fn = _shifted(step_fn, prefill_tokens) if n_new else step_fn
+                if not n_new:
+                    pol_fn = step_fn
+                elif p_tok:
+                    pol_fn = cost.policy_step_fn(step_fn, prefill_tokens)
+                else:
+                    pol_fn = _shifted(step_fn, prefill_tokens)
                 lag = lag_surv = None
                 if need_lag:
                     h2 = S[_H2, :n_dec]
@@ -772,6 +780,8 @@ class Engine:
                 if need_hist:
                     self._hist_add(rows, conf, lens, a_ok)
                 draft_s = d_base + (d_req + d_tok) * n_dec
+                if engine_terms:  # the drafter's context: up to the anchor (prompt + n - 1)
+                    draft_s += cost.draft_context_s(S[_PROMPT, :n_dec] + pos - 1)
                 sched_s = 0.0 if zos else cost.sched_s(n_dec)
             else:
                 n_ver = n_acc = 0
@@ -779,7 +789,9 @@ class Engine:
             batch = n_dec + n_ver + prefill_tokens
             if batch > self.max_b:
                 self.max_b = batch
-            if cost.is_2d:
+            if engine_terms:
+                verify_s = cost.verify_s(n_dec + n_ver, prefill_tokens, n_run, step_fn)
+            elif cost.is_2d:
                 verify_s = float(step_fn(batch))
             elif batch < n_lut:
                 verify_s = float(lut[batch])

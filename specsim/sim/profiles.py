@@ -2,8 +2,10 @@
 
 Profile CSV format (docs/simulator.md): optional header lines ``# key: value`` holding the scalar
 costs (``draft_base_ms``, ``draft_per_request_ms``, ``draft_per_token_ms``, ``sched_base_us``,
-``sched_us_per_request``, ``max_running``, ``kv_tokens``, ``prefill_budget``; anything else is
-kept as metadata),
+``sched_us_per_request``, ``max_running``, ``kv_tokens``, ``prefill_budget``, and the measured
+engine terms ``step_overhead_ms``, ``verify_per_request_ms``, ``draft_per_context_us``,
+``draft_context_window``, ``prefill_token_ms`` (specsim.sim.cost); anything else is kept as
+metadata),
 then a table with columns ``batch_tokens,step_ms`` and optionally ``context_tokens`` (a full
 grid: every batch size at every context).
 
@@ -30,13 +32,17 @@ from specsim.sim.deployments import Deployment, FreeParams, sources
 
 PROFILES: Registry[CostModel] = Registry("profile")
 
-_INT_KEYS = ("max_running", "kv_tokens", "prefill_budget", "gpus")
+_INT_KEYS = ("max_running", "kv_tokens", "prefill_budget", "gpus", "draft_context_window")
 _FLOAT_KEYS = (
     "draft_base_ms",
     "draft_per_request_ms",
     "draft_per_token_ms",
     "sched_base_us",
     "sched_us_per_request",
+    "step_overhead_ms",
+    "verify_per_request_ms",
+    "draft_per_context_us",
+    "prefill_token_ms",
 )
 
 

@@ -1,0 +1,108 @@
+"""The measured-engine cost terms (specsim.sim.cost): each one charged exactly where the real
+engine pays it, and a profile without them replays bit for bit as before."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specsim.errors import SpecsimError
+from specsim.sim.cost import CostModel
+from specsim.sim.profiles import parse_profile_csv, write_profile_csv
+from specsim.sim.simulate import replay
+from specsim.trace.synth import LogNormal, synth_trace
+
+TABLE = {"batch_tokens": np.array([1, 4, 8, 16, 64, 256]), "step_ms": [5.0, 5.5, 6.0, 8.0, 12.0, 40.0]}
+TERMS = {
+    "step_overhead_ms": 0.7,
+    "verify_per_request_ms": 0.3,
+    "prefill_token_ms": 0.02,
+}
+
+
+@pytest.fixture(scope="module")
+def trace():
+    return synth_trace(
+        n_requests=12,
+        accept_profile=[0.8, 0.6, 0.5, 0.4],
+        prompt_len=LogNormal(40, 0.5, 8, 120),
+        output_len=LogNormal(30, 0.4, 8, 80),
+        seed=3,
+    )
+
+
+def run(trace, cost, policy="static:3", **kw):
+    return replay(trace, policy, concurrency=4, profile=cost, seed=0, record_tokens=False, **kw)
+
+
+def test_zero_terms_replay_bit_for_bit(trace):
+    """Adding the (zero) engine terms to a profile changes nothing (the golden replays hold)."""
+    a = run(trace, CostModel("a", **TABLE))
+    b = run(trace, CostModel("b", **TABLE, step_overhead_ms=0.0, verify_per_request_ms=0.0))
+    assert a.steps["duration_s"].to_numpy().tobytes() == b.steps["duration_s"].to_numpy().tobytes()
+
+
+def test_each_step_pays_its_terms_exactly(trace):
+    """duration = table(decode tokens) + prompt tokens x prefill_token_ms + step overhead +
+    per request x running, step by step (static policy: no decision depends on cost)."""
+    cost = CostModel("t", **TABLE, **TERMS)
+    st = run(trace, cost).steps
+    dec_tokens = st["decoding"] + st["verified_drafts"]
+    want = (
+        cost.step_time(dec_tokens.to_numpy())
+        + 0.02e-3 * st["prefill_tokens"]
+        + 0.7e-3
+        + 0.3e-3 * st["running"]
+    )
+    np.testing.assert_allclose(st["duration_s"], want, rtol=1e-12)
+    assert (st["prefill_tokens"] > 0).any() and (st["prefilling"] == 0).any()
+    # the same steps without the terms: prompt tokens go through the table instead
+    plain = run(trace, CostModel("p", **TABLE)).steps
+    np.testing.assert_array_equal(plain["batch_tokens"], st["batch_tokens"])
+    np.testing.assert_allclose(plain["duration_s"], cost.step_time(st["batch_tokens"].to_numpy()))
+
+
+def test_draft_context_term(trace):
+    """Drafting grows with each decoding request's context, capped at the window."""
+    cost = CostModel("c", **TABLE, draft_per_context_us=10.0, draft_context_window=50)
+    assert cost.draft_context_s(np.array([10, 49, 500])) == pytest.approx(10e-6 * (10 + 49 + 50))
+    st = run(trace, cost).steps
+    base = run(trace, CostModel("b", **TABLE)).steps
+    extra = (st["duration_s"] - base["duration_s"]).to_numpy()
+    dec = st["decoding"].to_numpy()
+    assert np.all(extra[dec == 0] == 0)
+    assert np.all(extra[dec > 0] > 0) and np.all(extra <= 10e-6 * 50 * dec + 1e-15)
+    unbounded = run(trace, CostModel("u", **TABLE, draft_per_context_us=10.0)).steps
+    assert (unbounded["duration_s"] >= st["duration_s"]).all()
+    assert (unbounded["duration_s"] > st["duration_s"]).any()  # contexts beyond 50 tokens
+
+
+def test_policies_see_prompt_tokens_at_their_cost():
+    cost = CostModel("t", **TABLE, prefill_token_ms=0.02)
+    fn = cost.policy_step_fn(cost.step_time_fn(None), 100)
+    assert fn(8) == pytest.approx(cost.step_time(8) + 100 * 0.02e-3)
+    plain = CostModel("p", **TABLE)
+    assert plain.policy_step_fn(plain.step_time_fn(None), 100)(8) == pytest.approx(
+        plain.step_time(108)
+    )
+    assert plain.policy_step_fn(plain.step_time_fn(None), 0) is not None
+
+
+def test_terms_round_trip_through_csv(tmp_path):
+    cost = CostModel("t", **TABLE, **TERMS, draft_per_context_us=1.5, draft_context_window=192)
+    back = parse_profile_csv(write_profile_csv(cost, tmp_path / "p.csv").read_text(), "t")
+    assert back.scalars() == cost.scalars() and back.has_engine_terms
+    assert not CostModel("p", **TABLE).has_engine_terms
+
+
+@pytest.mark.parametrize(
+    ("kw", "needle"),
+    [
+        ({"verify_per_request_ms": -1.0}, "verify_per_request_ms"),
+        ({"prefill_token_ms": float("nan")}, "prefill_token_ms"),
+        ({"draft_context_window": -5}, "draft_context_window"),
+    ],
+)
+def test_bad_terms_are_refused(kw, needle):
+    with pytest.raises(SpecsimError, match=needle):
+        CostModel("bad", **TABLE, **kw)
