@@ -12,7 +12,10 @@ from specsim.sim.profiles import parse_profile_csv, write_profile_csv
 from specsim.sim.simulate import replay
 from specsim.trace.synth import LogNormal, synth_trace
 
-TABLE = {"batch_tokens": np.array([1, 4, 8, 16, 64, 256]), "step_ms": [5.0, 5.5, 6.0, 8.0, 12.0, 40.0]}
+TABLE = {
+    "batch_tokens": np.array([1, 4, 8, 16, 64, 256]),
+    "step_ms": [5.0, 5.5, 6.0, 8.0, 12.0, 40.0],
+}
 TERMS = {
     "step_overhead_ms": 0.7,
     "verify_per_request_ms": 0.3,
