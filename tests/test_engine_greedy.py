@@ -278,3 +278,75 @@ def test_open_loop_waits_for_arrivals(model, prompts, reference):
     assert np.all(raw.first_token_s > raw.admitted_s)
     assert outputs_by_prompt(res) == dict(enumerate(reference))
     assert res.steps["running"].max() <= 2
+
+
+@pytest.mark.parametrize("layout", ["flat", "padded"])
+def test_logits_only_where_asked(model, prompts, layout):
+    """A prompt being prefilled asks for its last row's logits only: the same numbers as the
+    full forward's last row, and the other requests' rows unchanged."""
+    seqs = prompts[:3]
+    full = FlatTarget(model, slots=3, cap=64, layout=layout).forward([0, 1, 2], seqs)
+    some = FlatTarget(model, slots=3, cap=64, layout=layout).forward([0, 1, 2], seqs, [1, 99, 2])
+    assert some.logits.shape[0] == 1 + len(seqs[1]) + 2
+    for j, k in enumerate((1, len(seqs[1]), 2)):
+        want = full.logits[full.offsets[j + 1] - k : full.offsets[j + 1]]
+        assert torch.allclose(some.logits_of(j), want, atol=1e-9)
+
+
+def test_cpu_clock_is_virtual(model, prompts, reference):
+    """On the CPU clock an idle engine jumps to the next arrival instead of sleeping: an
+    arrival 1000 s away costs no wall time, and the outputs stay greedy-exact."""
+    from specsim.torch_engine.clock import EngineClock
+
+    clk = EngineClock("cpu")
+    clk.start()
+    clk.wait_until(50.0)
+    assert clk.now() >= 50.0 and clk.wall() < 1.0
+    n = len(prompts)
+    wl = Workload(
+        kind="poisson",
+        describe="far arrivals",
+        arrival_s=np.array([0.0, 1000.0, 1000.5, 2000.0, 2000.0]),
+        trace_idx=np.arange(n),
+        prompt_len=np.array([len(p) for p in prompts]),
+        output_len=np.array(OUT),
+    )
+    cfg = EngineConfig(max_running=2, warmup_steps=0, clock="cpu")
+    res = RealEngine(
+        model, NoisyOracle(model), get_policy("full"), get_profile("h100-dense-8b"), prompts,
+        wl, cfg,
+    ).run()  # fmt: skip
+    raw = res.raw
+    assert raw.finish_s.max() > 2000.0 and res.steps["wall_end_s"].max() < 60.0
+    assert np.all(raw.admitted_s >= raw.arrival_s)
+    assert outputs_by_prompt(res) == dict(enumerate(reference))
+
+
+def test_closed_loop_retimes_onto_the_wall_clock(model, prompts):
+    """One closed-loop run on the CPU clock gives its wall-clock timeline: every time stamp
+    maps to the wall clock of the step boundary it sits on."""
+    from specsim.analysis.validate import retime
+
+    cfg = EngineConfig(max_running=2, warmup_steps=0, clock="cpu")
+    res = RealEngine(
+        model, NoisyOracle(model), get_policy("full"), get_profile("h100-dense-8b"), prompts,
+        closed(prompts, 2), cfg,
+    ).run()  # fmt: skip
+    w = retime(res.raw, res.steps)
+    st = res.steps
+    np.testing.assert_allclose(w.step_log[:, 0], st["wall_start_s"])
+    np.testing.assert_allclose(w.step_log[:, 0] + w.step_log[:, 1], st["wall_end_s"])
+    assert set(np.round(w.finish_s, 12)) <= set(np.round(st["wall_end_s"], 12))
+    assert w.sim_time_s == pytest.approx(float(st["wall_end_s"].iloc[-1]))
+    assert np.array_equal(w.emitted, res.raw.emitted)
+
+
+@pytest.mark.parametrize(
+    ("kind", "device", "threads", "needle"),
+    [("cpu", "cuda", 1, "GPU"), ("cpu", "cpu", 2, "--threads 1"), ("sun", "cpu", 1, "clock")],
+)
+def test_clock_refusals(kind, device, threads, needle):
+    from specsim.torch_engine.clock import check_clock
+
+    with pytest.raises(SpecsimError, match=needle):
+        check_clock(kind, device, threads)

@@ -2,8 +2,9 @@
 
 Writes under ``--out``: ``summary.json``, ``requests.parquet`` (TTFT, TPOT, per-user tok/s per
 request), ``steps.parquet`` (per step: time, B, accepted, the simulator's columns plus the
-wall-clock breakdown draft/sched/verify/accept), ``tokens.parquet`` (streamed emissions) and
-``outputs.jsonl`` (generated text per request). torch is imported inside ``run`` only.
+breakdown draft/sched/verify/accept on the engine's clock, ``--clock wall`` or ``cpu``),
+``tokens.parquet`` (streamed emissions) and ``outputs.jsonl`` (generated text per request).
+torch is imported inside ``run`` only.
 """
 
 from __future__ import annotations
@@ -32,6 +33,14 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
         default="flat",
         choices=("flat", "padded"),
         help="verification batch layout (default: flat, measured faster)",
+    )
+    p.add_argument(
+        "--clock",
+        default="wall",
+        choices=("wall", "cpu"),
+        help="the engine's time axis: wall time, or a virtual clock of the thread's CPU time "
+        "(what a dedicated core would show on a shared machine; needs --threads 1 and cpu; "
+        "default: wall)",
     )
     add_seed(p)
 
@@ -90,6 +99,9 @@ def run(args: argparse.Namespace) -> int:
     from specsim.policies.base import get_policy
 
     policy = get_policy(args.policy)
+    from specsim.torch_engine.clock import check_clock
+
+    check_clock(args.clock, args.device, args.threads)
     set_threads(args.threads)
     from specsim.progress import Progress
     from specsim.record.models import load_target, prompt_ids
@@ -117,6 +129,7 @@ def run(args: argparse.Namespace) -> int:
             contexts=(64, 256),
             repeats=3,
             layout=args.layout,
+            clock=args.clock,
         ).cost
     lengths = _Lengths([len(i) for i in ids], [args.max_new_tokens] * len(ids))
     if args.concurrency is not None:
@@ -133,6 +146,7 @@ def run(args: argparse.Namespace) -> int:
         kv_tokens=cost.kv_tokens,
         prefill_budget=cost.prefill_budget,
         eos_ids=tuple(target.eos_ids),
+        clock=args.clock,
     )
     n_jobs = wl.n_jobs_hint()
     with Progress(n_jobs, f"engine {policy.name}", " requests") as bar:

@@ -1,7 +1,9 @@
 """A real speculative-decoding server: continuous batching over a torch target and drafter.
 
-Each engine step, in wall-clock time (the simulator's step, :mod:`specsim.sim.engine`, done for
-real; the two share admission rules, workloads and metric code so that they can be compared):
+Each engine step is the simulator's step (:mod:`specsim.sim.engine`) done for real, timed on the
+wall clock or (``EngineConfig.clock = "cpu"``) on a virtual clock of the thread's CPU time
+(:mod:`specsim.torch_engine.clock`); the two share admission rules, workloads and metric code so
+that they can be compared:
 
 1. Admission: open-loop arrivals up to now join a FIFO queue; queued requests are admitted while
    a slot is free (``max_running``), their KV reservation fits (``kv_tokens``) and their prompt
@@ -25,7 +27,6 @@ raw arrays, so TTFT, TPOT, tau, throughput mean the same thing on both sides.
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,14 +39,26 @@ from specsim.policies.base import Policy, StepInput, check_lengths
 from specsim.sim.cost import CostModel
 from specsim.sim.engine import STEP_COLUMNS, RawLog
 from specsim.sim.workload import Workload
+from specsim.torch_engine.clock import EngineClock
 from specsim.torch_engine.proposers import Proposer
 from specsim.torch_engine.target import FlatTarget
 
 PRIOR_RATE = 0.5  # the simulator's online acceptance prior (specsim.sim.engine)
 PRIOR_WEIGHT = 2.0
-# Wall-clock breakdown of each step, logged next to the simulator's step columns.
-# ctx_mean: mean cached context (tokens) of the step's requests before the step.
-TIMING_COLUMNS = ("admit_s", "draft_s", "sched_s", "verify_s", "accept_s", "ctx_mean")
+# Breakdown of each step on the engine's clock, logged next to the simulator's step columns.
+# ctx_mean: mean cached context (tokens) of the step's requests before the step; wall_start_s,
+# wall_end_s: the step on the wall clock whatever the engine's clock (so that one closed-loop
+# run gives both timelines, specsim.analysis.validate.retime).
+TIMING_COLUMNS = (
+    "admit_s",
+    "draft_s",
+    "sched_s",
+    "verify_s",
+    "accept_s",
+    "ctx_mean",
+    "wall_start_s",
+    "wall_end_s",
+)
 
 
 @dataclass(frozen=True)
@@ -60,6 +73,7 @@ class EngineConfig:
     prefill_budget: int = 16384
     eos_ids: tuple[int, ...] = ()
     warmup_steps: int = 2  # untimed forwards before the clock starts (allocator, thread pools)
+    clock: str = "wall"  # or "cpu": a virtual clock of the thread's CPU time (clock.py)
 
 
 @dataclass(frozen=True, eq=False)
@@ -87,10 +101,6 @@ class _Req:
         self.h1: np.ndarray | None = None  # confidences of one decode step ago
         self.h2: np.ndarray | None = None  # ... two decode steps ago
         self.out: list[int] = []
-
-
-def _shifted(step_fn, extra: int):  # type: ignore[no-untyped-def]
-    return lambda batch: step_fn(np.asarray(batch) + extra)
 
 
 class RealEngine:
@@ -257,13 +267,13 @@ class RealEngine:
         tok_cnt: list[int] = []
         max_b = 0
         step_fn = self.cost.step_time_fn(None)
-        t0 = time.perf_counter()
-
-        def clock() -> float:
-            return time.perf_counter() - t0
+        eclock = EngineClock(cfg.clock)
+        eclock.start()
+        clock, wall = eclock.now, eclock.wall
 
         while True:
             now = clock()
+            w_start = wall()
             if wl.open_loop:
                 while n_arrived < wl.arrival_s.shape[0] and wl.arrival_s[n_arrived] <= now:
                     queue.append(n_arrived)
@@ -285,7 +295,7 @@ class RealEngine:
                 new.append(req)
             if not running and not new:
                 if wl.open_loop and n_arrived < wl.arrival_s.shape[0]:
-                    time.sleep(max(0.0, float(wl.arrival_s[n_arrived]) - clock()))
+                    eclock.wait_until(float(wl.arrival_s[n_arrived]))
                     continue
                 if queue:
                     raise SpecsimError("a request does not fit --kv-tokens even alone")
@@ -319,7 +329,7 @@ class RealEngine:
                     )
                 inp = StepInput(
                     conf=prop.conf,
-                    step_time=_shifted(fn, pre) if pre else fn,
+                    step_time=self.cost.policy_step_fn(fn, pre),
                     lagged_conf=lag,
                     accept_rate=rate,
                     rng=self.policy_rng,
@@ -339,7 +349,9 @@ class RealEngine:
                 toks_f.append(list(p_ids))
                 slots_f.append(r.slot)
             ctx_mean = float(np.mean(self.target.lengths[np.asarray(slots_f)]))  # before the step
-            out = self.target.forward(slots_f, toks_f)
+            # logits where the engine samples: every verified row, a prompt's last token only
+            n_logits = [len(t) for t in toks_f[:n_dec]] + [1] * n_new
+            out = self.target.forward(slots_f, toks_f, n_logits)
             batch = int(out.offsets[-1])
             max_b = max(max_b, batch)
             t_ver = clock()
@@ -349,12 +361,12 @@ class RealEngine:
             emitted_total = 0
             feats = out.feats
             for i, r in enumerate(dec + new):
-                lo, hi = int(out.offsets[i]), int(out.offsets[i + 1])
+                lo = int(out.offsets[i])
                 p_len = len(self.prompts[job_trace[r.job]])
                 if i < n_dec:
                     l_r = int(lens[i])
                     q = prop.q[i] if prop.q is not None else None
-                    m, emit = self._accept(out.logits[lo:hi], prop.tokens[i, :l_r], q)
+                    m, emit = self._accept(out.logits_of(i), prop.tokens[i, :l_r], q)
                     a = p_len + r.n - 1
                     keep = m + 1  # anchor + accepted drafts stay in the cache
                     n_acc += m
@@ -367,7 +379,7 @@ class RealEngine:
                         succ[: m + 1] += 1
                     r.h2, r.h1 = r.h1, prop.conf[i]
                 else:
-                    m, emit = self._accept(out.logits[hi - 1 : hi], np.zeros(0, np.int64), None)
+                    m, emit = self._accept(out.logits_of(i), np.zeros(0, np.int64), None)
                     a = 0
                     keep = p_len
                     r.prefilled = True
@@ -436,6 +448,8 @@ class RealEngine:
                     t_ver - t_sched,
                     end - t_ver,
                     ctx_mean,
+                    w_start,
+                    wall(),
                 )
             )
             if not wl.open_loop:
@@ -488,6 +502,7 @@ class RealEngine:
             "max_running": self.cfg.max_running,
             "prefill_budget": self.cfg.prefill_budget,
             "torch_threads": torch.get_num_threads(),
+            "clock": self.cfg.clock,
         }
         return EngineResult(
             summary=summary,

@@ -38,9 +38,15 @@ LAYOUTS = ("flat", "padded")
 class StepOut:
     """One forward's results, rows in the order the requests' tokens were given (flattened)."""
 
-    logits: torch.Tensor  # [B, V] float32
+    logits: torch.Tensor  # [L, V] float32: the rows that asked for logits (all B by default)
     feats: torch.Tensor | None  # [B, n*H] concatenated hidden states of the feature layers
     offsets: np.ndarray  # (R+1,) row offsets of each request's tokens
+    logit_offsets: np.ndarray | None = None  # (R+1,) row offsets into ``logits`` (None: offsets)
+
+    def logits_of(self, i: int) -> torch.Tensor:
+        """Request ``i``'s logit rows (its LAST rows when it asked for fewer than it fed)."""
+        off = self.offsets if self.logit_offsets is None else self.logit_offsets
+        return self.logits[int(off[i]) : int(off[i + 1])]
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -101,11 +107,16 @@ class FlatTarget:
 
     # ---- the forward ---------------------------------------------------------------------------
     @torch.no_grad()
-    def forward(self, slots: list[int], tokens: list[list[int]]) -> StepOut:
+    def forward(
+        self, slots: list[int], tokens: list[list[int]], n_logits: list[int] | None = None
+    ) -> StepOut:
         """Append ``tokens[i]`` to the context of ``slots[i]`` and run them all in ONE forward.
 
-        Returns logits (and feature-layer hidden states) for every new token; the cache then
-        holds the new tokens too (call :meth:`truncate` to drop rejected ones).
+        Returns logits (and feature-layer hidden states) for every new token, or, with
+        ``n_logits``, logits for only the last ``n_logits[i]`` tokens of request ``i``: a prompt
+        being prefilled needs the LM head at its last token only, as in any serving engine (on
+        SmolLM2-135M the LM head is ~20% of a token's cost). The cache then holds the new tokens
+        too (call :meth:`truncate` to drop rejected ones).
         """
         lens = np.fromiter((len(t) for t in tokens), dtype=np.int64, count=len(tokens))
         past = self.lengths[np.asarray(slots, dtype=np.int64)]
@@ -116,11 +127,23 @@ class FlatTarget:
                 f"a request reached {int((past + lens).max())} cached tokens, over the cache "
                 f"capacity {self.cap}; raise the engine's max context"
             )
+        rows = None
+        if n_logits is not None:
+            nl = np.minimum(np.asarray(n_logits, dtype=np.int64), lens)
+            if np.any(nl < 1):
+                raise SpecsimError("internal: every request needs at least one logit row")
+            if not np.array_equal(nl, lens):
+                ends = np.cumsum(lens)
+                rows = np.concatenate([np.arange(e - k, e) for e, k in zip(ends, nl, strict=True)])
         if self.layout == "flat":
-            out = self._flat(slots, tokens, lens, past)
+            out = self._flat(slots, tokens, lens, past, rows)
         else:
-            out = self._padded(slots, tokens, lens, past)
+            out = self._padded(slots, tokens, lens, past, rows)
         self.lengths[np.asarray(slots, dtype=np.int64)] = past + lens
+        if rows is not None:
+            lo = np.zeros(len(slots) + 1, dtype=np.int64)
+            np.cumsum(nl, out=lo[1:])
+            out = StepOut(logits=out.logits, feats=out.feats, offsets=out.offsets, logit_offsets=lo)
         return out
 
     def _embed_rope(self, ids: torch.Tensor, pos: torch.Tensor):  # type: ignore[no-untyped-def]
@@ -140,7 +163,15 @@ class FlatTarget:
         k = k * cos + _rotate_half(k) * sin
         return q, k, v
 
-    def _finish(self, x: torch.Tensor, feats: list[torch.Tensor], offsets: np.ndarray) -> StepOut:
+    def _finish(
+        self,
+        x: torch.Tensor,
+        feats: list[torch.Tensor],
+        offsets: np.ndarray,
+        rows: np.ndarray | None = None,
+    ) -> StepOut:
+        if rows is not None:  # the LM head only where logits are wanted
+            x = x[torch.from_numpy(rows).to(x.device)]
         x = self.inner.norm(x)
         logits = self.model.lm_head(x).float()
         f = torch.cat(feats, -1) if feats else None
@@ -151,7 +182,7 @@ class FlatTarget:
         if i in self.feature_layers:
             feats.append(self.inner.norm(x) if i == self.n_layers - 1 else x)
 
-    def _flat(self, slots, tokens, lens, past) -> StepOut:  # type: ignore[no-untyped-def]
+    def _flat(self, slots, tokens, lens, past, rows=None) -> StepOut:  # type: ignore[no-untyped-def]
         dev = self.device
         r = len(slots)
         offsets = np.zeros(r + 1, dtype=np.int64)
@@ -198,9 +229,9 @@ class FlatTarget:
             x = x + layer.self_attn.o_proj(o.transpose(0, 1).reshape(x.shape[0], -1))
             x = x + layer.mlp(layer.post_attention_layernorm(x))
             self._feature(i, x, feats)
-        return self._finish(x, feats, offsets)
+        return self._finish(x, feats, offsets, rows)
 
-    def _padded(self, slots, tokens, lens, past) -> StepOut:  # type: ignore[no-untyped-def]
+    def _padded(self, slots, tokens, lens, past, rows=None) -> StepOut:  # type: ignore[no-untyped-def]
         dev = self.device
         r = len(slots)
         lq = int(lens.max())
@@ -239,8 +270,9 @@ class FlatTarget:
             x = x + layer.mlp(layer.post_attention_layernorm(x))
             self._feature(i, x, feats)
         out = self._finish(x, feats, offsets)
+        logits = out.logits[vmask]
         return StepOut(
-            logits=out.logits[vmask],
+            logits=logits if rows is None else logits[torch.from_numpy(rows).to(dev)],
             feats=None if out.feats is None else out.feats[vmask],
             offsets=offsets,
         )
