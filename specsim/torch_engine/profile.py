@@ -5,15 +5,25 @@ step costs, and the engine runs its own flattened forward (``target.py``). The s
 decomposed the way the simulator's cost model composes it (``specsim.sim.cost``):
 
 - ``step_ms(B, context)``: one target forward of B new tokens of ONE request after a cached
-  context (pure token cost: linear layers grow with B, attention with B x context).
-- ``draft_base_ms`` + ``draft_per_request_ms * R``: the proposer drafting R requests, PLUS the
-  per-request overhead of verifying R requests instead of one (an attention call per request per
-  layer, Python bookkeeping): both are paid once per decoding request per step, which is what the
-  simulator charges ``draft_per_request_ms`` for.
+  context, logits on every row (a verified token's cost: linear layers and LM head grow with B,
+  attention with B x context).
+- ``prefill_token_ms``: a prompt token (its forward without the LM head, which runs on the
+  prompt's last token only), fitted from prefills of 32-256 tokens on top of the table's B = 1.
+- ``draft_base_ms + R * (draft_per_request_ms + gamma * draft_per_token_ms)
+  + draft_per_context_us * sum_r min(context_r, window)``: the proposer drafting R requests; the
+  context term is what a DSpark drafter's attention over up to ``context_window`` target
+  features costs, the per-token term the sequential heads (timed by drafting shorter blocks).
+- ``step_overhead_ms + verify_per_request_ms * R``: what the engine loop spends per step outside
+  the table, drafting and scheduling (one attention call per request per layer, accepting,
+  streaming, cache bookkeeping), measured by running the engine itself on random prompts.
 - ``sched_base_us`` + ``sched_us_per_request * R``: the policy's decision time.
 
-Every point is the median of ``repeats`` timed runs after a warm-up, so a busy machine disturbs
-it less; the CSV header records the torch thread count and the machine load when measured.
+Every call is timed on two clocks at once: the thread's CPU time and the wall clock. The
+profile of the requested clock is fitted from its own timings; the other clock's step table is
+fitted from its own timings too, its scalar terms are the requested clock's scaled by the
+median wall/CPU ratio of the table points (on a quiet machine ~1.0). Every point is the median
+of ``repeats`` timed runs after a warm-up; the CSV header records the clock, the torch thread
+count and the machine load when measured.
 """
 
 from __future__ import annotations
@@ -33,15 +43,18 @@ from specsim.torch_engine.target import FlatTarget
 DEFAULT_B = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384)
 DEFAULT_CTX = (64, 256, 512)
 DEFAULT_R = (1, 2, 4, 8)
+DEFAULT_P = (32, 64, 128, 256)  # prompt tokens of the timed prefills
 
 
 @dataclass(frozen=True, eq=False)
 class EngineProfile:
     """The measured profile and the raw points it was fitted from (tidy tables)."""
 
-    cost: Any  # specsim.sim.cost.CostModel
-    steps: Any  # DataFrame: context_tokens, batch_tokens, step_ms
+    cost: Any  # specsim.sim.cost.CostModel, on the requested clock
+    steps: Any  # DataFrame: context_tokens, batch_tokens, step_ms, step_ms_wall, step_ms_cpu
     per_request: Any  # DataFrame: requests, draft_ms, verify_extra_ms, sched_us
+    other: Any = None  # the same profile on the other clock (wall if cost is cpu, and back)
+    terms: Any = None  # DataFrame of the draft-context, block and prefill timing points
 
 
 def _sync(model: Any) -> None:
@@ -50,14 +63,22 @@ def _sync(model: Any) -> None:
         torch.cuda.synchronize()
 
 
-def _median_ms(fn, repeats: int) -> float:  # type: ignore[no-untyped-def]
+def _timed(fn) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+    """(cpu ms, wall ms) of one call: the thread's CPU time and the wall clock, together."""
+    c0, w0 = time.thread_time(), time.perf_counter()
+    fn()
+    return (time.thread_time() - c0) * 1000.0, (time.perf_counter() - w0) * 1000.0
+
+
+def _median_ms(fn, repeats: int, clock: str = "wall") -> float:  # type: ignore[no-untyped-def]
+    return _median2(fn, repeats)[0 if clock == "cpu" else 1]
+
+
+def _median2(fn, repeats: int) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+    """Median (cpu ms, wall ms) over ``repeats`` calls after one warm-up."""
     fn()  # warm-up
-    vals = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        vals.append((time.perf_counter() - t0) * 1000.0)
-    return statistics.median(vals)
+    vals = [_timed(fn) for _ in range(repeats)]
+    return statistics.median(v[0] for v in vals), statistics.median(v[1] for v in vals)
 
 
 def _ids(gen: np.random.Generator, vocab: int, shape: Any) -> np.ndarray:
@@ -81,82 +102,111 @@ def measure_profile(
     contexts: tuple[int, ...] = DEFAULT_CTX,
     requests: tuple[int, ...] = DEFAULT_R,
     draft_context: int = 128,
+    prefill_tokens: tuple[int, ...] = DEFAULT_P,
     repeats: int = 5,
     layout: str = "flat",
     seed: int = 0,
     limits: dict[str, int] | None = None,
+    clock: str = "wall",
 ) -> EngineProfile:
-    """Time the engine's components and return them as a (2-D) :class:`CostModel`."""
+    """Time the engine's components and return them as a (2-D) :class:`CostModel` on ``clock``
+    (and the same on the other clock as ``EngineProfile.other``)."""
     import pandas as pd
 
     from specsim.policies.base import StepInput
     from specsim.sim.cost import CostModel
+    from specsim.torch_engine.clock import check_clock
 
+    check_clock(clock)
+    ci = 0 if clock == "cpu" else 1  # index of the requested clock in (cpu, wall) pairs
     gen = np.random.default_rng(seed)
     vocab = int(model.config.vocab_size)
     r_max = max(requests)
-    cap = max(max(contexts), draft_context) + max(batch_tokens) + 16
-    ft = FlatTarget(model, max(r_max, 1), cap, proposer.feature_layers, layout)
-    rows = []
-    total = len(contexts) * len(batch_tokens) + 3 * len(requests)
-    with Progress(total, "profile engine", " points") as bar:
-        # Interleaved passes: every pass times every (context, B) point once, in a shuffled
-        # order, and a point's value is its median over the passes. On a shared machine whose
-        # speed drifts, drift then moves all points alike instead of bending the curve.
-        # (slot c holds context contexts[c]; slots are filled once)
+    drafter = getattr(proposer, "drafter", None)  # DSpark: attends to a window of features
+    window = int(drafter.cfg.context_window) if drafter is not None else 0
+    d_ctxs = _draft_contexts(draft_context, window)
+    cap = max(max(contexts), draft_context, max(d_ctxs), max(prefill_tokens)) + max(batch_tokens)
+    cap += 16
+    n_slots = max(r_max, len(contexts) + 1)
+    ft = FlatTarget(model, n_slots, cap, proposer.feature_layers, layout)
+    total = len(contexts) * len(batch_tokens) + len(prefill_tokens) + 3 * len(requests)
+    total += len(d_ctxs) + 2
+    with Progress(total, f"profile engine ({clock} clock)", " points") as bar:
+        # Interleaved passes: every pass times every point once, in a shuffled order, and a
+        # point's value is its median over the passes. On a shared machine whose speed drifts,
+        # drift then moves all points alike instead of bending the curve. Slot c holds context
+        # contexts[c] (filled once); the last slot takes the prefills (from an empty cache, with
+        # logits on the last token only, as the engine runs them).
         slots_ctx = {ctx: i for i, ctx in enumerate(contexts)}
-        if len(contexts) > ft.slots:
-            ft = FlatTarget(model, len(contexts), cap, proposer.feature_layers, layout)
+        pre_slot = len(contexts)
         for ctx, slot in slots_ctx.items():
             _fill(ft, slot, ctx, gen, vocab)
         points = [(ctx, b) for ctx in contexts for b in batch_tokens]
+        points += [(-1, p) for p in prefill_tokens]  # context -1: a prefill
         toks = {pt: _ids(gen, vocab, pt[1]).tolist() for pt in points}
-        times: dict[tuple[int, int], list[float]] = {pt: [] for pt in points}
+        times: dict[tuple[int, int], list[tuple[float, float]]] = {pt: [] for pt in points}
         for rep in range(repeats + 1):  # pass 0 is a warm-up
             for k in gen.permutation(len(points)):
                 ctx, b = points[int(k)]
-                slot = slots_ctx[ctx]
-                _sync(model)
-                t0 = time.perf_counter()
-                ft.forward([slot], [toks[(ctx, b)]])
-                _sync(model)
-                dt = (time.perf_counter() - t0) * 1000.0
-                ft.truncate(slot, ctx)
+                if ctx < 0:
+                    ft.reset(pre_slot)
+                    tok = toks[(ctx, b)]
+
+                    def call(tok=tok) -> None:
+                        ft.forward([pre_slot], [tok], [1])
+                        _sync(model)
+                else:
+                    slot, tok = slots_ctx[ctx], toks[(ctx, b)]
+
+                    def call(slot=slot, tok=tok) -> None:
+                        ft.forward([slot], [tok])
+                        _sync(model)
+
+                dt = _timed(call)
+                if ctx >= 0:
+                    ft.truncate(slots_ctx[ctx], ctx)
                 if rep:
                     times[(ctx, b)].append(dt)
             bar.update(len(points) / (repeats + 1))
-        rows = [(ctx, b, statistics.median(times[(ctx, b)])) for ctx, b in points]
+        med = {pt: [statistics.median(v[i] for v in times[pt]) for i in (0, 1)] for pt in points}
+        rows = [(ctx, b, med[(ctx, b)][ci], *med[(ctx, b)]) for ctx, b in points if ctx >= 0]
+        cols = ["context_tokens", "batch_tokens", "step_ms", "step_ms_cpu", "step_ms_wall"]
+        steps = pd.DataFrame(rows, columns=cols)
+        pre_pts = [(p, *med[(-1, p)]) for p in prefill_tokens]
         ft = FlatTarget(model, max(r_max, 1), cap, proposer.feature_layers, layout)
-        steps = pd.DataFrame(rows, columns=["context_tokens", "batch_tokens", "step_ms"])
         # The table stays jagged: on this CPU a forward of 16 tokens was measured FASTER than
         # one of 12 or 14 (GEMM kernel shapes), and the engine showed the same; smoothing it
         # cost 10% error in a cell. Only the last point is lifted to the one before it, so the
         # simulator's linear extrapolation beyond the table cannot go down (or negative).
-        last = steps.groupby("context_tokens")["batch_tokens"].transform("max")
-        prev = steps[steps["batch_tokens"] < last].groupby("context_tokens")["step_ms"].last()
-        tail = steps["batch_tokens"] == last
-        steps.loc[tail, "step_ms"] = np.maximum(
-            steps.loc[tail, "step_ms"].to_numpy(),
-            steps.loc[tail, "context_tokens"].map(prev).to_numpy(),
-        )
+        for col in ("step_ms", "step_ms_cpu", "step_ms_wall"):
+            _lift_tail(steps, col)
         # per-request costs at a typical decode shape: R requests x 4 tokens at draft_context
         for s in range(r_max):
-            _fill(ft, s, draft_context, gen, vocab)
+            _fill(ft, s, max(draft_context, max(d_ctxs)), gen, vocab)
         n_feat = max(len(proposer.feature_layers) * int(model.config.hidden_size), 1)
         seq_buf = torch.from_numpy(_ids(gen, vocab, (r_max, cap)))
         feat_buf = torch.randn((r_max, cap, n_feat), dtype=torch.float16)
         g = int(proposer.gamma)
+
+        def drafting(r: int, ctx: int, gamma: int = g):  # type: ignore[no-untyped-def]
+            slots, anchors = np.arange(r), np.full(r, ctx)
+
+            def call() -> None:
+                old = proposer.gamma
+                proposer.gamma = gamma  # a shorter block: fewer sequential head steps
+                try:
+                    proposer.propose(slots, anchors, seq_buf, feat_buf, 0.0, None)
+                finally:
+                    proposer.gamma = old
+
+            return _median2(call, repeats)
+
         per = []
         for r in requests:
-            slots = np.arange(r)
-            anchors = np.full(r, draft_context)
-            d_ms = _median_ms(
-                lambda slots=slots, anchors=anchors: proposer.propose(
-                    slots, anchors, seq_buf, feat_buf, 0.0, None
-                ),
-                repeats,
-            )
+            d_ms = drafting(r, draft_context)[ci]
             bar.update()
+            for s in range(r):
+                ft.truncate(s, draft_context)
             toks = [_ids(gen, vocab, 4).tolist() for _ in range(r)]
 
             def many(toks=toks, r=r) -> None:
@@ -170,7 +220,7 @@ def measure_profile(
                 _sync(model)
                 ft.truncate(0, draft_context)
 
-            extra = _median_ms(many, repeats) - _median_ms(one, repeats)
+            extra = _median2(many, repeats)[ci] - _median2(one, repeats)[ci]
             bar.update()
             conf = gen.uniform(0.2, 0.95, (r, g))
             lut = CostModel(
@@ -184,51 +234,122 @@ def measure_profile(
                 lagged_conf=conf,
                 accept_rate=np.full(g, 0.5),
             )
-            s_us = _median_ms(lambda inp=inp: policy.schedule(inp), max(repeats, 20)) * 1000.0
+            s_us = _median2(lambda inp=inp: policy.schedule(inp), max(repeats, 20))[ci] * 1000.0
             bar.update()
             per.append((r, d_ms, extra, s_us))
+        # drafting against context (R = 4 requests) and block length (gamma 1 vs the block)
+        r_c = min(4, r_max)
+        terms = []
+        for c in d_ctxs:
+            terms.append(("draft_context", r_c, c, g, drafting(r_c, c)[ci]))
+            bar.update()
+        for gg in sorted({1, g}):
+            ms = drafting(r_c, draft_context, gg)[ci]
+            terms.append(("draft_block", r_c, draft_context, gg, ms))
+            bar.update()
     per_req = pd.DataFrame(per, columns=["requests", "draft_ms", "verify_extra_ms", "sched_us"])
+    terms_df = pd.DataFrame(terms, columns=["term", "requests", "context", "gamma", "ms"])
+    terms_df = pd.concat(
+        [
+            terms_df,
+            pd.DataFrame(
+                [("prefill", 1, p, 0, (cw[0] if ci == 0 else cw[1])) for p, *cw in pre_pts],
+                columns=terms_df.columns,
+            ),
+        ],
+        ignore_index=True,
+    )
     rr = per_req["requests"].to_numpy(np.float64)
     d_slope, d_base = np.polyfit(rr, per_req["draft_ms"].to_numpy(), 1)
     v_slope = float(np.polyfit(rr - 1.0, per_req["verify_extra_ms"].to_numpy(), 1)[0])
     s_slope, s_base = np.polyfit(rr, per_req["sched_us"].to_numpy(), 1)
+    # context: ms per request per attended context token -> us
+    dc = terms_df[terms_df.term == "draft_context"]
+    eff = np.minimum(dc["context"].to_numpy(np.float64), window) if window else dc["context"]
+    ctx_us = max(float(np.polyfit(np.asarray(eff, np.float64), dc["ms"].to_numpy(), 1)[0]), 0.0)
+    ctx_us = ctx_us / r_c * 1000.0
+    db = terms_df[terms_df.term == "draft_block"].sort_values("gamma")
+    tok_ms = 0.0
+    if len(db) == 2 and g > 1:
+        tok_ms = max(float(db["ms"].iloc[1] - db["ms"].iloc[0]) / (r_c * (g - 1)), 0.0)
+    c0 = min(draft_context, window) if window else draft_context
+    per_request = max(float(d_slope) - tok_ms * g - ctx_us * 1e-3 * c0, 0.0)
+    # prompt tokens: beyond the table's B = 1 forward (a prefill-only step is table(1) + k P)
+    b1 = steps[steps["batch_tokens"] == steps["batch_tokens"].min()]
+    t1 = float(b1.sort_values("context_tokens")["step_ms"].iloc[0])
+    pp = np.array([p for p, *_ in pre_pts], np.float64)
+    pt = np.array([cw[ci] for _, *cw in pre_pts], np.float64)
+    pre_ms = max(float(np.sum(pp * (pt - t1)) / np.sum(pp * pp)), 1e-6)
     # the engine loop's own overhead (admission, building the batch, accepting, streaming,
     # splitting attention per request), measured by running the engine itself on random prompts
     table_only = _table_cost(steps)
-    over = _loop_overhead(model, proposer, table_only, requests, layout, gen, vocab)
+    over = _loop_overhead(model, proposer, table_only, requests, layout, gen, vocab, clock)
     per_req = per_req.merge(over, on="requests")
     o_slope, o_base = np.polyfit(rr, per_req["loop_overhead_ms"].to_numpy(), 1)
     piv = steps.pivot_table(index="context_tokens", columns="batch_tokens", values="step_ms")
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     meta = {
         "source": "measured by specsim.torch_engine.profile (the real engine's own forward)",
+        "clock": clock,
         "measured_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "torch_threads": str(torch.get_num_threads()),
         "loadavg_1min": f"{load:.2f}",
         "layout": layout,
         "draft_context": str(draft_context),
-        "draft_per_request_ms_drafting": f"{max(d_slope, 0.0):.4f}",
-        "draft_per_request_ms_verify_split": f"{max(v_slope, 0.0):.4f}",
-        "draft_base_ms_loop": f"{o_base:.4f}",
-        "draft_per_request_ms_loop": f"{o_slope:.4f}",
+        "verify_split_ms_per_request": f"{max(v_slope, 0.0):.4f}",
         "repeats": str(repeats),
     }
     lim = limits or {}
-    cost = CostModel(
-        name=name,
-        batch_tokens=piv.columns.to_numpy(np.int64),
-        step_ms=piv.to_numpy(np.float64) if len(piv) > 1 else piv.to_numpy(np.float64)[0],
-        context_tokens=piv.index.to_numpy(np.float64) if len(piv) > 1 else None,
-        draft_base_ms=round(float(max(d_base + o_base, 0.0)), 4),
-        draft_per_request_ms=round(float(max(d_slope + o_slope, 0.0)), 4),
-        sched_base_us=round(float(max(s_base, 0.0)), 2),
-        sched_us_per_request=round(float(max(s_slope, 0.0)), 3),
-        max_running=int(lim.get("max_running", 256)),
-        kv_tokens=int(lim.get("kv_tokens", 1 << 20)),
-        prefill_budget=int(lim.get("prefill_budget", 16384)),
-        meta=meta,
+    scal = {
+        "draft_base_ms": round(float(max(d_base, 0.0)), 4),
+        "draft_per_request_ms": round(per_request, 4),
+        "draft_per_token_ms": round(tok_ms, 5),
+        "draft_per_context_us": round(ctx_us, 4),
+        "sched_base_us": round(float(max(s_base, 0.0)), 2),
+        "sched_us_per_request": round(float(max(s_slope, 0.0)), 3),
+        "step_overhead_ms": round(float(max(o_base, 0.0)), 4),
+        "verify_per_request_ms": round(float(max(o_slope, 0.0)), 4),
+        "prefill_token_ms": round(pre_ms, 5),
+    }
+
+    def model_on(table: Any, scale: float, clk: str) -> Any:
+        return CostModel(
+            name=name,
+            batch_tokens=table.columns.to_numpy(np.int64),
+            step_ms=table.to_numpy(np.float64) if len(table) > 1 else table.to_numpy()[0],
+            context_tokens=table.index.to_numpy(np.float64) if len(table) > 1 else None,
+            draft_context_window=window,
+            max_running=int(lim.get("max_running", 256)),
+            kv_tokens=int(lim.get("kv_tokens", 1 << 20)),
+            prefill_budget=int(lim.get("prefill_budget", 16384)),
+            meta={**meta, "clock": clk},
+            **{k: round(v * scale, 5) for k, v in scal.items()},
+        )
+
+    cost = model_on(piv, 1.0, clock)
+    other_clk = "wall" if clock == "cpu" else "cpu"
+    other_col = f"step_ms_{other_clk}"
+    piv2 = steps.pivot_table(index="context_tokens", columns="batch_tokens", values=other_col)
+    ratio = float(np.median(steps[other_col] / steps["step_ms"]))
+    other = model_on(piv2, ratio, other_clk)
+    other.meta["scalars_scaled_from"] = f"{clock} clock x {ratio:.4f}"
+    return EngineProfile(cost=cost, steps=steps, per_request=per_req, other=other, terms=terms_df)
+
+
+def _draft_contexts(draft_context: int, window: int) -> tuple[int, ...]:
+    """Anchors at which drafting is timed against context: up to the window and past it."""
+    top = window or max(2 * draft_context, 64)
+    return tuple(sorted({16, max(top // 2, 17), top}))
+
+
+def _lift_tail(steps: Any, col: str) -> None:
+    last = steps.groupby("context_tokens")["batch_tokens"].transform("max")
+    prev = steps[steps["batch_tokens"] < last].groupby("context_tokens")[col].last()
+    tail = steps["batch_tokens"] == last
+    steps.loc[tail, col] = np.maximum(
+        steps.loc[tail, col].to_numpy(),
+        steps.loc[tail, "context_tokens"].map(prev).to_numpy(),
     )
-    return EngineProfile(cost=cost, steps=steps, per_request=per_req)
 
 
 def _table_cost(steps: Any) -> Any:
@@ -252,6 +373,7 @@ def _loop_overhead(
     layout: str,
     gen: np.random.Generator,
     vocab: int,
+    clock: str = "wall",
     prompt: int = 32,
     out: int = 16,
 ) -> Any:
@@ -283,7 +405,7 @@ def _loop_overhead(
             table,
             prompts,
             wl,
-            EngineConfig(max_running=r, layout=layout, warmup_steps=1),
+            EngineConfig(max_running=r, layout=layout, warmup_steps=1, clock=clock),
         ).run()
         st = res.steps
         st = st[(st["prefilling"] == 0) & (st["decoding"] == r)]
@@ -298,7 +420,13 @@ def _loop_overhead(
     return pd.DataFrame(rows, columns=["requests", "loop_overhead_ms"])
 
 
-def probe_ms(model: Any, points: tuple[tuple[int, int], ...], repeats: int = 3, seed: int = 1):
+def probe_ms(
+    model: Any,
+    points: tuple[tuple[int, int], ...],
+    repeats: int = 3,
+    seed: int = 1,
+    clock: str = "wall",
+):
     """Median ms of single-request forwards at (context, batch) points: re-timed during a long
     validation to see how much faster or slower the (shared) machine is than at profiling."""
     gen = np.random.default_rng(seed)
@@ -315,7 +443,7 @@ def probe_ms(model: Any, points: tuple[tuple[int, int], ...], repeats: int = 3, 
             ft.truncate(0, ctx)
             _sync(model)
 
-        out.append(_median_ms(step, repeats))
+        out.append(_median_ms(step, repeats, clock))
     return out
 
 
