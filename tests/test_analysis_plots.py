@@ -178,3 +178,40 @@ def test_figure_with_several_traces_has_a_panel_each(trace_path, tmp_path):
     assert path.stat().st_size > 10_000
     plt.close(fig)
     assert np.isfinite(table["throughput_tok_s"]).all()
+
+
+def test_ratio_figure_names_rows_on_the_first_column_only() -> None:
+    # long trace names used to run into the panel on their left (reports' auto.png)
+    import pandas as pd
+
+    from specsim.analysis.plots import ratio_figure
+
+    rows = [
+        {"profile": p, "trace": t, "load": c, "ratio": 1.0 + 0.01 * i}
+        for i, (p, t, c) in enumerate(
+            (p, t, c) for p in ("a", "b", "c") for t in ("chat", "synthetic-code") for c in (1, 4)
+        )
+    ]
+    fig = ratio_figure(pd.DataFrame(rows), label="x / best")
+    fig.canvas.draw()
+    panels = [ax for ax in fig.axes if ax.get_label() != "<colorbar>"][:4]
+    shown = [any(t.get_visible() and t.get_text() for t in ax.get_yticklabels()) for ax in panels]
+    assert shown[:3] == [True, False, True]  # columns 0, 1, 0
+    assert not panels[3].get_visible()  # 3 profiles in a 2 x 2 grid
+    assert [t.get_text() for t in panels[0].get_yticklabels()] == ["chat", "synthetic-code"]
+    plt.close(fig)
+
+
+def test_auto_ratios_compare_auto_with_the_best_reference() -> None:
+    import pandas as pd
+
+    from specsim.analysis.reports.schedulers_under_load import auto_ratios
+
+    tput = {"mtp1": 100.0, "zos": 120.0, "auto": 118.0, "oracle": 130.0}
+    both = pd.DataFrame(
+        [{"profile": "p", "trace": "t", "concurrency": 4, "policy": k, "throughput_tok_s": v}
+         for k, v in tput.items()]
+    )  # fmt: skip
+    r = auto_ratios(both, ["mtp1", "zos"], "auto").iloc[0]
+    assert r["best built-in"] == "zos" and r["load"] == 4
+    assert np.isclose(r["auto / best"], 118 / 120) and np.isclose(r["auto / oracle"], 118 / 130)
