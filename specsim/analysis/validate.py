@@ -1,11 +1,19 @@
 """Fidelity: the simulator against the real engine, cell by cell, on the same prompts and load.
 
-For each (policy, concurrency) cell the real engine (:mod:`specsim.torch_engine.engine`) serves the
-trace's prompts closed-loop, and the simulator replays the recorded trace of the same prompts
-with the same policy, concurrency, job order (the same seeded workload) and the cost profile
-measured from the engine's own components (:mod:`specsim.torch_engine.profile`). The table
-holds both sides' throughput, mean / p90 TPOT, mean TTFT and tau, and the relative error
-``(sim - real) / real``. Only torch-free code lives here; the engine is imported lazily.
+For each cell (drafter, policy, closed loop at C or open-loop Poisson at a rate) the real engine
+(:mod:`specsim.torch_engine.engine`) serves the trace's prompts ``repeats`` times, and the
+simulator replays the recorded trace of the same prompts with the same policy, load, job order
+(the same seeded workload) and the cost profile measured from the engine's own components
+(:mod:`specsim.torch_engine.profile`) on the SAME clock.
+
+Clocks: the engine runs on ``clock`` (``cpu``: a virtual clock of its thread's CPU time, which
+the neighbours on a shared machine cannot move much; ``wall``: real time). Every step is also
+stamped on the wall clock, so a closed-loop run on the CPU clock yields its wall-clock timeline
+too (:func:`retime`: in a closed loop no decision depends on time), and both sides are compared
+on both clocks (the wall side against the profile's wall-clock twin). Open-loop cells are
+compared on the run's own clock only (arrivals interleave with the clock).
+
+Only torch-free code lives here at import time; the engine is imported lazily.
 """
 
 from __future__ import annotations
@@ -13,7 +21,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,24 +30,73 @@ import pandas as pd
 
 from specsim.errors import SpecsimError
 
-METRICS = ("throughput_tok_s", "tpot_ms_mean", "tpot_ms_p90", "ttft_ms_mean", "tau")
-GOAL = {"throughput_tok_s": 0.05, "tpot_ms_mean": 0.05}  # |relative error| targets (issue 6)
+METRICS = (
+    "throughput_tok_s",
+    "tpot_ms_mean",
+    "tpot_ms_p50",
+    "tpot_ms_p90",
+    "ttft_ms_p50",
+    "ttft_ms_mean",
+    "tau",
+)
+# |relative error| goals (issue 15): throughput and mean TPOT 5% in every cell, p90 TPOT and
+# TTFT 10%; the median absolute error of throughput and mean TPOT under 2%
+GOAL = {"throughput_tok_s": 0.05, "tpot_ms_mean": 0.05, "tpot_ms_p90": 0.10, "ttft_ms_p50": 0.10}
+MEDIAN_GOAL = 0.02
+# (context, batch) forwards re-timed before and after every run: their ratio to the same
+# forwards timed right after profiling is the machine's speed during the run (a diagnostic)
+PROBE_POINTS = ((128, 8),)
 
 
 @dataclass(frozen=True)
 class Cell:
+    """One grid cell: closed loop at ``concurrency`` or open loop at ``rate_frac`` of the
+    simulated capacity (found per policy from the simulator's closed loop at the largest C)."""
+
     policy: str
-    concurrency: int
+    concurrency: int | None = None
+    rate_frac: float | None = None
+    drafter: str = ""
+
+    @property
+    def load(self) -> str:
+        if self.concurrency is not None:
+            return f"C={self.concurrency}"
+        return f"rate={self.rate_frac:g}x"
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One real run (picklable: it crosses to a worker process)."""
+
+    cell: Cell
+    repeat: int
+    jobs: int
+    rate: float | None  # req/s (open loop)
+    seed: int
+    clock: str
+    layout: str
+    prefill_budget: int
+    kv_tokens: int
+    cost: Any  # CostModel the policy sees (the clock's profile)
+    prompt_ids: list[list[int]]  # per trace request
+    prompt_len: np.ndarray
+    output_len: np.ndarray
+    probe_ref: tuple[float, ...] = ()  # probe ms at profiling time (PROBE_POINTS)
 
 
 def cell_metrics(summary: dict, requests: pd.DataFrame) -> dict[str, float]:
     """The compared metrics of one run (sim or real), from the shared metric definitions."""
     tpot = requests["tpot_ms"].to_numpy(np.float64)
     tpot = tpot[np.isfinite(tpot)]
+    ttft = requests["ttft_ms"].to_numpy(np.float64) if "ttft_ms" in requests else np.array([])
+    ttft = ttft[np.isfinite(ttft)]
     return {
         "throughput_tok_s": float(summary["throughput_tok_s"]),
         "tpot_ms_mean": float(summary["tpot_ms_mean"]),
+        "tpot_ms_p50": float(np.percentile(tpot, 50)) if tpot.size else float("nan"),
         "tpot_ms_p90": float(np.percentile(tpot, 90)) if tpot.size else float("nan"),
+        "ttft_ms_p50": float(np.percentile(ttft, 50)) if ttft.size else float("nan"),
         "ttft_ms_mean": float(summary["ttft_ms_mean"]),
         "tau": float(summary["tau"]),
     }
@@ -57,22 +114,25 @@ def compare(real: dict[str, float], sim: dict[str, float]) -> dict[str, float]:
 
 
 def load_adjusted(row: dict, slow: float) -> dict[str, float]:
-    """Errors after scaling the simulated times by the measured machine slowdown of the cell
-    (a diagnostic column, reported next to the raw error, never instead of it)."""
+    """Errors after scaling the simulated times by the machine's measured slowdown during the
+    cell (probes against profiling time): a diagnostic column, next to the raw error, never
+    instead of it."""
     out = {}
     for m, inverse in (
         ("throughput_tok_s", True),
         ("tpot_ms_mean", False),
         ("tpot_ms_p90", False),
-        ("ttft_ms_mean", False),
+        ("ttft_ms_p50", False),
     ):
         sim = row[f"sim_{m}"] / slow if inverse else row[f"sim_{m}"] * slow
         real = row[f"real_{m}"]
-        out[f"adj_err_{m}"] = (sim - real) / real if real else float("nan")
+        ok = real and np.isfinite(real) and np.isfinite(sim)
+        out[f"adj_err_{m}"] = (sim - real) / real if ok else float("nan")
     return out
 
 
-def parse_grid(policies: str, concurrency: str) -> list[Cell]:
+def parse_grid(policies: str, concurrency: str, rates: str = "") -> list[Cell]:
+    """Cells of the grid: every policy at every closed-loop C and every open-loop rate."""
     pols = [p.strip() for p in policies.split(",") if p.strip()]
     try:
         conc = [int(c) for c in concurrency.split(",") if c.strip()]
@@ -80,13 +140,191 @@ def parse_grid(policies: str, concurrency: str) -> list[Cell]:
         raise SpecsimError(
             f"--concurrency must be integers like 1,2,4,8, got {concurrency!r}"
         ) from None
+    try:
+        fr = [float(r) for r in rates.split(",") if r.strip()]
+    except ValueError:
+        raise SpecsimError(f"--rates must be fractions like 0.3,0.6,0.9, got {rates!r}") from None
     if not pols or not conc or min(conc) < 1:
         raise SpecsimError("give at least one policy and positive concurrency levels")
+    if any(not (0 < f < 2) for f in fr):
+        raise SpecsimError(f"--rates are fractions of the simulated capacity in (0, 2): {rates!r}")
     from specsim.policies.base import get_policy
 
     for p in pols:
-        get_policy(p)  # a typo fails now, in one line, not after the profile
-    return [Cell(p, c) for p in pols for c in conc]
+        pol = get_policy(p)  # a typo fails now, in one line, not after the profile
+        if pol.needs & {"accept_len"}:
+            raise SpecsimError(f"policy {p!r} reads the future (an oracle); a real engine cannot")
+    cells = [Cell(p, concurrency=c) for p in pols for c in conc]
+    return cells + [Cell(p, rate_frac=f) for p in pols for f in fr]
+
+
+# ------------------------------------------------------------------ one real run
+
+
+def retime(raw: Any, steps: pd.DataFrame) -> Any:
+    """The closed-loop run ``raw`` (on the engine's clock) on the wall clock: every time stamp
+    of a closed loop is some step's start or end, so mapping step boundaries maps them all."""
+    start = raw.step_log[:, 0]
+    end = start + raw.step_log[:, 1]
+    virt = np.empty(2 * start.shape[0])
+    wall = np.empty_like(virt)
+    virt[0::2], virt[1::2] = start, end
+    wall[0::2] = steps["wall_start_s"].to_numpy()
+    wall[1::2] = steps["wall_end_s"].to_numpy()
+
+    def f(t: np.ndarray | None) -> np.ndarray | None:
+        return None if t is None else np.interp(t, virt, wall)
+
+    log = raw.step_log.copy()
+    log[:, 0] = wall[0::2]
+    log[:, 1] = wall[1::2] - wall[0::2]
+    return replace(
+        raw,
+        arrival_s=f(raw.arrival_s),
+        admitted_s=f(raw.admitted_s),
+        first_token_s=f(raw.first_token_s),
+        finish_s=f(raw.finish_s),
+        step_log=log,
+        token_time=f(raw.token_time),
+        sim_time_s=float(wall[-1]) if wall.size else 0.0,
+    )
+
+
+_STATE: dict[str, Any] = {}
+
+
+def _init_worker(target_spec: str, drafters: list[str], device: str, threads: int) -> None:
+    """Load the target and every proposer once per process."""
+    from specsim.record.models import load_target, set_threads
+    from specsim.torch_engine.proposers import make_proposer
+
+    set_threads(threads)
+    target = load_target(target_spec, device)
+    _STATE["target"] = target
+    _STATE["proposers"] = {d: make_proposer(d, target)[0] for d in drafters}
+
+
+def run_real(spec: RunSpec) -> dict[str, Any]:
+    """One real run of a cell: metrics on the engine's clock (and, closed loop, on the wall
+    clock), the step log, and how many jobs' lengths differ from the trace."""
+    from specsim.commands.engine import _Lengths
+    from specsim.policies.base import get_policy
+    from specsim.sim.metrics import request_frame, summarize
+    from specsim.sim.workload import synthetic
+    from specsim.torch_engine.engine import EngineConfig, RealEngine
+
+    target = _STATE["target"]
+    proposer = _STATE["proposers"][spec.cell.drafter]
+    lengths = _Lengths(spec.prompt_len, spec.output_len)
+    c = spec.cell
+    if c.concurrency is not None:
+        wl = synthetic(lengths, concurrency=c.concurrency, requests=spec.jobs, seed=spec.seed)
+        slots = c.concurrency
+    else:
+        wl = synthetic(lengths, rate=spec.rate, requests=spec.jobs, seed=spec.seed)
+        slots = spec.jobs
+    cfg = EngineConfig(
+        seed=spec.seed,
+        layout=spec.layout,
+        max_running=slots,
+        kv_tokens=spec.kv_tokens,
+        prefill_budget=spec.prefill_budget,
+        eos_ids=tuple(target.eos_ids),
+        clock=spec.clock,
+    )
+    from specsim.torch_engine.profile import probe_ms
+
+    before = probe_ms(target.model, PROBE_POINTS, clock=spec.clock)
+    c0, w0 = time.thread_time(), time.perf_counter()
+    real = RealEngine(
+        target.model, proposer, get_policy(c.policy), spec.cost, spec.prompt_ids, wl, cfg
+    ).run()
+    cpu_s, wall_s = time.thread_time() - c0, time.perf_counter() - w0
+    after = probe_ms(target.model, PROBE_POINTS, clock=spec.clock)
+    slow = float("nan")
+    if spec.probe_ref:
+        slow = float(np.mean((np.add(before, after) / 2) / np.asarray(spec.probe_ref)))
+    out: dict[str, Any] = {
+        "metrics": cell_metrics(real.summary, real.requests),
+        "cpu_s": cpu_s,
+        "wall_s": wall_s,
+        "slowdown": slow,
+        "job_trace": real.raw.job_trace,
+        "output_len": real.raw.output_len,
+        "steps": real.steps,
+        "engine_steps": int(real.summary["engine_steps"]),
+    }
+    if c.concurrency is not None and spec.clock != "wall":
+        raw_w = retime(real.raw, real.steps)
+        ids = np.arange(len(spec.prompt_ids), dtype=np.int64)
+        out["wall_metrics"] = cell_metrics(
+            summarize(raw_w, None, raw_w.sim_time_s), request_frame(raw_w, ids, None)
+        )
+    elif spec.clock == "wall":
+        out["wall_metrics"] = out["metrics"]
+    return out
+
+
+# ------------------------------------------------------------------ hog check
+
+
+def _spin() -> None:  # a CPU hog: pure Python, little memory traffic
+    x = 0
+    while True:
+        x += 1
+
+
+def _stream() -> None:  # a memory hog: streams 64 MB arrays through the caches
+    a = np.ones(8_000_000)
+    b = np.empty_like(a)
+    while True:
+        np.copyto(b, a)
+        a, b = b, a
+
+
+def hog_check(spec: RunSpec, hogs: int, log: Any = None) -> pd.DataFrame:
+    """The same real run quiet, beside ``hogs`` CPU-spinning processes, and beside ``hogs``
+    memory-streaming processes (started and stopped here): how far each clock moves."""
+    import multiprocessing as mp
+
+    # fork where there is one: a hog needs nothing of the parent, and spawn re-imports __main__
+    ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+    rows = []
+    for cond, fn in (("quiet", None), ("cpu hog", _spin), ("memory hog", _stream)):
+        procs = [ctx.Process(target=fn, daemon=True) for _ in range(hogs if fn else 0)]
+        for p in procs:
+            p.start()
+        if procs:
+            time.sleep(1.0)  # let them spin up
+        try:
+            res = run_real(spec)
+        finally:
+            for p in procs:
+                p.terminate()
+                p.join()
+        for clk, key in (("cpu", "metrics"), ("wall", "wall_metrics")):
+            m = res.get(key) or {}
+            rows.append(
+                {
+                    "condition": cond,
+                    "hog_processes": len(procs),
+                    "clock": clk,
+                    "throughput_tok_s": m.get("throughput_tok_s", np.nan),
+                    "tpot_ms_mean": m.get("tpot_ms_mean", np.nan),
+                    "ttft_ms_p50": m.get("ttft_ms_p50", np.nan),
+                }
+            )
+        if log:
+            log(f"hog check: {cond}: {res['metrics']['throughput_tok_s']:.2f} tok/s (cpu clock)")
+    df = pd.DataFrame(rows)
+    for clk in ("cpu", "wall"):
+        sel = df["clock"] == clk
+        q = df.loc[sel & (df["condition"] == "quiet"), "throughput_tok_s"].iloc[0]
+        df.loc[sel, "throughput_vs_quiet"] = df.loc[sel, "throughput_tok_s"] / q - 1.0
+    return df
+
+
+# ------------------------------------------------------------------ the grid
 
 
 def run_validation(
@@ -96,181 +334,196 @@ def run_validation(
     cells: list[Cell],
     out_dir: Path,
     target_spec: str = "smollm2",
-    drafter_spec: str = "ngram",
+    drafters: tuple[str, ...] = ("ngram",),
     requests: int | None = None,
     max_new_tokens: int = 64,
     profile: str | None = None,
     profile_contexts: tuple[int, ...] = (64, 256, 512),
     profile_batches: tuple[int, ...] | None = None,
-    repeats: int = 5,
+    profile_repeats: int = 5,
+    repeats: int = 1,
+    open_repeats: int | None = None,
+    open_drafters: tuple[str, ...] | None = None,
     layout: str = "flat",
     seed: int = 0,
     prefill_budget: int = 16384,
+    clock: str = "cpu",
+    hogs: int = 0,
     force: bool = False,
     device: str = "cpu",
     log: Any = None,
 ) -> pd.DataFrame:
-    """Run the grid; write table, step logs, profile and config under ``out_dir``."""
-    from specsim.progress import Progress
-    from specsim.record.models import load_target, prompt_ids
+    """Run the grid; write table, runs, step logs, profiles, decomposition and config under
+    ``out_dir``. ``trace_path`` may hold ``{drafter}`` (one trace per drafter)."""
+    from specsim.record.models import prompt_ids
     from specsim.record.prompts import load_many
     from specsim.sim.profiles import get_profile, write_profile_csv
-    from specsim.sim.simulate import replay
-    from specsim.sim.workload import synthetic
-    from specsim.torch_engine.engine import EngineConfig, RealEngine
-    from specsim.torch_engine.profile import DEFAULT_B, measure_profile
-    from specsim.torch_engine.proposers import make_proposer
+    from specsim.torch_engine.clock import check_clock
     from specsim.trace.io import read_trace
 
     say = log or (lambda msg: None)
+    check_clock(clock, device, 1)
+    if len(drafters) > 1 and "{drafter}" not in str(trace_path):
+        raise SpecsimError(
+            "several --drafters need one trace each: put {drafter} in --trace, e.g. "
+            "reports/fidelity/trace-{drafter}.parquet"
+        )
     out_dir.mkdir(parents=True, exist_ok=True)
     table_path = out_dir / "fidelity.csv"
     if table_path.exists() and not force:
         raise SpecsimError(f"{table_path} exists; pass --force to overwrite it")
     t_start = time.perf_counter()
-    target = load_target(target_spec, device)
-    proposer, drafter_name = make_proposer(drafter_spec, target)
+    load_start = os.getloadavg()[0]
+    _init_worker(target_spec, list(drafters), device, 1)
+    target = _STATE["target"]
     prompts = load_many(prompt_specs)
     ids = [prompt_ids(target.tokenizer, p.text) for p in prompts]
-    if not trace_path.exists():
-        say(f"recording {trace_path} ({len(prompts)} prompts, {max_new_tokens} new tokens)")
-        _record(target, proposer, drafter_name, prompts, trace_path, max_new_tokens, seed)
-    trace = read_trace(trace_path)
-    if trace.meta.get("drafter") != drafter_name:
-        raise SpecsimError(
-            f"{trace_path} was recorded with drafter {trace.meta.get('drafter')!r}, not "
-            f"{drafter_name!r}; pass the same --drafter or another --trace"
-        )
-    if float(trace.meta.get("temperature", "0")) != 0:
-        raise SpecsimError(f"{trace_path} is not greedy (temperature 0); validation replays T=0")
-    rid = [int(r) for r in trace.request_ids]
-    if max(rid) >= len(ids):
-        raise SpecsimError(
-            f"{trace_path} has request ids up to {max(rid)} but --prompts gives {len(ids)} "
-            "prompts; pass the prompts it was recorded on"
-        )
-    by_trace = [ids[i] for i in rid]
-    lens = np.array([len(p) for p in by_trace])
-    if not np.array_equal(lens, trace.prompt_len.astype(np.int64)):
-        raise SpecsimError(
-            f"{trace_path}'s prompt lengths differ from --prompts {prompt_specs}; pass the "
-            "prompts it was recorded on"
-        )
-    n_jobs = requests or trace.n_requests
-    if profile:
-        cost = get_profile(profile)
-        prof_steps = prof_req = None
-    else:
-        from specsim.policies.base import get_policy
+    per: dict[str, dict[str, Any]] = {}
+    for d in drafters:
+        from specsim.torch_engine.proposers import make_proposer
 
-        say("measuring the engine's cost profile")
-        longest = int(lens.max() + trace.output_len.max())
-        batches = profile_batches or DEFAULT_B
-        grid = sorted(profile_contexts)
-        ctxs = tuple(c for c in grid if c < longest) + tuple(c for c in grid if c >= longest)[:1]
-        prof = measure_profile(
-            target.model,
-            proposer,
-            get_policy("hw-aware"),
-            name=f"engine-{target.name}",
-            batch_tokens=batches,
-            contexts=ctxs,
-            draft_context=int(np.median(lens + trace.output_len // 2)),
-            repeats=repeats,
-            layout=layout,
-            seed=seed,
-            limits={"prefill_budget": prefill_budget},
-        )
-        cost = prof.cost
-        prof_steps, prof_req = prof.steps, prof.per_request
-        write_profile_csv(cost, out_dir / "profile.csv", force=True)
-        prof_steps.to_csv(out_dir / "profile_points.csv", index=False)
-        prof_req.to_csv(out_dir / "profile_per_request.csv", index=False)
+        proposer, drafter_name = make_proposer(d, target)
+        path = Path(str(trace_path).replace("{drafter}", d.replace(":", "")))
+        if not path.exists():
+            say(f"recording {path} ({len(prompts)} prompts, {max_new_tokens} new tokens)")
+            _record(target, proposer, drafter_name, prompts, path, max_new_tokens, seed)
+        trace = read_trace(path)
+        _check_trace(trace, path, drafter_name, ids, prompt_specs)
+        by_trace = [ids[int(i)] for i in trace.request_ids]
+        lens = np.array([len(p) for p in by_trace])
+        if profile:
+            cost = get_profile(profile)
+            other = None
+        else:
+            from specsim.policies.base import get_policy
+            from specsim.torch_engine.profile import DEFAULT_B, measure_profile
+
+            say(f"measuring the engine's cost profile with drafter {d} ({clock} clock)")
+            longest = int(lens.max() + trace.output_len.max())
+            grid = sorted(profile_contexts)
+            ctxs = tuple(c for c in grid if c < longest)
+            ctxs += tuple(c for c in grid if c >= longest)[:1]
+            prof = measure_profile(
+                target.model,
+                proposer,
+                get_policy("hw-aware"),
+                name=f"engine-{target.name}-{d.replace(':', '')}",
+                batch_tokens=profile_batches or DEFAULT_B,
+                contexts=ctxs,
+                requests=tuple(sorted({1, 2, 4, 8, min(_max_c(cells), 16)})),
+                draft_context=int(np.median(lens + trace.output_len // 2)),
+                repeats=profile_repeats,
+                layout=layout,
+                seed=seed,
+                limits={"prefill_budget": prefill_budget},
+                clock=clock,
+            )
+            cost, other = prof.cost, prof.other
+            tag = d.replace(":", "")
+            write_profile_csv(cost, out_dir / f"profile-{tag}.csv", force=True)
+            twin = out_dir / f"profile-{tag}-{other.meta['clock']}.csv"
+            write_profile_csv(other, twin, force=True)
+            prof.steps.to_csv(out_dir / f"profile-{tag}-points.csv", index=False)
+            prof.per_request.to_csv(out_dir / f"profile-{tag}-per-request.csv", index=False)
+            prof.terms.to_csv(out_dir / f"profile-{tag}-terms.csv", index=False)
+        per[d] = {
+            "name": drafter_name,
+            "trace": trace,
+            "path": path,
+            "ids": by_trace,
+            "cost": cost,
+            "other": other,
+        }
+    if not profile:
         say("timing flat against padded verification batches")
-        layouts_table(target.model, int(lens.max()), repeats).to_csv(
-            out_dir / "layouts.csv", index=False
+        longest_prompt = max(len(i) for i in ids)
+        _atomic_csv(
+            layouts_table(target.model, longest_prompt, profile_repeats, clock),
+            out_dir / "layouts.csv",
         )
-    rows, step_frames = [], []
-    eos = target.eos_ids
+    open_set = set(open_drafters if open_drafters is not None else drafters[:1])
+    grid = [
+        replace(c, drafter=d)
+        for d in drafters
+        for c in cells
+        if c.concurrency is not None or d in open_set
+    ]
+    # -- the simulated side first (cheap): capacities for the open-loop rates, run lengths
+    sims, rates = _simulate_grid(grid, per, requests, seed)
     from specsim.torch_engine.profile import probe_ms
 
-    probe_pts = tuple((int(cost.context_tokens[0]) if cost.is_2d else 64, b) for b in (1, 8))
-    probe_ref = [float(cost.step_time(b, c)) * 1000.0 for c, b in probe_pts]
-    with Progress(len(cells), "validate", " cells") as bar:
-        for cell in cells:
-            from specsim.policies.base import get_policy
-
-            pol = get_policy(cell.policy)
-            wl = synthetic(trace, concurrency=cell.concurrency, requests=n_jobs, seed=seed)
-            cfg = EngineConfig(
-                seed=seed,
-                layout=layout,
-                max_running=cell.concurrency,
-                kv_tokens=cost.kv_tokens,
-                prefill_budget=cost.prefill_budget,
-                eos_ids=tuple(eos),
+    probe_pts = PROBE_POINTS
+    probe_ref = {
+        d: probe_ms(target.model, probe_pts, repeats=5, clock=clock) for d in drafters
+    }  # the probes' speed at profiling time (the profiles were just measured)
+    specs = []
+    for c in grid:
+        info = per[c.drafter]
+        jobs = _jobs(c, requests, info["trace"])
+        n_rep = repeats if c.concurrency is not None or open_repeats is None else open_repeats
+        for rep in range(n_rep):
+            specs.append(
+                RunSpec(
+                    cell=c,
+                    repeat=rep,
+                    jobs=jobs,
+                    rate=rates.get(c),
+                    seed=seed,
+                    clock=clock,
+                    layout=layout,
+                    prefill_budget=info["cost"].prefill_budget,
+                    kv_tokens=info["cost"].kv_tokens,
+                    cost=info["cost"],
+                    prompt_ids=info["ids"],
+                    prompt_len=info["trace"].prompt_len.astype(np.int64),
+                    output_len=info["trace"].output_len.astype(np.int64),
+                    probe_ref=tuple(probe_ref[c.drafter]),
+                )
             )
-            load0 = os.getloadavg()[0]
-            before = probe_ms(target.model, probe_pts)
-            real = RealEngine(target.model, proposer, pol, cost, by_trace, wl, cfg).run()
-            after = probe_ms(target.model, probe_pts)
-            load1 = os.getloadavg()[0]
-            # machine speed during the cell relative to profiling time (>1: slower now)
-            slow = float(np.mean((np.asarray(before) + np.asarray(after)) / 2 / probe_ref))
-            sim = replay(
-                trace,
-                pol,
-                concurrency=cell.concurrency,
-                requests=n_jobs,
-                profile=cost,
-                seed=seed,
-                record_tokens=False,
-            )
-            want = trace.output_len[real.raw.job_trace]
-            row = {
-                "policy": pol.name,
-                "concurrency": cell.concurrency,
-                "jobs": int(real.raw.job_trace.shape[0]),
-                "length_mismatch": int(np.sum(real.raw.output_len != want)),
-                **compare(
-                    cell_metrics(real.summary, real.requests),
-                    cell_metrics(sim.summary, sim.requests),
-                ),
-                "real_steps": int(real.summary["engine_steps"]),
-                "sim_steps": int(sim.summary["engine_steps"]),
-                "real_draft_share": float(
-                    real.steps["draft_s"].sum() / real.steps["duration_s"].sum()
-                ),
-                "loadavg_1min": round((load0 + load1) / 2, 2),
-                "slowdown_vs_profile": round(slow, 4),
-            }
-            row.update(load_adjusted(row, slow))
-            rows.append(row)
-            st = real.steps.copy()
-            st.insert(0, "concurrency", cell.concurrency)
-            st.insert(0, "policy", pol.name)
-            step_frames.append(st)
-            bar.update(1)
-            say(_cell_line(row))
+    # repeat-major: every cell once, then every cell again, so that the machine's drift over
+    # the grid's hour shows in each cell's spread instead of hiding between cells
+    specs.sort(key=lambda s: s.repeat)
+    hog_df = None
+    if hogs:
+        probe = next(
+            (s for s in specs if s.cell.policy == "mtp1" and s.cell.concurrency == 2),
+            specs[len(specs) // 2],
+        )
+        say(f"hog check on {probe.cell.drafter} {probe.cell.policy} {probe.cell.load}")
+        hog_df = hog_check(probe, hogs, say)
+        hog_df.insert(0, "cell", f"{probe.cell.drafter} {probe.cell.policy} {probe.cell.load}")
+        _atomic_csv(hog_df, out_dir / "hog.csv")
+    results = _execute(specs, say)
+    runs, rows, step_frames, decomp = _assemble(grid, specs, results, sims, per, repeats, clock)
     table = pd.DataFrame(rows)
     _atomic_csv(table, table_path)
+    _atomic_csv(pd.DataFrame(runs), out_dir / "runs.csv")
+    _atomic_csv(pd.DataFrame(decomp), out_dir / "decomposition.csv")
     _atomic_parquet(pd.concat(step_frames, ignore_index=True), out_dir / "engine_steps.parquet")
     from specsim.record.models import threads_in_use
 
     config = {
         "trace": str(trace_path),
+        "traces": {d: str(per[d]["path"]) for d in drafters},
         "prompts": prompt_specs,
         "target": target.name,
-        "drafter": drafter_name,
+        "drafter": per[drafters[0]]["name"],
+        "drafters": {d: per[d]["name"] for d in drafters},
         "policies": sorted({c.policy for c in cells}),
-        "concurrency": sorted({c.concurrency for c in cells}),
-        "requests": n_jobs,
+        "concurrency": sorted({c.concurrency for c in cells if c.concurrency is not None}),
+        "rate_fractions": sorted({c.rate_frac for c in cells if c.rate_frac is not None}),
+        "rates_req_s": {f"{c.drafter} {c.policy} {c.load}": r for c, r in rates.items()},
+        "requests": requests,
+        "repeats": repeats,
+        "clock": clock,
         "max_new_tokens": max_new_tokens,
-        "profile": profile or str(out_dir / "profile.csv"),
+        "profile": profile or "measured (profile-<drafter>.csv)",
         "layout": layout,
         "seed": seed,
         "torch_threads": threads_in_use(),
         "cpu_count": os.cpu_count(),
+        "loadavg_start": round(load_start, 2),
+        "loadavg_end": round(os.getloadavg()[0], 2),
         "elapsed_s": round(time.perf_counter() - t_start, 1),
         "finished_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
@@ -278,7 +531,7 @@ def run_validation(
     return table
 
 
-def layouts_table(model: Any, prompt_len: int, repeats: int) -> pd.DataFrame:
+def layouts_table(model: Any, prompt_len: int, repeats: int, clock: str = "wall") -> pd.DataFrame:
     """Flat against padded verification: decode-only batches and a batch with a prefill."""
     from specsim.torch_engine.profile import compare_layouts
 
@@ -289,7 +542,7 @@ def layouts_table(model: Any, prompt_len: int, repeats: int) -> pd.DataFrame:
     }
     rows = []
     for name, lens in shapes.items():
-        r = compare_layouts(model, lens, repeats=repeats)
+        r = compare_layouts(model, lens, repeats=repeats, clock=clock)
         rows.append(
             {
                 "batch": name,
@@ -303,14 +556,190 @@ def layouts_table(model: Any, prompt_len: int, repeats: int) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _cell_line(r: dict) -> str:
+def _max_c(cells: list[Cell]) -> int:
+    return max((c.concurrency for c in cells if c.concurrency is not None), default=8)
+
+
+def _jobs(c: Cell, requests: int | None, trace: Any) -> int:
+    n = requests or trace.n_requests
+    return max(n, c.concurrency or 0)
+
+
+def _check_trace(trace: Any, path: Path, drafter_name: str, ids: list, specs: list[str]) -> None:
+    if trace.meta.get("drafter") != drafter_name:
+        raise SpecsimError(
+            f"{path} was recorded with drafter {trace.meta.get('drafter')!r}, not "
+            f"{drafter_name!r}; pass the same --drafter or another --trace"
+        )
+    if float(trace.meta.get("temperature", "0")) != 0:
+        raise SpecsimError(f"{path} is not greedy (temperature 0); validation replays T=0")
+    rid = [int(r) for r in trace.request_ids]
+    if max(rid) >= len(ids):
+        raise SpecsimError(
+            f"{path} has request ids up to {max(rid)} but --prompts gives {len(ids)} "
+            "prompts; pass the prompts it was recorded on"
+        )
+    lens = np.array([len(ids[i]) for i in rid])
+    if not np.array_equal(lens, trace.prompt_len.astype(np.int64)):
+        raise SpecsimError(
+            f"{path}'s prompt lengths differ from --prompts {specs}; pass the prompts it was "
+            "recorded on"
+        )
+
+
+def _simulate_grid(grid: list[Cell], per: dict, requests: int | None, seed: int):  # type: ignore[no-untyped-def]
+    """Simulated metrics of every cell on both clocks, and the open-loop rates (req/s): a
+    fraction of the policy's simulated capacity (closed loop at the grid's largest C)."""
+    from specsim.sim.simulate import replay
+
+    c_max = max((c.concurrency for c in grid if c.concurrency is not None), default=8)
+    rates: dict[Cell, float] = {}
+    sims: dict[Cell, dict[str, Any]] = {}
+    for c in grid:
+        info = per[c.drafter]
+        tr, jobs = info["trace"], _jobs(c, requests, info["trace"])
+        kw: dict[str, Any] = {"requests": jobs, "seed": seed, "record_tokens": False}
+        if c.concurrency is not None:
+            kw["concurrency"] = c.concurrency
+        else:
+            cap = replay(tr, c.policy, concurrency=c_max, profile=info["cost"], **kw)
+            per_job = float(np.mean(tr.output_len))
+            rates[c] = round(c.rate_frac * cap.summary["throughput_tok_s"] / per_job, 4)
+            kw["rate"] = rates[c]
+        res = replay(tr, c.policy, profile=info["cost"], **kw)
+        entry = {"metrics": cell_metrics(res.summary, res.requests), "sim_time_s": 0.0}
+        entry["sim_time_s"] = float(res.summary["sim_time_s"])
+        if info["other"] is not None and c.concurrency is not None:
+            res_w = replay(tr, c.policy, profile=info["other"], **kw)
+            entry["wall_metrics"] = cell_metrics(res_w.summary, res_w.requests)
+        sims[c] = entry
+    return sims, rates
+
+
+def _execute(specs: list[RunSpec], say: Any) -> dict[int, dict[str, Any]]:
+    """Run every spec here, one after another, with a progress bar and ETA. Not in parallel:
+    beside a neighbour even the CPU clock moves by 3-8% (shared caches and memory bandwidth;
+    ``--hog-check`` measures it), more than the errors this grid is after."""
+    from specsim.progress import Progress
+
+    results: dict[int, dict[str, Any]] = {}
+    with Progress(sum(s.jobs for s in specs), "validate", " requests") as bar:
+        for i, s in enumerate(specs):
+            results[i] = run_real(s)
+            bar.update(s.jobs)
+            say(_run_line(s, results[i]))
+    return results
+
+
+def _run_line(s: RunSpec, r: dict) -> str:
+    m = r["metrics"]
     return (
-        f"{r['policy']:>10} C={r['concurrency']}: throughput real "
-        f"{r['real_throughput_tok_s']:.1f} sim {r['sim_throughput_tok_s']:.1f} "
-        f"({100 * r['err_throughput_tok_s']:+.1f}%), TPOT {r['real_tpot_ms_mean']:.1f}/"
-        f"{r['sim_tpot_ms_mean']:.1f} ms ({100 * r['err_tpot_ms_mean']:+.1f}%), "
-        f"tau {r['real_tau']:.2f}/{r['sim_tau']:.2f}"
+        f"{s.cell.drafter:>8} {s.cell.policy:>9} {s.cell.load:>11} #{s.repeat}: "
+        f"{m['throughput_tok_s']:.2f} tok/s, TPOT {m['tpot_ms_mean']:.1f} ms, tau {m['tau']:.2f} "
+        f"({r['wall_s']:.0f} s wall, cpu/wall {r['cpu_s'] / max(r['wall_s'], 1e-9):.3f}, "
+        f"machine slowdown {r['slowdown']:.3f})"
     )
+
+
+def _assemble(grid, specs, results, sims, per, repeats, clock):  # type: ignore[no-untyped-def]
+    """Per-run rows, per-cell rows (real mean and spread against sim, both clocks), step logs
+    and the per-step decomposition."""
+    runs, rows, frames, decomp = [], [], [], []
+    by_cell: dict[Cell, list[int]] = {}
+    for i, s in enumerate(specs):
+        by_cell.setdefault(s.cell, []).append(i)
+    for c in grid:
+        idx = sorted(by_cell[c], key=lambda i: specs[i].repeat)
+        res = [results[i] for i in idx]
+        info = per[c.drafter]
+        want = info["trace"].output_len
+        mism = int(sum(np.sum(r["output_len"] != want[r["job_trace"]]) for r in res))
+        for i, r in zip(idx, res, strict=True):
+            runs.append(
+                {
+                    "drafter": c.drafter,
+                    "policy": c.policy,
+                    "load": c.load,
+                    "repeat": specs[i].repeat,
+                    **{f"{clock}_{k}": v for k, v in r["metrics"].items()},
+                    **{f"wall_{k}": v for k, v in (r.get("wall_metrics") or {}).items()},
+                    "run_cpu_s": r["cpu_s"],
+                    "run_wall_s": r["wall_s"],
+                    "slowdown": r["slowdown"],
+                }
+            )
+            st = r["steps"].copy()
+            st.insert(0, "repeat", specs[i].repeat)
+            st.insert(0, "load", c.load)
+            st.insert(0, "concurrency", c.concurrency if c.concurrency is not None else -1)
+            st.insert(0, "policy", c.policy)
+            st.insert(0, "drafter", c.drafter)
+            frames.append(st)
+        real = {m: float(np.mean([r["metrics"][m] for r in res])) for m in METRICS}
+        row: dict[str, Any] = {
+            "drafter": c.drafter,
+            "policy": c.policy,
+            "load": c.load,
+            "concurrency": c.concurrency if c.concurrency is not None else -1,
+            "rate_frac": c.rate_frac if c.rate_frac is not None else np.nan,
+            "jobs": specs[idx[0]].jobs,
+            "repeats": len(res),
+            "length_mismatch": mism,
+            **compare(real, sims[c]["metrics"]),
+        }
+        for m in ("throughput_tok_s", "tpot_ms_mean", "tpot_ms_p90", "ttft_ms_p50"):
+            vals = np.array([r["metrics"][m] for r in res])
+            row[f"spread_{m}"] = float((vals.max() - vals.min()) / vals.mean())
+        if "wall_metrics" in res[0] and "wall_metrics" in sims[c]:
+            wreal = {m: float(np.mean([r["wall_metrics"][m] for r in res])) for m in METRICS}
+            wrow = compare(wreal, sims[c]["wall_metrics"])
+            row.update({f"wall_{k}": v for k, v in wrow.items()})
+        slow = float(np.mean([r["slowdown"] for r in res]))
+        row["slowdown_vs_profile"] = slow
+        row.update(load_adjusted(row, slow))
+        row["real_steps"] = int(res[0]["engine_steps"])
+        row["cpu_over_wall"] = float(np.mean([r["cpu_s"] / r["wall_s"] for r in res]))
+        rows.append(row)
+        decomp.append(_decompose(c, res[0]["steps"], info["cost"], info["trace"]))
+    return runs, rows, frames, decomp
+
+
+def _decompose(c: Cell, steps: pd.DataFrame, cost: Any, trace: Any) -> dict[str, Any]:
+    """Mean ms per decode-only step, real against the cost model's terms at the same steps
+    (same batch, requests and context): which term differs."""
+    st = steps[(steps["prefilling"] == 0) & (steps["decoding"] > 0)]
+    out: dict[str, Any] = {"drafter": c.drafter, "policy": c.policy, "load": c.load}
+    if st.empty:
+        return out
+    n = st["decoding"].to_numpy(np.float64)
+    ctx = st["ctx_mean"].to_numpy(np.float64)
+    b = st["batch_tokens"].to_numpy(np.int64)
+    gamma = int(trace.block_size)
+    win = cost.draft_context_window or np.inf
+    m_draft = (
+        cost.draft_base_ms
+        + (cost.draft_per_request_ms + cost.draft_per_token_ms * gamma) * n
+        + cost.draft_per_context_us * 1e-3 * n * np.minimum(ctx - 1, win)
+    )
+    m_table = np.array([cost.step_time(int(x), float(y)) for x, y in zip(b, ctx, strict=True)])
+    m_table *= 1000.0
+    m_over = cost.step_overhead_ms + cost.verify_per_request_ms * n
+    real_loop = st["duration_s"] - st["draft_s"] - st["sched_s"] - st["verify_s"]
+    out.update(
+        {
+            "steps": len(st),
+            "real_draft_ms": 1000 * st["draft_s"].mean(),
+            "model_draft_ms": float(m_draft.mean()),
+            "real_sched_ms": 1000 * st["sched_s"].mean(),
+            "real_forward_ms": 1000 * st["verify_s"].mean(),
+            "model_table_ms": float(m_table.mean()),
+            "real_loop_ms": 1000 * float(real_loop.mean()),
+            "model_overhead_ms": float(m_over.mean()),
+            "real_step_ms": 1000 * st["duration_s"].mean(),
+            "model_step_ms": float((m_draft + m_table + m_over).mean()),
+        }
+    )
+    return out
 
 
 def _record(target, proposer, name, prompts, path, max_new_tokens, seed) -> None:  # type: ignore[no-untyped-def]
@@ -340,73 +769,13 @@ def _atomic_parquet(df: pd.DataFrame, path: Path) -> None:
     write_table(df, path)
 
 
-def fidelity_markdown(table: pd.DataFrame) -> str:
-    """The README table: real, sim and relative error per cell."""
-    lines = [
-        "| policy | C | throughput real / sim (tok/s) | err | mean TPOT real / sim (ms) | err "
-        "| p90 TPOT err | TTFT err | tau real / sim | machine slowdown | load-adjusted err "
-        "throughput / TPOT |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for _, r in table.iterrows():
-        lines.append(
-            f"| {r.policy} | {r.concurrency} | {r.real_throughput_tok_s:.1f} / "
-            f"{r.sim_throughput_tok_s:.1f} | {100 * r.err_throughput_tok_s:+.1f}% | "
-            f"{r.real_tpot_ms_mean:.1f} / {r.sim_tpot_ms_mean:.1f} | "
-            f"{100 * r.err_tpot_ms_mean:+.1f}% | {100 * r.err_tpot_ms_p90:+.1f}% | "
-            f"{100 * r.err_ttft_ms_mean:+.1f}% | {r.real_tau:.2f} / {r.sim_tau:.2f} | "
-            f"{r.slowdown_vs_profile:.2f} | {100 * r.adj_err_throughput_tok_s:+.1f}% / "
-            f"{100 * r.adj_err_tpot_ms_mean:+.1f}% |"
-        )
-    return "\n".join(lines)
-
-
-def plot_fidelity(table: pd.DataFrame, path: Path) -> Path:
-    """Sim against real: throughput and mean TPOT, one marker per policy, y = x dashed."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4.4))
-    panels = (("throughput_tok_s", "throughput (tok/s)"), ("tpot_ms_mean", "mean TPOT (ms)"))
-    from specsim.analysis.palette import policy_style
-
-    for ax, (m, label) in zip(axes, panels, strict=True):
-        for pol, grp in table.groupby("policy", sort=False):
-            st = policy_style(str(pol))  # the colour and marker every other figure uses
-            ax.scatter(
-                grp[f"real_{m}"],
-                grp[f"sim_{m}"],
-                marker=st.marker or "o",
-                color=st.color,
-                label=pol,
-                s=40,
-                zorder=3,
-            )
-            for _, r in grp.iterrows():
-                ax.annotate(
-                    f"C={r.concurrency}",
-                    (r[f"real_{m}"], r[f"sim_{m}"]),
-                    fontsize=7,
-                    xytext=(3, 3),
-                    textcoords="offset points",
-                )
-        lo = float(min(table[f"real_{m}"].min(), table[f"sim_{m}"].min())) * 0.9
-        hi = float(max(table[f"real_{m}"].max(), table[f"sim_{m}"].max())) * 1.1
-        xs = np.array([lo, hi])
-        ax.plot(xs, xs, "k--", lw=1, label="sim = real")
-        ax.fill_between(xs, xs * 0.95, xs * 1.05, color="0.85", label="within 5%", zorder=0)
-        ax.set_xlim(lo, hi)
-        ax.set_ylim(lo, hi)
-        ax.set_xlabel(f"real engine: {label}")
-        ax.set_ylabel(f"simulator: {label}")
-        ax.set_title(label.split(" (")[0] + ": simulated vs measured")
-        ax.legend(fontsize=8, loc="upper left")
-    fig.tight_layout()
-    from specsim.outputs import atomic
-
-    with atomic(path) as tmp:
-        fig.savefig(tmp, dpi=120, format=path.suffix.lstrip(".") or "png")
-    plt.close(fig)
-    return path
+def fidelity_lines(table: pd.DataFrame) -> str:
+    """One line per cell for the terminal."""
+    return "\n".join(
+        f"{r.drafter:>8} {r.policy:>9} {r.load:>11}: throughput "
+        f"{100 * r.err_throughput_tok_s:+.1f}% (spread {100 * r.spread_throughput_tok_s:.1f}%), "
+        "mean TPOT "
+        f"{100 * r.err_tpot_ms_mean:+.1f}%, p90 TPOT {100 * r.err_tpot_ms_p90:+.1f}%, p50 TTFT "
+        f"{100 * r.err_ttft_ms_p50:+.1f}%, tau {r.real_tau:.2f}/{r.sim_tau:.2f}"
+        for r in table.itertuples()
+    )

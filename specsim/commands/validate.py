@@ -1,9 +1,12 @@
 """``specsim validate``: the simulator against the real engine on a (policy x concurrency) grid.
 
-Writes under ``--out`` (default ``reports/fidelity``): ``fidelity.csv`` (real, sim and relative
-error per cell), ``fidelity.png`` (sim against real), ``README.md`` (the table and how it was
-made), ``engine_steps.parquet`` (every real step), ``profile.csv`` (the engine's measured cost
-profile the simulator used) and ``config.json``. torch is imported inside ``run`` only.
+Writes under ``--out`` (default ``reports/fidelity``): ``fidelity.csv`` (real mean and spread,
+sim and relative error per cell, on the engine's clock and, closed loop, on the wall clock),
+``runs.csv`` (every real run), ``decomposition.csv`` (per-step terms, real against model),
+``hog.csv`` (``--hog-check``), ``fidelity.png`` (sim against real, error histogram),
+``README.md`` (the tables and how they were made), ``engine_steps.parquet`` (every real step),
+``profile-<drafter>.csv`` (the engine's measured cost profile the simulator used, and its
+other-clock twin) and ``config.json``. torch is imported inside ``run`` only.
 """
 
 from __future__ import annotations
@@ -11,12 +14,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from pathlib import Path
 
 from specsim.commands.engine import add_model_args, set_threads
 from specsim.errors import SpecsimError
-from specsim.outputs import write_text
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -40,18 +41,54 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="the prompts the trace is (to be) recorded on, e.g. humaneval[:8]",
     )
     p.add_argument(
+        "--drafters",
+        default=None,
+        help="comma-separated drafters to validate (default: --drafter); several need "
+        "{drafter} in --trace",
+    )
+    p.add_argument(
         "--policies",
         default="ar,mtp1,full,hw-aware",
         help="comma-separated policies (default: ar,mtp1,full,hw-aware)",
     )
     p.add_argument("--concurrency", default="1,2,4,8", help="closed-loop levels (default 1,2,4,8)")
-    p.add_argument("--requests", type=int, default=None, help="jobs per cell (default: trace's)")
+    p.add_argument(
+        "--rates",
+        default="",
+        help="open-loop Poisson cells at these fractions of each policy's simulated capacity "
+        "(closed loop at the largest C), e.g. 0.3,0.6,0.9 (default: none)",
+    )
+    p.add_argument(
+        "--open-drafters",
+        default=None,
+        help="drafters that get the open-loop cells (default: the first of --drafters)",
+    )
+    p.add_argument(
+        "--requests",
+        type=int,
+        default=None,
+        help="jobs per cell (default: the trace's requests; a closed loop runs at least C)",
+    )
     p.add_argument("--max-new-tokens", type=int, default=64, help="when recording the trace")
     p.add_argument(
         "--profile", default=None, help="use this SPS profile instead of measuring the engine's own"
     )
     p.add_argument("--contexts", default="64,256,512", help="profile contexts (comma-separated)")
-    p.add_argument("--repeats", type=int, default=5, help="timed repeats per profile point")
+    p.add_argument(
+        "--profile-repeats", type=int, default=5, help="timed repeats per profile point (5)"
+    )
+    p.add_argument(
+        "--repeats", type=int, default=1, help="real runs per closed-loop cell, for a spread (1)"
+    )
+    p.add_argument(
+        "--open-repeats", type=int, default=None, help="real runs per open-loop cell (--repeats)"
+    )
+    p.add_argument(
+        "--hog-check",
+        action="store_true",
+        help="first run one cell quiet, beside CPU hogs and beside memory hogs (one per core), "
+        "to measure how far each clock moves (hog.csv)",
+    )
     p.add_argument(
         "--prefill-budget",
         type=int,
@@ -64,71 +101,57 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specsim.analysis.validate import (
-        fidelity_markdown,
-        parse_grid,
-        plot_fidelity,
-        run_validation,
-    )
+    from specsim.analysis.fidelity_report import render
+    from specsim.analysis.validate import fidelity_lines, parse_grid, run_validation
+    from specsim.torch_engine.clock import check_clock
 
-    cells = parse_grid(args.policies, args.concurrency)
+    cells = parse_grid(args.policies, args.concurrency, args.rates)
     try:
         contexts = tuple(int(c) for c in args.contexts.split(","))
     except ValueError:
         raise SpecsimError(f"--contexts must be integers, got {args.contexts!r}") from None
+    for flag, v in (("--repeats", args.repeats), ("--profile-repeats", args.profile_repeats)):
+        if v < 1:
+            raise SpecsimError(f"{flag} must be at least 1, got {v}")
+    if args.open_repeats is not None and args.open_repeats < 1:
+        raise SpecsimError(f"--open-repeats must be at least 1, got {args.open_repeats}")
+    drafters = tuple(d.strip() for d in (args.drafters or args.drafter).split(",") if d.strip())
+    open_drafters = None
+    if args.open_drafters:
+        open_drafters = tuple(d.strip() for d in args.open_drafters.split(",") if d.strip())
+        bad = [d for d in open_drafters if d not in drafters]
+        if bad:
+            raise SpecsimError(f"--open-drafters {bad[0]!r} is not one of --drafters")
     if (args.out / "fidelity.csv").exists() and not args.force:
         raise SpecsimError(f"{args.out / 'fidelity.csv'} exists; pass --force to overwrite it")
+    check_clock(args.clock, args.device, args.threads)
     set_threads(args.threads)
     load_before = os.getloadavg()[0]
-    t0 = time.perf_counter()
     table = run_validation(
         trace_path=args.trace,
         prompt_specs=args.prompts,
         cells=cells,
         out_dir=args.out,
         target_spec=args.target,
-        drafter_spec=args.drafter,
+        drafters=drafters,
+        open_drafters=open_drafters,
         requests=args.requests,
         max_new_tokens=args.max_new_tokens,
         profile=args.profile,
         profile_contexts=contexts,
+        profile_repeats=args.profile_repeats,
         repeats=args.repeats,
+        open_repeats=args.open_repeats,
         layout=args.layout,
         seed=args.seed,
         prefill_budget=args.prefill_budget,
+        clock=args.clock,
+        hogs=(os.cpu_count() or 1) if args.hog_check else 0,
         force=args.force,
         device=args.device,
         log=lambda m: print(m, file=sys.stderr, flush=True),
     )
-    plot_fidelity(table, args.out / "fidelity.png")
-    within = (table["err_throughput_tok_s"].abs() <= 0.05) & (
-        table["err_tpot_ms_mean"].abs() <= 0.05
-    )
-    lines = [
-        "# Fidelity: simulator against the real engine",
-        "",
-        "Made by (do not edit by hand; rerun it):",
-        "",
-        "```",
-        "specsim " + " ".join(sys.argv[1:]),
-        "```",
-        "",
-        f"Machine: {os.cpu_count()} CPU cores; torch threads {args.threads}; 1-min load "
-        f"average {load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end "
-        f"(per-cell loads in fidelity.csv); {time.perf_counter() - t0:.0f} s in all.",
-        "",
-        f"Cells within 5% on both throughput and mean TPOT: {int(within.sum())} of {len(table)}; "
-        f"max |error| throughput {100 * table['err_throughput_tok_s'].abs().max():.1f}%, "
-        f"mean TPOT {100 * table['err_tpot_ms_mean'].abs().max():.1f}%.",
-        "",
-        fidelity_markdown(table),
-        "",
-        "![simulated against measured](fidelity.png)",
-        "",
-        "Errors are (sim - real) / real. See docs/fidelity.md for the method and the error "
-        "analysis.",
-        "",
-    ]
-    write_text("\n".join(lines), args.out / "README.md")
-    print(fidelity_markdown(table))
+    note = f"(1-min load {load_before:.2f} when the command started.)"
+    render(args.out, "specsim " + " ".join(sys.argv[1:]), note)
+    print(fidelity_lines(table))
     return 0

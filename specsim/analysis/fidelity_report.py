@@ -1,0 +1,284 @@
+"""The fidelity report's page and figures, from the tables ``specsim validate`` writes.
+
+Kept apart from :mod:`specsim.analysis.validate` (which runs the grid) so that the page can be
+re-rendered from committed CSVs without torch: ``render(out_dir, command)``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from specsim.analysis.validate import GOAL, MEDIAN_GOAL
+
+PANELS = (
+    ("throughput_tok_s", "throughput (tok/s)"),
+    ("tpot_ms_mean", "mean TPOT (ms)"),
+    ("tpot_ms_p90", "p90 TPOT (ms)"),
+    ("ttft_ms_p50", "p50 TTFT (ms)"),
+)
+
+
+def goal_summary(table: pd.DataFrame, prefix: str = "") -> dict[str, float]:
+    """How many cells meet each goal (on the clock whose columns start with ``prefix``)."""
+    out: dict[str, float] = {"cells": float(len(table))}
+    for m, g in GOAL.items():
+        e = table[f"{prefix}err_{m}"].abs()
+        out[f"within_{m}"] = float((e <= g).sum())
+        out[f"max_{m}"] = float(e.max())
+        out[f"median_{m}"] = float(e.median())
+    both = (table[f"{prefix}err_throughput_tok_s"].abs() <= GOAL["throughput_tok_s"]) & (
+        table[f"{prefix}err_tpot_ms_mean"].abs() <= GOAL["tpot_ms_mean"]
+    )
+    out["within_both"] = float(both.sum())
+    return out
+
+
+def within_spread(table: pd.DataFrame) -> pd.Series:
+    """Whether the simulator's throughput and mean TPOT errors are both smaller than the real
+    engine's own run-to-run spread (max - min over repeats, relative to the mean)."""
+    return (table["err_throughput_tok_s"].abs() <= table["spread_throughput_tok_s"]) & (
+        table["err_tpot_ms_mean"].abs() <= table["spread_tpot_ms_mean"]
+    )
+
+
+def _pct(x: float) -> str:
+    return "n/a" if not np.isfinite(x) else f"{100 * x:+.1f}%"
+
+
+def cell_markdown(table: pd.DataFrame, clock: str) -> str:
+    head = (
+        "| drafter | policy | load | jobs x repeats | throughput real / sim (tok/s) | err | "
+        "spread | mean TPOT real / sim (ms) | err | spread | p90 TPOT err | p50 TTFT err | "
+        "tau real / sim | within spread | wall clock: err throughput / TPOT | machine slowdown "
+        "| speed-adjusted err throughput / TPOT |"
+    )
+    lines = [head, "|" + "---|" * 17]
+    sp = within_spread(table)
+    for (_, r), ok in zip(table.iterrows(), sp, strict=True):
+        wall = (
+            f"{_pct(r.wall_err_throughput_tok_s)} / {_pct(r.wall_err_tpot_ms_mean)}"
+            if "wall_err_throughput_tok_s" in r and np.isfinite(r.wall_err_throughput_tok_s)
+            else "(open loop: run's clock only)"
+        )
+        lines.append(
+            f"| {r.drafter} | {r.policy} | {r.load} | {r.jobs} x {r.repeats} | "
+            f"{r.real_throughput_tok_s:.2f} / {r.sim_throughput_tok_s:.2f} | "
+            f"{_pct(r.err_throughput_tok_s)} | {100 * r.spread_throughput_tok_s:.1f}% | "
+            f"{r.real_tpot_ms_mean:.1f} / {r.sim_tpot_ms_mean:.1f} | {_pct(r.err_tpot_ms_mean)} | "
+            f"{100 * r.spread_tpot_ms_mean:.1f}% | {_pct(r.err_tpot_ms_p90)} | "
+            f"{_pct(r.err_ttft_ms_p50)} | {r.real_tau:.2f} / {r.sim_tau:.2f} | "
+            f"{'yes' if ok else 'no'} | {wall} | {r.slowdown_vs_profile:.3f} | "
+            f"{_pct(r.adj_err_throughput_tok_s)} / {_pct(r.adj_err_tpot_ms_mean)} |"
+        )
+    return "\n".join(lines)
+
+
+def plot_fidelity(table: pd.DataFrame, path: Path, clock: str = "cpu") -> Path:
+    """Simulated against measured for four metrics (one marker per policy, colour per drafter
+    family via the shared palette), and a histogram of the relative errors."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from specsim.analysis.palette import policy_style
+
+    fig = plt.figure(figsize=(15, 8.2))
+    gs = fig.add_gridspec(2, 3)
+    axes = [fig.add_subplot(gs[i // 2, i % 2]) for i in range(4)]
+    hist_ax = fig.add_subplot(gs[:, 2])
+    drafters = list(dict.fromkeys(table["drafter"]))
+    fills = {d: (i == 0) for i, d in enumerate(drafters)}
+    for ax, (m, label) in zip(axes, PANELS, strict=True):
+        for (pol, d), grp in table.groupby(["policy", "drafter"], sort=False):
+            st = policy_style(str(pol))
+            marker = st.marker or "o"
+            filled = marker not in ("x", "+", "1", "2", "3", "4", "|", "_")
+            style = (
+                {"facecolors": st.color if fills[d] else "none", "edgecolors": st.color}
+                if filled
+                else {"c": st.color, "alpha": 1.0 if fills[d] else 0.45}
+            )
+            ax.scatter(
+                grp[f"real_{m}"],
+                grp[f"sim_{m}"],
+                marker=marker,
+                label=f"{pol} ({d})",
+                s=36,
+                zorder=3,
+                **style,
+            )
+        vals = pd.concat([table[f"real_{m}"], table[f"sim_{m}"]]).replace([np.inf, -np.inf], np.nan)
+        vals = vals.dropna()
+        vals = vals[vals > 0]
+        lo, hi = float(vals.min()) * 0.8, float(vals.max()) * 1.25
+        xs = np.geomspace(lo, hi, 50)
+        g = GOAL[m]
+        ax.plot(xs, xs, "k--", lw=1, label="sim = real")
+        ax.fill_between(xs, xs * (1 - g), xs * (1 + g), color="0.85", zorder=0,
+                        label=f"within {100 * g:.0f}% (goal)")  # fmt: skip
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlim(lo, hi)
+        ax.set_ylim(lo, hi)
+        ax.set_xlabel(f"real engine ({clock} clock): {label}")
+        ax.set_ylabel(f"simulator: {label}")
+        ax.set_title(f"{label.split(' (')[0]}: simulated vs measured")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(6, len(labels)), fontsize=8)
+    bins = np.linspace(-0.2, 0.2, 41)
+    for m, label in PANELS:
+        e = table[f"err_{m}"].to_numpy(np.float64)
+        e = np.clip(e[np.isfinite(e)], -0.2, 0.2)
+        hist_ax.hist(e, bins=bins, histtype="step", lw=1.6, label=label.split(" (")[0])
+    for x in (-0.05, 0.05):
+        hist_ax.axvline(x, color="0.5", ls=":", lw=1)
+    hist_ax.set_xlabel("relative error (sim - real) / real (clipped at +-20%)")
+    hist_ax.set_ylabel("cells")
+    hist_ax.set_title("error histogram (dotted: +-5%)")
+    hist_ax.legend(fontsize=8)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    from specsim.outputs import atomic
+
+    with atomic(path) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
+    plt.close(fig)
+    return path
+
+
+def render(out_dir: Path, command: str, load_note: str = "") -> str:
+    """README.md of a finished grid (written next to its tables); returns its text."""
+    from specsim.outputs import write_text
+
+    table = pd.read_csv(out_dir / "fidelity.csv")
+    cfg = json.loads((out_dir / "config.json").read_text())
+    clock = cfg.get("clock", "wall")
+    plot_fidelity(table, out_dir / "fidelity.png", clock)
+    g = goal_summary(table)
+    n = int(g["cells"])
+    closed = table[table["concurrency"] > 0]
+    lines = [
+        "# Fidelity: simulator against the real engine",
+        "",
+        "Made by (do not edit by hand; rerun it):",
+        "",
+        "```",
+        command,
+        "```",
+        "",
+        f"Machine: {cfg.get('cpu_count')} CPU cores; torch threads {cfg.get('torch_threads')}; "
+        f"clock: **{clock}**; cells run one after another; 1-min load average "
+        f"{cfg.get('loadavg_start')} at the start, {cfg.get('loadavg_end')} at the end; "
+        f"{cfg.get('elapsed_s', 0):.0f} s in all. {load_note}",
+        "",
+        f"Target {cfg.get('target')}, drafters {', '.join(cfg.get('drafters', {}).values())}, "
+        f"prompts {' '.join(cfg.get('prompts', []))}, {cfg.get('max_new_tokens')} new tokens "
+        f"(traces: {', '.join(cfg.get('traces', {}).values())}).",
+        "",
+        "## Goals (issue 15) on the " + clock + " clock",
+        "",
+        "| goal | cells meeting it | worst |abs error| | median |abs error| |",
+        "|---|---|---|---|",
+    ]
+    for m, goal in GOAL.items():
+        lines.append(
+            f"| {m} within {100 * goal:.0f}% | {int(g[f'within_{m}'])} of {n} | "
+            f"{100 * g[f'max_{m}']:.1f}% | {100 * g[f'median_{m}']:.1f}% |"
+        )
+    med_ok = max(g["median_throughput_tok_s"], g["median_tpot_ms_mean"]) < MEDIAN_GOAL
+    sp = within_spread(table)
+    lines += [
+        "",
+        f"Both throughput and mean TPOT within 5%: {int(g['within_both'])} of {n} cells. "
+        f"Median absolute error under {100 * MEDIAN_GOAL:.0f}% on both: "
+        f"{'yes' if med_ok else 'no'}. The simulator's error is smaller than the real engine's "
+        f"own run-to-run spread (throughput and mean TPOT) in {int(sp.sum())} of {n} cells.",
+        "",
+    ]
+    if "wall_err_throughput_tok_s" in closed and closed["wall_err_throughput_tok_s"].notna().any():
+        w = goal_summary(closed.dropna(subset=["wall_err_throughput_tok_s"]), "wall_")
+        lines += [
+            f"Same closed-loop runs on the wall clock (the timeline re-stamped, against the "
+            f"profile's wall-clock twin): throughput within 5% in "
+            f"{int(w['within_throughput_tok_s'])} of {int(w['cells'])}, mean TPOT in "
+            f"{int(w['within_tpot_ms_mean'])}; worst {100 * w['max_throughput_tok_s']:.1f}% / "
+            f"{100 * w['max_tpot_ms_mean']:.1f}%, median {100 * w['median_throughput_tok_s']:.1f}%"
+            f" / {100 * w['median_tpot_ms_mean']:.1f}%.",
+            "",
+        ]
+    if "adj_err_throughput_tok_s" in table:
+        a = table["adj_err_throughput_tok_s"].abs()
+        b = table["adj_err_tpot_ms_mean"].abs()
+        sl = table["slowdown_vs_profile"]
+        lines += [
+            f"The machine's speed during each cell, from two forwards re-timed before and after "
+            f"every run against the same forwards right after profiling (> 1: slower than at "
+            f"profiling): {sl.min():.3f} to {sl.max():.3f}. Scaling the simulated times by it (a "
+            f"diagnostic, not a correction): throughput within 5% in {int((a <= 0.05).sum())} of "
+            f"{n} cells, mean TPOT in {int((b <= 0.05).sum())}; median {100 * a.median():.1f}% /"
+            f" {100 * b.median():.1f}%.",
+            "",
+        ]
+    hog = out_dir / "hog.csv"
+    if hog.exists():
+        h = pd.read_csv(hog)
+        lines += [
+            "## How far the clocks move beside a neighbour",
+            "",
+            f"One cell ({h['cell'].iloc[0]}) run quiet, beside CPU-spinning processes and "
+            "beside memory-streaming processes (started and stopped by the command):",
+            "",
+            "| condition | hog processes | clock | throughput (tok/s) | vs quiet "
+            "| mean TPOT (ms) |",
+            "|---|---|---|---|---|---|",
+        ]
+        for _, r in h.iterrows():
+            lines.append(
+                f"| {r.condition} | {r.hog_processes} | {r.clock} | {r.throughput_tok_s:.2f} | "
+                f"{_pct(r.throughput_vs_quiet)} | {r.tpot_ms_mean:.1f} |"
+            )
+        lines.append("")
+    dec = out_dir / "decomposition.csv"
+    if dec.exists():
+        d = pd.read_csv(dec).dropna(subset=["real_step_ms"])
+        lines += [
+            "## Per-step decomposition: which term differs",
+            "",
+            "Mean ms per decode-only step of the first repeat, real (engine timers) against the "
+            "cost model's terms at the same steps (same batch, requests, context). Forward = "
+            "the target forward; loop = the rest of the step (accepting, streaming, cache "
+            "bookkeeping) against `step_overhead_ms + verify_per_request_ms * R`. All cells "
+            "in decomposition.csv.",
+            "",
+            "| drafter | policy | load | draft real / model | forward real / table | "
+            "loop real / model | step real / model |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for _, r in d.iterrows():
+            lines.append(
+                f"| {r.drafter} | {r.policy} | {r.load} | {r.real_draft_ms:.1f} / "
+                f"{r.model_draft_ms:.1f} | {r.real_forward_ms:.1f} / {r.model_table_ms:.1f} | "
+                f"{r.real_loop_ms:.1f} / {r.model_overhead_ms:.1f} | {r.real_step_ms:.1f} / "
+                f"{r.model_step_ms:.1f} |"
+            )
+        lines.append("")
+    lines += [
+        "## Every cell",
+        "",
+        "Errors are (sim - real) / real against the mean of the real repeats; spread = "
+        "(max - min) / mean of the real repeats.",
+        "",
+        cell_markdown(table, clock),
+        "",
+        "![simulated against measured](fidelity.png)",
+        "",
+        "See docs/fidelity.md for the method and the error analysis.",
+        "",
+    ]
+    text = "\n".join(lines)
+    write_text(text, out_dir / "README.md")
+    return text
