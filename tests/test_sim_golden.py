@@ -191,6 +191,8 @@ def tables(name: str, res) -> dict[str, pd.DataFrame]:
         "tokens": res.tokens,
     }
     for k, df in out.items():
+        if df is None:  # not recorded (record_steps / record_tokens False)
+            continue
         df = df.copy()
         df.insert(0, "scenario", name)
         out[k] = df
@@ -228,6 +230,26 @@ def test_golden(name, golden):
         if kind == "summary":  # parquet stores the summary's ints/floats as their own dtypes
             have = have[list(want.columns)].astype(want.dtypes.to_dict())  # new keys may join
         pd.testing.assert_frame_equal(have, want, check_exact=True, obj=f"{name}/{kind}")
+
+
+@pytest.mark.parametrize("name", list(scenarios()))
+def test_golden_summary_without_step_log(name, golden):
+    """``record_steps=False`` (what sweeps run) keeps only running sums and the per-step
+    values the summary's floating-point sums need: the same summary, exactly, and no step or
+    token tables."""
+    kw = dict(scenarios()[name], record_steps=False, record_tokens=False)
+    res = run_scenario(kw)
+    assert res.steps is None and res.tokens is None
+    want = golden[name]["summary"]
+    have = tables(name, res)["summary"].reset_index(drop=True)
+    have = have[list(want.columns)].astype(want.dtypes.to_dict())
+    pd.testing.assert_frame_equal(have, want, check_exact=True, obj=f"{name}/summary (lean)")
+    pd.testing.assert_frame_equal(
+        res.requests.reset_index(drop=True),
+        golden[name]["requests"].drop(columns="scenario").reset_index(drop=True),
+        check_exact=True,
+        obj=f"{name}/requests (lean)",
+    )
 
 
 def write() -> None:

@@ -116,12 +116,113 @@ class RawLog:
     steps: np.ndarray  # decode steps the job took part in
     verified: np.ndarray  # draft tokens verified
     accepted: np.ndarray  # draft tokens accepted
-    step_log: np.ndarray  # (S, len(STEP_COLUMNS)) float64
+    step_log: np.ndarray | None  # (S, len(STEP_COLUMNS)) float64; None: not recorded
     token_job: np.ndarray | None  # emission log: job, time, count per (job, step)
     token_time: np.ndarray | None
     token_count: np.ndarray | None
     sim_time_s: float
     max_batch_tokens: int
+    step_sums: StepSums | None = None  # what the summary needs when step_log is None
+
+
+@dataclass(frozen=True, eq=False)
+class StepSums:
+    """The step log reduced to what the summary reads (``record_steps=False``).
+
+    Integer totals are exact in any order, so they are kept as running sums. The summary's
+    floating-point sums (time in system, mean ITL, the steady window) are numpy's pairwise sums
+    over per-step values, whose rounding depends on the whole sequence and its length: to stay
+    bit-identical to the full log, the per-step period and the two counts it is weighted by are
+    kept (16 bytes a step where the full log takes 104). The steady window [t0, t1) is found as
+    the run goes: ``window_start`` / ``window_end`` are (steps that started before t, tokens
+    they emitted) at t0 (the C-th completion) and at t1 (the last admission).
+    """
+
+    period_s: np.ndarray  # (S,) float64: duration + sched_wait
+    in_system: np.ndarray  # (S,) int32: running + queued at the step's start
+    decoding: np.ndarray  # (S,) int32: decoding requests
+    emitted: int
+    prefilling: int
+    verified: int
+    accepted: int
+    batch_tokens: int
+    window_start: tuple[int, int] | None
+    window_end: tuple[int, int] | None
+
+    @property
+    def n_steps(self) -> int:
+        return int(self.period_s.shape[0])
+
+
+class _Sums:
+    """The running form of :class:`StepSums`, appended to step by step."""
+
+    def __init__(self) -> None:
+        self.period = array("d")
+        self.in_sys = array("i")
+        self.dec = array("i")
+        self.n = self.emitted = self.prefilling = self.verified = self.accepted = self.batch = 0
+        # the trailing steps that started at the same time (normally just the last one), so
+        # "steps that started before t" is exact for any t at or after the last start
+        self.last_start = math.nan
+        self.trail = self.trail_emit = 0
+        self.t0: tuple[int, int] | None = None
+        self.t1: tuple[int, int] | None = None
+
+    def step(self, start, period, in_sys, dec, new, ver, acc, emitted, batch) -> None:
+        self.period.append(period)
+        self.in_sys.append(in_sys)
+        self.dec.append(dec)
+        self.n += 1
+        self.emitted += emitted
+        self.prefilling += new
+        self.verified += ver
+        self.accepted += acc
+        self.batch += batch
+        if start == self.last_start:
+            self.trail += 1
+            self.trail_emit += emitted
+        else:
+            self.last_start = start
+            self.trail = 1
+            self.trail_emit = emitted
+
+    def walk(self, durs, wait, in_sys, dec, ver, acc, emitted, batch) -> None:
+        """Steps walked without SimPy (no admission, no prefill). Every walked step moves the
+        clock (the walks stop before one that would not), so no later time equals a walked
+        step's start: the trailing group is empty for every time asked afterwards."""
+        k = len(durs)
+        self.period.append(durs[0] + wait)
+        self.period.extend(durs[1:])
+        self.in_sys.extend(array("i", (in_sys,)) * k)
+        self.dec.extend(array("i", (dec,)) * k)
+        self.n += k
+        self.emitted += emitted
+        self.verified += ver
+        self.accepted += acc
+        self.batch += batch
+        self.last_start = math.nan
+        self.trail = self.trail_emit = 0
+
+    def before(self, t: float) -> tuple[int, int]:
+        """(steps that started before t, tokens they emitted), for t >= every start so far."""
+        if t == self.last_start:
+            return self.n - self.trail, self.emitted - self.trail_emit
+        return self.n, self.emitted
+
+    def freeze(self) -> StepSums:
+        return StepSums(
+            period_s=np.frombuffer(self.period, dtype=np.float64),
+            in_system=np.frombuffer(self.in_sys, dtype=np.int32),
+            decoding=np.frombuffer(self.dec, dtype=np.int32),
+            emitted=self.emitted,
+            prefilling=self.prefilling,
+            verified=self.verified,
+            accepted=self.accepted,
+            batch_tokens=self.batch,
+            window_start=self.t0,
+            window_end=self.t1,
+        )
 
 
 # Rows of the running-batch state array.
@@ -275,6 +376,7 @@ class Engine:
         limits: EngineLimits,
         *,
         record_tokens: bool = True,
+        record_steps: bool = True,
         progress=None,
         env: simpy.Environment | None = None,
         seed: int = 0,
@@ -288,6 +390,7 @@ class Engine:
         self.limits = limits
         self.env = env if env is not None else simpy.Environment()
         self.record_tokens = record_tokens
+        self.record_steps = record_steps
         self.progress = progress
         self.gamma = trace.block_size
         self.conf = trace.conf
@@ -348,8 +451,11 @@ class Engine:
         self.queue: deque[int] = deque()
         # The step log, columnar: one flat float64 buffer holding a row of len(STEP_COLUMNS)
         # values per step (8 bytes a value, no Python objects: 104 bytes a step, where a list
-        # of tuples took ~400). The summary's ITL percentiles and steady window need it all.
+        # of tuples took ~400). Without record_steps only what the summary reads is kept
+        # (_Sums: 16 bytes a step).
         self.log = array("d")
+        self.sums = None if self.record_steps else _Sums()
+        self.closed_c = self.wl.concurrency if self.wl.kind == "closed" else None
         self.n_steps = 0
         self.tok_job: list[np.ndarray] = []
         self.tok_cnt: list[np.ndarray] = []
@@ -460,9 +566,11 @@ class Engine:
         ends: list[float] = []
         emits: list[int] = []
         t = now
+        wait0 = wait
         ver = n_acc = 0
         max_b = self.max_b
-        log_step = self._log_step
+        log = self.log if self.sums is None else None
+        pos0 = pos
         while True:
             r = b + pos
             if r >= hi:
@@ -478,7 +586,10 @@ class Engine:
             if zos_s > d:
                 break  # the overlapped scheduler would outlast the step: step by step
             end = t + d
-            log_step((t, d, batch, 1, 1, 0, n_queued, 0, ln, a, e, wait, 0))
+            if end <= t:
+                break  # a step too short to move the clock: step by step (_Sums.walk)
+            if log is not None:
+                log.extend((t, d, batch, 1, 1, 0, n_queued, 0, ln, a, e, wait, 0))
             wait = 0.0
             durs.append(d)
             if batch > max_b:
@@ -495,6 +606,10 @@ class Engine:
                 break  # the next step starts with an arrival
         if not durs:
             return durs, now
+        k = len(durs)
+        self.n_steps += k
+        if self.sums is not None:
+            self.sums.walk(durs, wait0, 1 + n_queued, 1, ver, n_acc, pos - pos0, k + ver)
         self.max_b = max_b
         S[_N, 0] = pos
         S[_VER, 0] += ver
@@ -550,8 +665,9 @@ class Engine:
         ends: list[float] = []
         emits: list[int] = []
         t = now
+        wait0 = wait
         max_b = self.max_b
-        log_step = self._log_step
+        log = self.log if self.sums is None else None
         idx = range(n)
         while True:
             step_l = []
@@ -576,8 +692,11 @@ class Engine:
             verify_s = lut[batch] if batch < n_lut else float(cost.step_time(batch))
             d = d0 + verify_s
             end = t + d
-            emitted = sum(step_e)
-            log_step((t, d, batch, n, n, 0, n_queued, 0, n_ver, sum(step_a), emitted, wait, 0))
+            if end <= t:
+                break  # a step too short to move the clock: step by step (_Sums.walk)
+            if log is not None:
+                row = (t, d, batch, n, n, 0, n_queued, 0, n_ver, sum(step_a), sum(step_e), wait, 0)
+                log.extend(row)
             wait = 0.0
             durs.append(d)
             if batch > max_b:
@@ -596,6 +715,12 @@ class Engine:
                 break  # the next step starts with an arrival
         if not durs:
             return durs, now
+        k = len(durs)
+        self.n_steps += k
+        if self.sums is not None:
+            v = sum(ver)
+            emitted = sum(pos) - int(S[_N].sum())
+            self.sums.walk(durs, wait0, n + n_queued, n, v, sum(acc_n), emitted, n * k + v)
         self.max_b = max_b
         S[_N] = pos
         S[_VER] += ver
@@ -656,6 +781,8 @@ class Engine:
         record = self.record_tokens
         progress = self.progress
         log_step = self._log_step
+        sums = self.sums
+        closed_c = self.closed_c
         while True:
             now = env.now
             # -- arrivals up to now join the queue (same-time rule: t_arrival <= now)
@@ -687,6 +814,8 @@ class Engine:
                     block = jobs.cols[:, a]
                     block[_STEPS] = self.n_steps + 1  # first decode step index (after prefill)
                     S = np.concatenate((S, block), axis=1)
+                    if sums is not None:  # the steady window ends at the last admission
+                        sums.t1 = sums.before(now)
             n_run = S.shape[1]
             n_queued = len(queue)
             if n_run == 0:
@@ -846,23 +975,33 @@ class Engine:
                 if not open_loop:
                     for _ in range(n_fin):
                         self._spawn(end)
-            log_step(
-                (
-                    now,
-                    duration,
-                    batch,
-                    n_run,
-                    n_dec,
-                    n_new,
-                    n_queued,
-                    prefill_tokens,
-                    n_ver,
-                    n_acc,
-                    emitted,
-                    wait,
-                    n_fin,
+            if sums is None:
+                log_step(
+                    (
+                        now,
+                        duration,
+                        batch,
+                        n_run,
+                        n_dec,
+                        n_new,
+                        n_queued,
+                        prefill_tokens,
+                        n_ver,
+                        n_acc,
+                        emitted,
+                        wait,
+                        n_fin,
+                    )
                 )
-            )
+            else:
+                self.n_steps += 1
+                sums.step(
+                    now, duration + wait, n_run + n_queued, n_dec, n_new, n_ver, n_acc, emitted,
+                    batch,
+                )  # fmt: skip
+                # the steady window starts at the C-th completion
+                if closed_c is not None and sums.t0 is None and self.n_done >= closed_c:
+                    sums.t0 = sums.before(end)
 
     # ------------------------------------------------------------------ output
 
@@ -878,7 +1017,11 @@ class Engine:
             tt = np.repeat(np.asarray(self.tok_time), np.asarray(self.tok_len))
         else:
             tj = tc = tt = None
-        log = np.frombuffer(self.log, dtype=np.float64).reshape(-1, len(STEP_COLUMNS)).copy()
+        if self.sums is None:
+            log = np.frombuffer(self.log, dtype=np.float64).reshape(-1, len(STEP_COLUMNS)).copy()
+            sums = None
+        else:
+            log, sums = None, self.sums.freeze()
         return RawLog(
             job_trace=j.trace[:n].copy(),
             arrival_s=j.arrival[:n].copy(),
@@ -897,4 +1040,5 @@ class Engine:
             token_count=tc,
             sim_time_s=float(self.env.now),
             max_batch_tokens=int(self.max_b),
+            step_sums=sums,
         )

@@ -51,6 +51,24 @@ from specsim.sim.engine import STEP_COLUMNS, RawLog
 COL = {name: i for i, name in enumerate(STEP_COLUMNS)}
 
 
+def _per_step(raw: RawLog) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(period s = duration + sched_wait, requests in the system, decoding requests) per step,
+    float64, from the full step log or from the reduced one (``RawLog.step_sums``): the same
+    values either way, so every sum over them is the same to the bit."""
+    if raw.step_log is not None:
+        log, c = raw.step_log, COL
+        period = log[:, c["duration_s"]] + log[:, c["sched_wait_s"]]
+        return period, log[:, c["running"]] + log[:, c["queued"]], log[:, c["decoding"]]
+    s = _sums(raw)
+    return s.period_s, s.in_system.astype(np.float64), s.decoding.astype(np.float64)
+
+
+def _sums(raw: RawLog):  # noqa: ANN202 - StepSums
+    if raw.step_sums is None:
+        raise ValueError("this RawLog has neither a step log nor step sums")
+    return raw.step_sums
+
+
 def ttft_s(raw: RawLog) -> np.ndarray:
     return raw.first_token_s - raw.arrival_s
 
@@ -110,7 +128,8 @@ def latency_summary(
     ttft = ttft_s(raw)[done] * 1000.0
     tpot = tpot_s(raw)[done] * 1000.0
     e2e = (raw.finish_s - raw.arrival_s)[done] * 1000.0
-    gap, chunks = itl_ms(raw.step_log)
+    period, _, chunks = _per_step(raw)
+    gap = period * 1000.0  # itl_ms, from either form of the log
     out: dict[str, float] = {}
     for name, x in (("ttft", ttft), ("tpot", tpot), ("e2e", e2e)):
         out[f"{name}_ms_mean"] = _mean(x)
@@ -146,9 +165,7 @@ def steady_state(raw: RawLog, concurrency: int | None) -> dict[str, float]:
     """Steady-state window of a closed loop (see the module docstring); whole run otherwise."""
     c = COL
     log = raw.step_log
-    start = log[:, c["time_s"]]
-    period = log[:, c["duration_s"]] + log[:, c["sched_wait_s"]]
-    in_sys = log[:, c["running"]] + log[:, c["queued"]]
+    period, in_sys, _ = _per_step(raw)
     nan = float("nan")
     if concurrency is None:
         total = float(period.sum())
@@ -166,12 +183,19 @@ def steady_state(raw: RawLog, concurrency: int | None) -> dict[str, float]:
     if not t1 > t0:
         return {"achieved_concurrency": nan, "steady_window_s": nan,
                 "steady_throughput_tok_s": nan}  # fmt: skip
-    inside = (start >= t0) & (start < t1)
+    if log is not None:
+        start = log[:, c["time_s"]]
+        inside = (start >= t0) & (start < t1)
+        emitted = float(log[inside, c["emitted_tokens"]].sum())
+    else:  # steps start in time order: the window is the steps [k0, k1), found during the run
+        (k0, e0), (k1, e1) = _sums(raw).window_start, _sums(raw).window_end
+        inside = slice(k0, max(k0, k1))
+        emitted = float(max(e1 - e0, 0))
     window = float(period[inside].sum())
     return {
         "achieved_concurrency": float((in_sys * period)[inside].sum() / window) if window else nan,
         "steady_window_s": t1 - t0,
-        "steady_throughput_tok_s": float(log[inside, c["emitted_tokens"]].sum()) / (t1 - t0),
+        "steady_throughput_tok_s": emitted / (t1 - t0),
     }
 
 
@@ -222,6 +246,22 @@ def step_totals(log: np.ndarray) -> dict[str, float]:
     }
 
 
+def _lean_totals(raw: RawLog) -> dict[str, float]:
+    """``step_totals`` from the reduced log: integer sums kept as the run went (exact in any
+    order), the time in system summed over the same per-step values as the full log's."""
+    s = _sums(raw)
+    period, in_sys, decoding = _per_step(raw)
+    return {
+        "decode_emitted": float(s.emitted - s.prefilling),
+        "decode_request_steps": float(decoding.sum()),
+        "verified": float(s.verified),
+        "accepted": float(s.accepted),
+        "engine_steps": float(s.n_steps),
+        "batch_tokens": float(s.batch_tokens),
+        "in_system_area": float((in_sys * period).sum()),
+    }
+
+
 def summarize(
     raw: RawLog,
     sla_tps: float | None,
@@ -233,7 +273,7 @@ def summarize(
     """The summary dict of a replay (keys listed in docs/simulator.md); ``concurrency``: the
     closed loop's C (None for open loops), for the steady-state window."""
     done = np.isfinite(raw.finish_s)
-    t = step_totals(raw.step_log)
+    t = step_totals(raw.step_log) if raw.step_log is not None else _lean_totals(raw)
     total_out = float(raw.emitted.sum())
     sim_t = raw.sim_time_s
     ttft = ttft_s(raw)[done] * 1000.0
@@ -312,10 +352,12 @@ def request_frame(raw: RawLog, trace_ids: np.ndarray, category: np.ndarray | Non
 
 
 def step_frame(raw: RawLog):
-    """One row per engine step (tidy)."""
+    """One row per engine step (tidy); None when the steps were not recorded."""
     import pandas as pd
 
     log = raw.step_log
+    if log is None:
+        return None
     data = {}
     for name, i in COL.items():
         col = log[:, i]

@@ -27,7 +27,8 @@ from specsim.trace.model import Trace
 @dataclass(frozen=True, eq=False)
 class ReplayResult:
     """``summary`` (dict), ``requests`` (one row per request), ``steps`` (one row per engine
-    step), ``tokens`` (one row per request-step emission, or None), ``config`` (what was run)."""
+    step, or None without ``record_steps``), ``tokens`` (one row per request-step emission, or
+    None), ``config`` (what was run)."""
 
     summary: dict
     requests: object  # pandas.DataFrame
@@ -89,6 +90,7 @@ def replay(
     kv_tokens: int | None = None,
     prefill_budget: int | None = None,
     record_tokens: bool = True,
+    record_steps: bool = True,
     progress=None,
 ) -> ReplayResult:
     """Replay ``trace`` through the simulated server and return tidy results.
@@ -97,7 +99,9 @@ def replay(
     of the same names).
     ``calibrate="sts"`` fits STS on a held-out 30% of the trace's requests and replays the
     rest with calibrated confidences. ``progress``: a :class:`specsim.progress.Progress` (or
-    anything with ``update(n)``), advanced per completed request.
+    anything with ``update(n)``), advanced per completed request. ``record_steps=False``
+    keeps only what the summary needs of the step log (16 bytes a step instead of 104; same
+    summary to the bit) and leaves ``steps`` None: for sweeps, which read the summary only.
     """
     t0 = time.perf_counter()
     tr = _load_trace(trace)
@@ -133,7 +137,15 @@ def replay(
         if known:  # a bar made before the load was known learns its total here
             progress.total = float(known)
     engine = Engine(
-        tr, pol, cost, wl, limits, record_tokens=record_tokens, progress=progress, seed=seed
+        tr,
+        pol,
+        cost,
+        wl,
+        limits,
+        record_tokens=record_tokens,
+        record_steps=record_steps,
+        progress=progress,
+        seed=seed,
     )
     raw = engine.run()
     wall = time.perf_counter() - t0
