@@ -11,7 +11,8 @@ the trace is generated once, outside the timing. Each scenario is also run throu
 (``numpy_bound.py``: a bare numpy loop doing the same accounting, no SimPy, no logs); the
 ``x bound`` column is the engine's CPU time over the bound's (goal <= 1.5), and the run checks
 that both simulated the same steps and time. ``--memory`` adds ``B/step``: the bytes the
-engine's step log holds per engine step (its only per-step state with per-token logging off).
+engine's step log holds per engine step (its only per-step state with per-token logging off),
+full and lean (``record_steps=False``); ``--lean`` times the replays in the lean mode.
 Run on an idle core:
 
     python benchmarks/bench_replay.py                 # all scenarios
@@ -86,10 +87,13 @@ def _bound(trace, policy: str, profile: str, load: dict, seed: int) -> tuple[flo
     return time.process_time() - c0, got
 
 
-def _log_bytes_per_step(trace, policy: str, profile: str, load: dict, seed: int) -> float:
+def _log_bytes_per_step(
+    trace, policy: str, profile: str, load: dict, seed: int, lean: bool = False
+) -> float:
     """Bytes the engine's step log holds per engine step (the only per-step state it keeps
     when per-token logging is off): a list of 13-tuples before #13, one flat float64 buffer
-    after. Measured on the log object itself, so per-request tables do not blur it."""
+    after; with ``lean`` (``record_steps=False``, what sweeps run) the reduced log's three
+    arrays. Measured on the log objects themselves, so per-request tables do not blur it."""
     import sys as _sys
 
     from specsim.policies.base import get_policy
@@ -100,8 +104,13 @@ def _log_bytes_per_step(trace, policy: str, profile: str, load: dict, seed: int)
     cost = get_profile(profile)
     wl = make_workload(trace, seed=seed, **load)
     limits = EngineLimits(cost.max_running, cost.kv_tokens, cost.prefill_budget)
-    eng = Engine(trace, get_policy(policy), cost, wl, limits, record_tokens=False)
+    kw = {"record_steps": False} if lean else {}
+    eng = Engine(trace, get_policy(policy), cost, wl, limits, record_tokens=False, **kw)
     raw = eng.run()
+    if lean:
+        sums = eng.sums
+        held = sum(_sys.getsizeof(a) for a in (sums.period, sums.in_sys, sums.dec))
+        return held / max(1, raw.step_sums.n_steps)
     log = eng.log
     if isinstance(log, list):  # tuples of boxed numbers (ints below 257 are shared)
         size = _sys.getsizeof(log) + sum(
@@ -124,6 +133,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default=None, help="run one scenario by name")
     ap.add_argument("--no-bound", action="store_true", help="skip the numpy-loop bound")
     ap.add_argument("--memory", action="store_true", help="measure step-log bytes per step")
+    ap.add_argument(
+        "--lean",
+        action="store_true",
+        help="time replays with record_steps=False (what a sweep runs: no step table)",
+    )
     ap.add_argument("--cprofile", default=None, metavar="FILE", help="write cProfile stats")
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore")  # extrapolation notes are not the point here
@@ -136,18 +150,23 @@ def main(argv: list[str] | None = None) -> int:
     trace = _trace(1000, seed=0)
     seed = 1
 
+    lean = {"record_steps": False} if args.lean else {}
+
     def run(load: dict):
         return replay(
-            trace, args.policy, profile=args.profile, seed=seed, record_tokens=False, **load
+            trace, args.policy, profile=args.profile, seed=seed, record_tokens=False, **lean, **load
         )
 
-    print(f"python {sys.version.split()[0]}, numpy {np.__version__}, policy {args.policy}")
+    print(
+        f"python {sys.version.split()[0]}, numpy {np.__version__}, policy {args.policy}, "
+        f"step log {'lean (record_steps=False)' if args.lean else 'full'}"
+    )
     head = (
         f"{'scenario':<20}{'tokens':>10}{'steps':>8}{'mean R':>8}{'wall s':>8}{'cpu s':>8}"
         f"{'tok/wall s':>12}{'tok/cpu s':>12}{'bound s':>9}{'x bound':>8}"
     )
     if args.memory:
-        head += f"{'B/step':>8}"
+        head += f"{'B/step':>8}{'lean B':>8}"
     print(head)
     with tempfile.TemporaryDirectory() as tmp:
         for name, load in scenarios(args, tmp).items():
@@ -165,8 +184,10 @@ def main(argv: list[str] | None = None) -> int:
                 cProfile.runctx("run(load)", globals(), {"run": run, "load": load}, args.cprofile)
             s = res.summary
             steps = res.steps
-            dur = steps["duration_s"].to_numpy()
-            mean_r = float((steps["running"].to_numpy() * dur).sum() / dur.sum())
+            mean_r = float("nan")  # the step table only (not kept with --lean)
+            if steps is not None:
+                dur = steps["duration_s"].to_numpy()
+                mean_r = float((steps["running"].to_numpy() * dur).sum() / dur.sum())
             tok = s["output_tokens"]
             line = (
                 f"{name:<20}{tok:>10,}{s['engine_steps']:>8,}{mean_r:>8.1f}{best:>8.2f}"
@@ -180,7 +201,9 @@ def main(argv: list[str] | None = None) -> int:
                 same = (b_tok, b_steps, b_time) == (tok, s["engine_steps"], s["sim_time_s"])
                 line += f"{b_cpu:>9.2f}{best_cpu / b_cpu:>8.2f}" + ("" if same else " (differs!)")
             if args.memory:
-                line += f"{_log_bytes_per_step(trace, args.policy, args.profile, load, seed):>8.0f}"
+                for lean_log in (False, True):
+                    b = _log_bytes_per_step(trace, args.policy, args.profile, load, seed, lean_log)
+                    line += f"{b:>8.1f}"
             print(line, flush=True)
     return 0
 
