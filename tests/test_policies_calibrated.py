@@ -166,3 +166,69 @@ def test_auto_is_never_far_from_the_best_built_in(trace, profile):
             got[pol] = r.summary["throughput_tok_s"]
         best = max(got[p] for p in BUILT_IN)
         assert got["auto"] >= 0.97 * best, (trace, profile, c, got)
+
+
+def _lone_length_arrays(surv, rate, step_time) -> int:
+    """The look-ahead stop as first written, in numpy arrays: the reference the Python-float
+    form must match decision for decision (issue #13 made it faster, not different)."""
+    gamma = surv.shape[0]
+    t = np.asarray(step_time(1 + np.arange(gamma + 1)), dtype=np.float64)
+    tok = 1.0
+    for k in range(gamma):
+        proj = surv[k] * np.concatenate(([1.0], np.cumprod(rate[k + 1 :])))
+        if np.max((tok + np.cumsum(proj)) / t[k + 1 :]) <= tok / t[k]:
+            return k
+        tok += surv[k]
+    return gamma
+
+
+def test_lone_length_matches_the_array_form_exactly():
+    from specsim.policies.base import TableStepTime
+
+    rng = np.random.default_rng(7)
+
+    def stepped(b):  # a cliff at 6 tokens, as SPS profiles have
+        b = np.asarray(b, dtype=np.float64)
+        return _linear(9.0, 0.7)(b) * (1 + 0.3 * (b > 5))
+
+    table = stepped(np.arange(64))  # the engine's table holds the function's own values
+    fns = [_linear(), stepped, TableStepTime(stepped, table), TableStepTime(stepped, table, 11)]
+    for trial in range(3000):
+        g = int(rng.integers(1, 9))
+        surv = np.cumprod(rng.random(g) ** rng.choice([0.1, 0.5, 1.0, 3.0]))
+        rate = np.ones(g) if trial % 9 == 0 else rng.random(g)
+        if trial % 13 == 0:
+            surv[int(rng.integers(0, g))] = np.nan
+        f = fns[trial % 4]
+        assert lone_length(surv, rate, f) == _lone_length_arrays(surv, rate, f)
+
+
+def test_history_counted_in_python_equals_the_array_path(monkeypatch):
+    """The engine counts a few requests' outcomes in plain Python: same table as the arrays."""
+    import dataclasses
+
+    import specsim.sim.engine as eng
+
+    tr = iid_trace(6, 40, gamma=5, seed=3)
+    conf = np.random.default_rng(4).random(tr.conf.shape).astype(np.float32)
+    tr = dataclasses.replace(tr, conf=conf)
+    hists = []
+    for limit in (0, 8):
+        monkeypatch.setattr(eng, "_HIST_PY_MAX_R", limit)
+        res = []
+        for zos in (False, True):
+            e = eng.Engine.__new__(eng.Engine)
+            e.trace, e.gamma, e.offsets = tr, tr.block_size, tr.offsets.astype(np.int64)
+            e.policy = Policy(name="x", schedule=lambda inp: None, zos=zos)
+            e._init_hist()
+            rng = np.random.default_rng(5)
+            for _ in range(40):
+                r = int(rng.integers(1, 5))
+                rows = rng.integers(0, tr.conf.shape[0], r)
+                lens = rng.integers(0, e.gamma + 1, r)
+                a_ok = np.minimum(lens, rng.integers(0, e.gamma + 1, r))
+                e._hist_add(rows, tr.conf[rows], lens, a_ok)
+            res.append(e.hist.copy())
+        hists.append(res)
+    for a, b in zip(hists[0], hists[1], strict=True):
+        assert a.tobytes() == b.tobytes() and a.sum() > 0
