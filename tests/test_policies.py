@@ -410,3 +410,30 @@ def test_rowwise_solo_holds_at_any_batch(spec):
 def test_coupled_policies_are_not_rowwise():
     for spec in ("hw-aware", "hw-aware-global", "zos", "goodput"):
         assert not get_policy(spec).rowwise
+
+
+def _goodput_arrays(inp: StepInput) -> int:
+    """``goodput``'s choice as first written, in numpy arrays: the reference its Python-float
+    form must match exactly (issue #13 made it faster, not different)."""
+    r, gamma = inp.n_requests, inp.gamma
+    rate = np.full(gamma, 0.5) if inp.accept_rate is None else inp.accept_rate
+    survival = np.cumprod(np.clip(np.asarray(rate, dtype=np.float64)[:gamma], 0.0, 1.0))
+    k = np.arange(gamma + 1)
+    expected = r * (1.0 + np.concatenate(([0.0], np.cumsum(survival))))
+    return int(np.argmax(expected / np.asarray(inp.step_time(r * (1 + k)), dtype=np.float64)))
+
+
+def test_goodput_matches_the_array_form_exactly():
+    rng = np.random.default_rng(11)
+
+    def cliff(b):
+        b = np.asarray(b, dtype=np.float64)
+        return (8.0 + 0.02 * b) * (1 + 0.4 * (b > 64)) / 1000.0
+
+    for trial in range(3000):
+        g, r = int(rng.integers(1, 9)), int(rng.integers(1, 200))
+        rate = None if trial % 7 == 0 else rng.random(g) ** rng.choice([0.2, 1.0, 3.0])
+        if rate is not None and trial % 5 == 0:
+            rate[int(rng.integers(0, g))] = rng.choice([np.nan, 1.0, 0.0, -0.0, 1.5])
+        inp = StepInput(conf=np.zeros((r, g), np.float32), step_time=cliff, accept_rate=rate)
+        assert get_policy("goodput")(inp).tolist() == [_goodput_arrays(inp)] * r

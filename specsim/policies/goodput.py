@@ -22,11 +22,22 @@ def goodput_lengths(inp: StepInput) -> np.ndarray:
     rate = inp.accept_rate
     if rate is None:
         rate = np.full(gamma, PRIOR_ACCEPT_RATE)
-    survival = np.cumprod(np.clip(np.asarray(rate, dtype=np.float64)[:gamma], 0.0, 1.0))
     k = np.arange(gamma + 1)
-    expected = r * (1.0 + np.concatenate(([0.0], np.cumsum(survival))))
-    goodput = expected / np.asarray(inp.step_time(r * (1 + k)), dtype=np.float64)
-    return np.full(r, int(np.argmax(goodput)), dtype=np.int64)
+    t = np.asarray(inp.step_time(r * (1 + k)), dtype=np.float64).tolist()
+    # In Python floats (gamma + 1 values: numpy calls would cost more than the arithmetic),
+    # the same IEEE operations in the same order as the array form
+    #   survival = cumprod(clip(rate, 0, 1)); expected = r * (1 + [0, cumsum(survival)])
+    #   argmax(expected / t)   (the first maximum; the first NaN if any, as np.argmax)
+    best_i, best = 0, r * 1.0 / t[0]
+    surv = cs = 0.0
+    for i, a in enumerate(np.asarray(rate, dtype=np.float64)[:gamma].tolist()):
+        a = 0.0 if a < 0.0 else 1.0 if a > 1.0 else a  # np.clip (NaN stays NaN)
+        surv = a if i == 0 else surv * a
+        cs = surv if i == 0 else cs + surv
+        g = r * (1.0 + cs) / t[i + 1]
+        if best == best and (g > best or g != g):
+            best_i, best = i + 1, g
+    return np.full(r, best_i, dtype=np.int64)
 
 
 @POLICIES.register("goodput", help="one k for the batch from online acceptance (SmartSpec/vLLM)")
