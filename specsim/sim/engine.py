@@ -903,7 +903,10 @@ class Engine:
                     conf = conf_all[rows]
                     acc = acc_all[rows]
                 if cost.is_2d:
-                    step_fn = cost.step_time_fn(float(np.mean(S[_PROMPT] + S[_N])))
+                    # np.mean's own arithmetic (a float64 sum, then / count) without its
+                    # Python wrappers: the same context to the bit
+                    ctx = np.add.reduce(S[_PROMPT] + S[_N], dtype=np.float64) / n_run
+                    step_fn = cost.step_time_fn(float(ctx))
                 if not n_new:
                     pol_fn = step_fn
                 elif p_tok:
