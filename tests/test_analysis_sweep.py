@@ -287,3 +287,20 @@ def test_find_max_load_on_dask_matches_local(trace_path):
         remote = find_max_load(trace_path, ["zos"], dask=cluster.scheduler_address, **kw)
     assert remote["max_load"].tolist() == local["max_load"].tolist()
     assert remote["throughput_tok_s"].tolist() == local["throughput_tok_s"].tolist()
+
+
+def test_in_memory_row_has_the_dtypes_of_its_part(trace_path, tmp_path):
+    """A fresh sweep keeps each row as built (no read-back of its part): it must be the frame
+    a resumed sweep reads from that part, value for value and dtype for dtype."""
+    from specsim.analysis.sweep import _row_frame
+    from specsim.outputs import write_table
+
+    for kw in ({"concurrency": [4], "requests": 20}, {"rates": [30.0], "duration": 2.0}):
+        cell = build_cells(trace_path, ["zos"], **kw)[0]
+        row = run_cell(cell)
+        assert any(v != v for v in row.values())  # NaN knobs (rate or duration) and metrics
+        frame = _row_frame(row)
+        path = write_table(frame, tmp_path / f"{cell.key_hash}.parquet")
+        back = pd.read_parquet(path)
+        pd.testing.assert_frame_equal(frame, back, check_exact=True)
+        assert list(frame.dtypes) == list(back.dtypes)

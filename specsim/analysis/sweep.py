@@ -234,10 +234,9 @@ def _run_locked(
         if len(cells) > len(todo):
             bar.note(f"{len(cells) - len(todo)} cached")
         for cell, row in _execute(todo, workers=workers, dask=dask, runner=runner):
-            frame = _row_frame(row)
+            frame = _row_frame(row)  # the dtypes a resumed run reads back from its part
             if store is not None:
                 store.save_part(cell, frame)
-                frame = store.read_part(cell)  # what a resumed run would read: same dtypes
             done[cell.key] = frame
             bar.update(1)
     table = _concat([done[k] for k in keys])
@@ -339,8 +338,11 @@ def _execute_dask(
 
 
 def _row_frame(row: dict[str, Any]) -> pd.DataFrame:
-    """One row through Arrow, so in-memory rows have exactly the dtypes a Parquet part has."""
-    return pa.Table.from_pandas(pd.DataFrame([row]), preserve_index=False).to_pandas()
+    """One row through Arrow, so in-memory rows have exactly the dtypes a Parquet part has
+    (the sweep tests compare resumed tables, read from parts, with fresh ones). Straight from
+    the dict: ~1 ms a cell where a DataFrame first took ~4.5 and reading the part back ~3.4,
+    in the process that also feeds the workers."""
+    return pa.Table.from_pylist([row]).to_pandas()
 
 
 def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
