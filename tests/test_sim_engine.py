@@ -230,3 +230,34 @@ def test_emission_log_adds_up():
         ("accepted_drafts", "accepted_drafts"),
     ]:
         assert res.requests[per_req].sum() == res.steps[per_step].sum()
+
+
+def test_2d_step_time_in_python_floats_is_the_cost_models():
+    """The engine's scalar 2-D step time (issue #13: ~1 us instead of ~28) returns the cost
+    model's own numbers, bit for bit, at any batch and context (extrapolation included)."""
+    from specsim.sim.cost import CostModel
+    from specsim.sim.engine import _STEP2D_ROWS, _Step2D
+    from specsim.sim.profiles import get_profile
+
+    b = np.array([1, 8, 64, 128, 256, 512, 1024])
+    base = np.array([7.0, 7.1, 7.8, 8.6, 10.2, 14.9, 28.7])
+    mine = CostModel(
+        "t2d",
+        b,
+        np.stack([base, base * 1.3, base * 1.9]),
+        context_tokens=np.array([256, 1024, 4096]),
+    )
+    rng = np.random.default_rng(2)
+    for cost in (mine, get_profile("smollm2-135m-cpu")):
+        f = _Step2D(cost)
+        assert f.ok
+        lo, hi = float(cost.context_tokens[0]), float(cost.context_tokens[-1])
+        for _ in range(2000):
+            batch = int(rng.integers(0, 3000)) if rng.random() < 0.9 else _STEP2D_ROWS + 9
+            ctx = (
+                float(rng.uniform(lo - 50, hi + 50))
+                if rng.random() < 0.9
+                else float(rng.integers(0, 5000))
+            )
+            assert f(batch, ctx) == float(cost.step_time(batch, ctx))
+            assert f(batch, None) == float(cost.step_time_fn(None)(batch))
