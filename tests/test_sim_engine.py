@@ -261,3 +261,9 @@ def test_2d_step_time_in_python_floats_is_the_cost_models():
             )
             assert f(batch, ctx) == float(cost.step_time(batch, ctx))
             assert f(batch, None) == float(cost.step_time_fn(None)(batch))
+            batches = rng.integers(0, 400, int(rng.integers(1, 9)))
+            if rng.random() < 0.1:
+                batches[0] = _STEP2D_ROWS + 1
+            want = cost.step_time_fn(ctx)
+            assert f.fn(ctx)(batches).tobytes() == want(batches).tobytes()
+            assert f.fn(ctx)(batch) == want(batch)

@@ -312,7 +312,8 @@ class _Step2D:
         self.cost = cost
         self.ctxs = [float(c) for c in np.asarray(cost.context_tokens)]
         grid = np.arange(_STEP2D_ROWS)
-        self.rows = [np.asarray(cost.step_time(grid, c), np.float64).tolist() for c in self.ctxs]
+        self.arrays = [np.asarray(cost.step_time(grid, c), np.float64) for c in self.ctxs]
+        self.rows = [a.tolist() for a in self.arrays]
         lo, hi = self.ctxs[0], self.ctxs[-1]
         probe_ctx = [lo - 1.0, lo, (lo + hi) / 2, hi, hi + 7.5, lo + (hi - lo) / 3]
         probe_ctx += [lo + (hi - lo) * f for f in (0.01, 0.37, 0.999)] + [None]
@@ -333,6 +334,36 @@ class _Step2D:
             return self.rows[0][batch]
         w = (c - ctxs[hi - 1]) / (ctxs[hi] - ctxs[hi - 1])
         return (1.0 - w) * self.rows[hi - 1][batch] + w * self.rows[hi][batch]
+
+    def fn(self, ctx: float):  # noqa: ANN201 - a StepTime
+        """``cost.step_time_fn(ctx)`` as a policy gets it: the same numbers, array in, array
+        out, from the two rows and the blend (two takes and three ufuncs, not ~20 calls)."""
+        ctxs = self.ctxs
+        c = ctxs[0] if ctx < ctxs[0] else ctxs[-1] if ctx > ctxs[-1] else ctx
+        hi = bisect_left(ctxs, c)
+        if hi == 0:
+            return _Blend2D(self.cost, ctx, self.arrays[0], None, 0.0)
+        w = (c - ctxs[hi - 1]) / (ctxs[hi] - ctxs[hi - 1])
+        return _Blend2D(self.cost, ctx, self.arrays[hi - 1], self.arrays[hi], w)
+
+
+class _Blend2D:
+    """A 2-D profile's ``B -> seconds`` at one context (see ``_Step2D.fn``); batches beyond
+    the dense rows go to the cost model."""
+
+    __slots__ = ("cost", "ctx", "lo", "hi", "w")
+
+    def __init__(self, cost, ctx, lo, hi, w) -> None:  # noqa: ANN001
+        self.cost, self.ctx, self.lo, self.hi, self.w = cost, ctx, lo, hi, w
+
+    def __call__(self, batch):  # noqa: ANN001, ANN204
+        b = np.maximum(np.asarray(batch, dtype=np.int64), 0)
+        if b.size and b.max() >= _STEP2D_ROWS:
+            return self.cost.step_time(np.asarray(batch), self.ctx)
+        out = self.lo.take(b) if self.hi is None else (
+            (1.0 - self.w) * self.lo.take(b) + self.w * self.hi.take(b)
+        )  # fmt: skip
+        return float(out) if np.ndim(batch) == 0 else out
 
 
 class _Jobs:
@@ -955,7 +986,7 @@ class Engine:
                     # np.mean's own arithmetic (a float64 sum, then / count) without its
                     # Python wrappers: the same context to the bit
                     ctx = float(np.add.reduce(S[_PROMPT] + S[_N], dtype=np.float64) / n_run)
-                    step_fn = cost.step_time_fn(ctx)
+                    step_fn = step2d.fn(ctx) if step2d is not None else cost.step_time_fn(ctx)
                 if not n_new:
                     pol_fn = step_fn
                 elif p_tok:
