@@ -232,3 +232,18 @@ def test_history_counted_in_python_equals_the_array_path(monkeypatch):
         hists.append(res)
     for a, b in zip(hists[0], hists[1], strict=True):
         assert a.tobytes() == b.tobytes() and a.sum() > 0
+
+
+def test_uniform_budget_matches_the_array_form_exactly():
+    rng = np.random.default_rng(8)
+    fns = [_linear(), lambda b: (6.0 + 0.05 * np.asarray(b, dtype=np.float64) ** 1.4) / 1000]
+    for trial in range(3000):
+        g, r = int(rng.integers(1, 9)), int(rng.integers(1, 9))
+        rate = rng.random(g) ** rng.choice([0.1, 1.0, 3.0])
+        if trial % 9 == 0:
+            rate[int(rng.integers(0, g))] = rng.choice([np.nan, 0.0, 1.0])
+        f = fns[trial % 2]
+        s = np.cumprod(rate)
+        tokens = r * (1.0 + np.concatenate(([0.0], np.cumsum(s))))
+        t = np.asarray(f(r * (1 + np.arange(g + 1))), dtype=np.float64)
+        assert uniform_budget(rate, r, f) == int(np.argmax(tokens / t)) * r

@@ -128,10 +128,19 @@ def lone_length(surv: np.ndarray, rate: np.ndarray, step_time) -> int:
 
 def uniform_budget(rate: np.ndarray, r: int, step_time) -> int:
     """Tokens of the best ONE length for all r requests from the history's rates (goodput)."""
-    s = np.cumprod(rate)
     k = np.arange(rate.shape[0] + 1)
-    tokens = r * (1.0 + np.concatenate(([0.0], np.cumsum(s))))
-    return int(np.argmax(tokens / np.asarray(step_time(r * (1 + k)), dtype=np.float64))) * r
+    t = np.asarray(step_time(r * (1 + k)), dtype=np.float64).tolist()
+    # Python floats, the array form's operations in its order (as goodput_lengths):
+    # argmax(r * (1 + [0, cumsum(cumprod(rate))]) / t), first maximum, first NaN
+    best_i, best = 0, r * 1.0 / t[0]
+    surv = cs = 0.0
+    for i, a in enumerate(np.asarray(rate, dtype=np.float64).tolist()):
+        surv = a if i == 0 else surv * a
+        cs = surv if i == 0 else cs + surv
+        g = r * (1.0 + cs) / t[i + 1]
+        if best == best and (g > best or g != g):
+            best_i, best = i + 1, g
+    return best_i * r
 
 
 def calibrated_zos_lengths(inp: StepInput) -> np.ndarray:
