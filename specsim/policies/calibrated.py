@@ -67,11 +67,13 @@ def calibrate(conf: np.ndarray, table: np.ndarray, cls: np.ndarray | None) -> np
     i0 = _clip(np.floor(x).astype(np.int64), 0, bins - 1)
     i1 = np.minimum(i0 + 1, bins - 1)
     f = _clip(x - i0, 0.0, 1.0)
-    # the table at (class, position, bin) for both neighbouring bins: one gather each
-    c = np.zeros((r, 1), np.int64) if cls is None else np.asarray(cls, np.int64)[:, None]
-    k = np.arange(gamma)[None, :]
-    v0 = table[c, k, i0]
-    v1 = table[c, k, i1]
+    # the table at (class, position, bin) for both neighbouring bins: one flat take each
+    at = np.arange(gamma) * bins  # (class * gamma + k) * bins, the row of each (r, k)
+    if cls is not None:
+        at = at + np.asarray(cls, np.int64)[:, None] * (gamma * bins)
+    flat = table.reshape(-1)
+    v0 = flat.take(at + i0)
+    v1 = flat.take(at + i1)
     return _clip(v0 + (v1 - v0) * f, 0.0, 1.0)
 
 
