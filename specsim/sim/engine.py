@@ -309,7 +309,7 @@ class _Step2D:
     """
 
     def __init__(self, cost: CostModel) -> None:
-        self.cost = cost
+        self._cost = weakref.ref(cost)  # kept per cost model while it lives (_step2d)
         self.ctxs = [float(c) for c in np.asarray(cost.context_tokens)]
         grid = np.arange(_STEP2D_ROWS)
         self.arrays = [np.asarray(cost.step_time(grid, c), np.float64) for c in self.ctxs]
@@ -320,6 +320,13 @@ class _Step2D:
         probe_b = [0, 1, 2, 7, 8, 63, 64, 300, int(cost.b_max), int(cost.b_max) + 5]
         probe_b += [_STEP2D_ROWS - 1, _STEP2D_ROWS + 3]
         self.ok = all(self(b, c) == float(cost.step_time(b, c)) for b in probe_b for c in probe_ctx)
+
+    @property
+    def cost(self) -> CostModel:
+        cost = self._cost()
+        if cost is None:  # cannot happen: an engine holds its cost model while it runs
+            raise SpecsimError("internal: the cost model of a 2-D step table is gone")
+        return cost
 
     def __call__(self, batch: int, ctx: float | None) -> float:
         """None: the smallest context's row (``step_time_fn(None)``, before any decode)."""
@@ -345,6 +352,21 @@ class _Step2D:
             return _Blend2D(self.cost, ctx, self.arrays[0], None, 0.0)
         w = (c - ctxs[hi - 1]) / (ctxs[hi] - ctxs[hi - 1])
         return _Blend2D(self.cost, ctx, self.arrays[hi - 1], self.arrays[hi], w)
+
+
+_STEP2D: dict[int, _Step2D] = {}
+
+
+def _step2d(cost: CostModel) -> _Step2D:
+    """One ``_Step2D`` per live cost model (a sweep replays one profile many times)."""
+    hit = _STEP2D.get(id(cost))
+    if hit is not None and hit._cost() is cost:
+        return hit
+    made = _Step2D(cost)
+    if hit is None:
+        weakref.finalize(cost, _STEP2D.pop, id(cost), None)
+    _STEP2D[id(cost)] = made
+    return made
 
 
 class _Blend2D:
@@ -867,7 +889,7 @@ class Engine:
         self.d_base, self.d_req, self.d_tok = d_base, d_req, d_tok
         # measured-engine terms (specsim.sim.cost): 0 in generated profiles
         engine_terms = cost.has_engine_terms
-        step2d = _Step2D(cost) if cost.is_2d and not engine_terms else None
+        step2d = _step2d(cost) if cost.is_2d and not engine_terms else None
         if step2d is not None and not step2d.ok:
             step2d = None
         ctx = None  # a 2-D profile's context, set by each step that decodes (as step_fn is)
