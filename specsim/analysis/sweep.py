@@ -44,14 +44,30 @@ def _load_trace(path: str):  # noqa: ANN202 - Trace, imported lazily
     return read_trace(path)
 
 
+@lru_cache(maxsize=16)
+def _builtin_profile(spec: str):  # noqa: ANN202 - CostModel, imported lazily
+    """A built-in profile (a name, not a file) once per worker: a measured one is read from
+    its CSV (~5 ms) on every call otherwise. Profiles are frozen; files are re-read."""
+    from specsim.analysis.variants import resolve_profile
+
+    return resolve_profile(spec)
+
+
+def _profile(spec: str):  # noqa: ANN202 - CostModel
+    from specsim.analysis.variants import resolve_profile
+
+    if spec.endswith(".csv") or os.sep in spec or Path(spec).exists():
+        return resolve_profile(spec)
+    return _builtin_profile(spec)
+
+
 def run_cell(cell: Cell) -> dict[str, Any]:
     """Replay one cell and return its row (knobs + summary). Top-level so it pickles."""
-    from specsim.analysis.variants import resolve_profile
     from specsim.sim.simulate import replay
 
     trace = _load_trace(cell.trace)
     kwargs = cell.replay_kwargs()
-    kwargs["profile"] = resolve_profile(cell.profile)
+    kwargs["profile"] = _profile(cell.profile)
     # a sweep keeps the summary only: no per-token or per-step logs (same numbers, less memory)
     result = replay(trace, cell.policy, record_tokens=False, record_steps=False, **kwargs)
     row = cell.knobs()
