@@ -125,6 +125,22 @@ def test_hog_check_runs_the_cell_beside_hogs(setup):
     assert (df.loc[df.condition == "quiet", "throughput_vs_quiet"] == 0).all()
 
 
+def test_term_ablation_scores_each_term(report):
+    """terms.csv: every cell replayed under each profile variant; the full model reproduces
+    the grid's own simulated side, and each variant differs from it only in the term removed."""
+    out, _ = report
+    terms = pd.read_csv(out / "terms.csv")
+    table = pd.read_csv(out / "fidelity.csv")
+    assert terms["variant"].nunique() == 5
+    assert len(terms) == 5 * len(table)
+    full = terms[terms.variant == "full model"].reset_index(drop=True)
+    np.testing.assert_allclose(full["err_throughput_tok_s"], table["err_throughput_tok_s"],
+                               rtol=1e-4, atol=1e-5)  # fmt: skip
+    v1 = terms[terms.variant.str.startswith("v1")]
+    assert not np.allclose(v1["err_throughput_tok_s"], full["err_throughput_tok_s"])
+    assert "What each cost term bought" in (out / "README.md").read_text()
+
+
 def test_report_files(report):
     out, trace = report
     assert trace.exists()

@@ -84,6 +84,7 @@ def plot_fidelity(table: pd.DataFrame, path: Path, clock: str = "cpu") -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     from specsim.analysis.palette import policy_style
 
@@ -123,6 +124,10 @@ def plot_fidelity(table: pd.DataFrame, path: Path, clock: str = "cpu") -> Path:
                         label=f"within {100 * g:.0f}% (goal)")  # fmt: skip
         ax.set_xscale("log")
         ax.set_yscale("log")
+        for axis in (ax.xaxis, ax.yaxis):  # plain numbers at 1-2-5 steps, no minor labels
+            axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+            axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+            axis.set_minor_formatter(NullFormatter())
         ax.set_xlim(lo, hi)
         ax.set_ylim(lo, hi)
         ax.set_xlabel(f"real engine ({clock} clock): {label}")
@@ -139,7 +144,7 @@ def plot_fidelity(table: pd.DataFrame, path: Path, clock: str = "cpu") -> Path:
         hist_ax.axvline(x, color="0.5", ls=":", lw=1)
     hist_ax.set_xlabel("relative error (sim - real) / real (clipped at +-20%)")
     hist_ax.set_ylabel("cells")
-    hist_ax.set_title("error histogram (dotted: +-5%)")
+    hist_ax.set_title("raw error histogram, all cells (dotted: +-5%)")
     hist_ax.legend(fontsize=8)
     fig.tight_layout(rect=(0, 0.08, 1, 1))
     from specsim.outputs import atomic
@@ -148,6 +153,120 @@ def plot_fidelity(table: pd.DataFrame, path: Path, clock: str = "cpu") -> Path:
         fig.savefig(tmp, dpi=110, format="png")
     plt.close(fig)
     return path
+
+
+def term_variants(cost):  # type: ignore[no-untyped-def]
+    """The measured profile without each engine term, the term folded back the way the v1
+    cost model charged it: what each term buys is the error it removes."""
+    from dataclasses import replace
+
+    dctx = float(cost.meta.get("draft_context", 128))
+    win = cost.draft_context_window or dctx
+    ctx_ms = cost.draft_per_context_us * 1e-3 * min(dctx, win)
+    no_pre = {"prefill_token_ms": 0.0}
+    no_ctx = {
+        "draft_per_context_us": 0.0,
+        "draft_per_request_ms": cost.draft_per_request_ms + ctx_ms,
+    }
+    no_req = {
+        "verify_per_request_ms": 0.0,
+        "step_overhead_ms": 0.0,
+        "draft_per_request_ms": cost.draft_per_request_ms + cost.verify_per_request_ms,
+        "draft_base_ms": cost.draft_base_ms + cost.step_overhead_ms,
+    }
+    v1 = {**no_pre, **no_ctx, **no_req}
+    v1["draft_per_request_ms"] = cost.draft_per_request_ms + ctx_ms + cost.verify_per_request_ms
+    return {
+        "full model": cost,
+        "without the prefill-token term (prompts through the table)": replace(cost, **no_pre),
+        "without the draft-context term (at the typical context)": replace(cost, **no_ctx),
+        "without per-request verify and step overhead (v1: on decoding requests)": replace(
+            cost, **no_req
+        ),
+        "v1 model (none of the three)": replace(cost, **v1),
+    }
+
+
+def term_ablation(out_dir: Path) -> pd.DataFrame:
+    """Replays every cell of a finished grid with each term removed (torch-free, seconds) and
+    scores it against the same real runs: ``terms.csv``."""
+    from specsim.analysis.validate import cell_metrics
+    from specsim.sim.profiles import read_profile_csv
+    from specsim.sim.simulate import replay
+    from specsim.trace.io import read_trace
+
+    table = pd.read_csv(out_dir / "fidelity.csv")
+    cfg = json.loads((out_dir / "config.json").read_text())
+    seed = int(cfg.get("seed", 0))
+    rates = cfg.get("rates_req_s", {})
+    rows = []
+    for drafter, grp in table.groupby("drafter", sort=False):
+        trace = read_trace(cfg["traces"][drafter])
+        cost = read_profile_csv(out_dir / f"profile-{str(drafter).replace(':', '')}.csv")
+        for name, variant in term_variants(cost).items():
+            for r in grp.itertuples():
+                kw = {"requests": int(r.jobs), "seed": seed, "record_tokens": False}
+                if r.concurrency > 0:
+                    kw["concurrency"] = int(r.concurrency)
+                else:
+                    kw["rate"] = float(rates[f"{drafter} {r.policy} {r.load}"])
+                res = replay(trace, r.policy, profile=variant, **kw)
+                m = cell_metrics(res.summary, res.requests)
+                slow = float(getattr(r, "slowdown_vs_profile", 1.0))
+                slow = slow if np.isfinite(slow) else 1.0
+                rows.append(
+                    {
+                        "variant": name,
+                        "drafter": drafter,
+                        "policy": r.policy,
+                        "load": r.load,
+                        "err_throughput_tok_s": m["throughput_tok_s"] / r.real_throughput_tok_s - 1,
+                        "err_tpot_ms_mean": m["tpot_ms_mean"] / r.real_tpot_ms_mean - 1,
+                        "err_ttft_ms_p50": m["ttft_ms_p50"] / r.real_ttft_ms_p50 - 1,
+                        # the same with the simulated times scaled by the machine's measured
+                        # speed during the cell (a diagnostic, as in fidelity.csv)
+                        "adj_err_throughput_tok_s": m["throughput_tok_s"]
+                        / slow
+                        / r.real_throughput_tok_s
+                        - 1,
+                        "adj_err_tpot_ms_mean": m["tpot_ms_mean"] * slow / r.real_tpot_ms_mean - 1,
+                    }
+                )
+    df = pd.DataFrame(rows)
+    from specsim.outputs import atomic
+
+    with atomic(out_dir / "terms.csv") as tmp:
+        df.to_csv(tmp, index=False, float_format="%.6g")
+    return df
+
+
+def _adj(g: pd.DataFrame) -> str:
+    if "adj_err_throughput_tok_s" not in g:
+        return "n/a | n/a"
+    a, b = g["adj_err_throughput_tok_s"].abs(), g["adj_err_tpot_ms_mean"].abs()
+    return (
+        f"{int((a <= 0.05).sum())} / {int((b <= 0.05).sum())} | {100 * a.median():.1f}% / "
+        f"{100 * b.median():.1f}%"
+    )
+
+
+def terms_markdown(df: pd.DataFrame) -> str:
+    lines = [
+        "| cost model | cells | throughput within 5% | median / worst abs error | mean TPOT within "
+        "5% | median / worst | p50 TTFT within 10% | median | speed-adjusted: throughput / "
+        "TPOT within 5% | median |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, g in df.groupby("variant", sort=False):
+        t, p, f = (g[c].abs() for c in ("err_throughput_tok_s", "err_tpot_ms_mean",
+                                        "err_ttft_ms_p50"))  # fmt: skip
+        lines.append(
+            f"| {name} | {len(g)} | {int((t <= 0.05).sum())} | {100 * t.median():.1f}% / "
+            f"{100 * t.max():.1f}% | {int((p <= 0.05).sum())} | {100 * p.median():.1f}% / "
+            f"{100 * p.max():.1f}% | {int((f <= 0.10).sum())} | {100 * f.median():.1f}% | "
+            f"{_adj(g)} |"
+        )
+    return "\n".join(lines)
 
 
 def render(out_dir: Path, command: str, load_note: str = "") -> str:
@@ -242,6 +361,18 @@ def render(out_dir: Path, command: str, load_note: str = "") -> str:
                 f"{_pct(r.throughput_vs_quiet)} | {r.tpot_ms_mean:.1f} |"
             )
         lines.append("")
+    terms = out_dir / "terms.csv"
+    if terms.exists():
+        lines += [
+            "## What each cost term bought",
+            "",
+            "The same real runs against the simulator with each term of the measured profile "
+            "removed and folded back the way the v1 cost model charged it (`terms.csv`, "
+            "torch-free: `specsim.analysis.fidelity_report.term_ablation`):",
+            "",
+            terms_markdown(pd.read_csv(terms)),
+            "",
+        ]
     dec = out_dir / "decomposition.csv"
     if dec.exists():
         d = pd.read_csv(dec).dropna(subset=["real_step_ms"])

@@ -3,8 +3,9 @@
 Writes under ``--out`` (default ``reports/fidelity``): ``fidelity.csv`` (real mean and spread,
 sim and relative error per cell, on the engine's clock and, closed loop, on the wall clock),
 ``runs.csv`` (every real run), ``decomposition.csv`` (per-step terms, real against model),
-``hog.csv`` (``--hog-check``), ``fidelity.png`` (sim against real, error histogram),
-``README.md`` (the tables and how they were made), ``engine_steps.parquet`` (every real step),
+``hog.csv`` (``--hog-check``), ``terms.csv`` (what each cost term buys), ``fidelity.png`` (sim
+against real, error histogram), ``README.md`` (the tables and how they were made),
+``engine_steps.parquet`` (every real step),
 ``profile-<drafter>.csv`` (the engine's measured cost profile the simulator used, and its
 other-clock twin) and ``config.json``. torch is imported inside ``run`` only.
 """
@@ -101,7 +102,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specsim.analysis.fidelity_report import render
+    from specsim.analysis.fidelity_report import render, term_ablation
     from specsim.analysis.validate import fidelity_lines, parse_grid, run_validation
     from specsim.torch_engine.clock import check_clock
 
@@ -151,6 +152,8 @@ def run(args: argparse.Namespace) -> int:
         device=args.device,
         log=lambda m: print(m, file=sys.stderr, flush=True),
     )
+    if args.profile is None:  # the ablation varies the measured profiles' terms
+        term_ablation(args.out)
     note = f"(1-min load {load_before:.2f} when the command started.)"
     render(args.out, "specsim " + " ".join(sys.argv[1:]), note)
     print(fidelity_lines(table))
