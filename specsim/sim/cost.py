@@ -42,7 +42,8 @@ def dense_lookup(batch_tokens: np.ndarray, step_ms: np.ndarray) -> np.ndarray:
 # million tokens a step; any cost term above an hour is a unit mistake.
 MAX_PROFILE_BATCH = 1_000_000
 MAX_COST = 3.6e9
-_COST_KEYS = (
+# the float terms of a profile header (non-negative; ms or us as named)
+COST_KEYS = (
     "draft_base_ms",
     "draft_per_request_ms",
     "draft_per_token_ms",
@@ -86,7 +87,7 @@ class CostModel:
     _slope: np.ndarray = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        for key in _COST_KEYS:
+        for key in COST_KEYS:
             v = getattr(self, key)
             if not (np.isfinite(v) and 0 <= v <= MAX_COST):
                 raise SpecsimError(

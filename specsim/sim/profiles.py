@@ -27,23 +27,13 @@ import numpy as np
 
 from specsim.errors import SpecsimError
 from specsim.registry import Registry
-from specsim.sim.cost import CostModel
+from specsim.sim.cost import COST_KEYS, CostModel
 from specsim.sim.deployments import Deployment, FreeParams, sources
 
 PROFILES: Registry[CostModel] = Registry("profile")
 
 _INT_KEYS = ("max_running", "kv_tokens", "prefill_budget", "gpus", "draft_context_window")
-_FLOAT_KEYS = (
-    "draft_base_ms",
-    "draft_per_request_ms",
-    "draft_per_token_ms",
-    "sched_base_us",
-    "sched_us_per_request",
-    "step_overhead_ms",
-    "verify_per_request_ms",
-    "draft_per_context_us",
-    "prefill_token_ms",
-)
+_FLOAT_KEYS = COST_KEYS  # the cost model's non-negative float terms
 
 
 # --------------------------------------------------------------------------- CSV
