@@ -207,15 +207,14 @@ def _init_worker(target_spec: str, drafters: list[str], device: str, threads: in
 def run_real(spec: RunSpec) -> dict[str, Any]:
     """One real run of a cell: metrics on the engine's clock (and, closed loop, on the wall
     clock), the step log, and how many jobs' lengths differ from the trace."""
-    from specsim.commands.engine import _Lengths
     from specsim.policies.base import get_policy
     from specsim.sim.metrics import request_frame, summarize
-    from specsim.sim.workload import synthetic
+    from specsim.sim.workload import TraceLengths, synthetic
     from specsim.torch_engine.engine import EngineConfig, RealEngine
 
     target = _STATE["target"]
     proposer = _STATE["proposers"][spec.cell.drafter]
-    lengths = _Lengths(spec.prompt_len, spec.output_len)
+    lengths = TraceLengths(spec.prompt_len, spec.output_len)
     c = spec.cell
     if c.concurrency is not None:
         wl = synthetic(lengths, concurrency=c.concurrency, requests=spec.jobs, seed=spec.seed)

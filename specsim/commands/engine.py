@@ -78,17 +78,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-class _Lengths:
-    """The minimal trace view the workload generator reads (prompt/output lengths)."""
-
-    def __init__(self, prompt_len, output_len) -> None:  # type: ignore[no-untyped-def]
-        import numpy as np
-
-        self.prompt_len = np.asarray(prompt_len, dtype=np.int64)
-        self.output_len = np.asarray(output_len, dtype=np.int64)
-        self.n_requests = int(self.prompt_len.shape[0])
-
-
 def run(args: argparse.Namespace) -> int:
     if args.max_new_tokens < 1:
         raise SpecsimError("--max-new-tokens must be at least 1")
@@ -107,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     from specsim.record.models import load_target, prompt_ids
     from specsim.record.prompts import load_many
     from specsim.sim.profiles import get_profile
-    from specsim.sim.workload import synthetic
+    from specsim.sim.workload import TraceLengths, synthetic
     from specsim.torch_engine.engine import EngineConfig, RealEngine
     from specsim.torch_engine.proposers import make_proposer
 
@@ -131,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
             layout=args.layout,
             clock=args.clock,
         ).cost
-    lengths = _Lengths([len(i) for i in ids], [args.max_new_tokens] * len(ids))
+    lengths = TraceLengths([len(i) for i in ids], [args.max_new_tokens] * len(ids))
     if args.concurrency is not None:
         wl = synthetic(
             lengths, concurrency=args.concurrency, requests=args.requests, seed=args.seed

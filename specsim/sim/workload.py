@@ -151,6 +151,16 @@ def open_loop_times(
     return times[times <= duration]
 
 
+class TraceLengths:
+    """The minimal trace view :func:`synthetic` reads (prompt and output lengths): what a real
+    engine serving prompts without a recorded trace gives the workload generator."""
+
+    def __init__(self, prompt_len, output_len) -> None:  # type: ignore[no-untyped-def]
+        self.prompt_len = np.asarray(prompt_len, dtype=np.int64)
+        self.output_len = np.asarray(output_len, dtype=np.int64)
+        self.n_requests = int(self.prompt_len.shape[0])
+
+
 def synthetic(
     trace: Trace,
     *,
