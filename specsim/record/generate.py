@@ -46,17 +46,25 @@ def _strip(out: list[int], eos: tuple[int, ...]) -> list[int]:
     return out
 
 
-def greedy_batch(target: Target, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
-    """Greedy outputs for a batch of prompts (left padding, KV cache), EOS kept."""
+def left_pad(prompts: list[list[int]], pad: int):  # type: ignore[no-untyped-def]
+    """(ids, attention mask) of a left-padded batch: what batched ``generate`` needs."""
     import torch
 
-    pad = target.eos_ids[0]
     width = max(len(p) for p in prompts)
     ids = torch.full((len(prompts), width), pad, dtype=torch.long)
     mask = torch.zeros((len(prompts), width), dtype=torch.long)
     for i, p in enumerate(prompts):
         ids[i, width - len(p) :] = torch.tensor(p)
         mask[i, width - len(p) :] = 1
+    return ids, mask
+
+
+def greedy_batch(target: Target, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
+    """Greedy outputs for a batch of prompts (left padding, KV cache), EOS kept."""
+    import torch
+
+    pad = target.eos_ids[0]
+    ids, mask = left_pad(prompts, pad)
     with torch.no_grad():
         out = target.model.generate(
             input_ids=ids.to(target.device),
@@ -66,7 +74,7 @@ def greedy_batch(target: Target, prompts: list[list[int]], max_new_tokens: int) 
             pad_token_id=pad,
             eos_token_id=list(target.eos_ids),
         )
-    gen = out[:, width:].cpu().tolist()
+    gen = out[:, ids.shape[1] :].cpu().tolist()
     return [_strip(g, target.eos_ids) for g in gen]
 
 

@@ -33,13 +33,10 @@ CHUNK = 32  # positions whose blocks share one target forward
 def sample_outputs(target: Any, prompts: list[list[int]], cfg: RecordConfig, salt: int):
     """Outputs sampled from the target at cfg.temperature, one left-padded batch, seeded per
     chunk (``salt`` = the chunk's first request) so a resumed recording draws the same."""
+    from specsim.record.generate import left_pad
+
     pad = target.eos_ids[0]
-    width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
-    mask = torch.zeros((len(prompts), width), dtype=torch.long)
-    for i, p in enumerate(prompts):
-        ids[i, width - len(p) :] = torch.tensor(p)
-        mask[i, width - len(p) :] = 1
+    ids, mask = left_pad(prompts, pad)
     torch.manual_seed(cfg.seed * 1_000_003 + salt)
     gen = target.model.generate(
         input_ids=ids.to(target.device),
@@ -51,7 +48,7 @@ def sample_outputs(target: Any, prompts: list[list[int]], cfg: RecordConfig, sal
         top_p=1.0,
         pad_token_id=pad,
         eos_token_id=list(target.eos_ids),
-    )[:, width:].cpu()
+    )[:, ids.shape[1] :].cpu()
     eos = set(target.eos_ids)
     out = []
     for row in gen.tolist():
