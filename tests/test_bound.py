@@ -1,0 +1,192 @@
+"""The non-anticipating bound (specsim.analysis.bound): exact against brute force on tiny cases."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from specsim.analysis.bound import (
+    StepCost,
+    best_lengths,
+    best_policy,
+    brute_force_best,
+    dinkelbach,
+    discrete_states,
+    lambda_table,
+    stationary_bound,
+    step_cost,
+    survivals,
+    top_gains,
+    weighted_dinkelbach,
+)
+from specsim.errors import SpecsimError
+from specsim.sim.profiles import get_profile
+from specsim.sim.simulate import replay
+from specsim.trace.synth import LogNormal, synth_trace
+
+
+def _cliff_cost(requests: int, gamma: int) -> StepCost:
+    """A step-shaped curve: flat, then a cliff (the shape that traps early-stop searches)."""
+    b = np.arange(requests * (gamma + 1) + 1)
+    verify = np.where(b <= requests + 1, 1.0, 1.9) + 0.02 * b
+    return StepCost(verify=verify, fixed=0.3)
+
+
+def test_top_gains_is_the_best_knapsack():
+    """For every total n, the n largest survivals = the best lengths with sum n (all vectors)."""
+    rng = np.random.default_rng(5)
+    r, g = 3, 3
+    conf = rng.uniform(0.05, 1.0, size=(4, r, g))
+    conf[0, 1, 1] = 1.0  # ties in the survivals
+    best = top_gains(survivals(conf))
+    for i in range(conf.shape[0]):
+        cum = np.concatenate([np.zeros((r, 1)), np.cumsum(survivals(conf[i]), axis=1)], axis=1)
+        brute = np.full(r * g + 1, -np.inf)
+        for lens in itertools.product(range(g + 1), repeat=r):
+            n = sum(lens)
+            brute[n] = max(brute[n], sum(cum[k, lens[k]] for k in range(r)))
+        np.testing.assert_allclose(best[i], brute, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("conf", "probs", "requests"),
+    [
+        ([[0.9, 0.2, 0.8], [0.5, 0.5, 0.5], [0.1, 0.9, 0.9]], [0.5, 0.3, 0.2], 1),
+        ([[0.95, 0.6], [0.3, 0.9]], [0.6, 0.4], 2),
+        ([[0.8], [0.05]], [0.5, 0.5], 2),
+    ],
+)
+def test_dinkelbach_equals_brute_force_over_all_policies(conf, probs, requests):
+    """The per-step knapsack at the Dinkelbach fixed point is the best of ALL deterministic
+    per-step policies (every map from a batch of rows to lengths), on a step-shaped curve."""
+    gamma = len(conf[0])
+    cost = _cliff_cost(requests, gamma)
+    states, weights = discrete_states(np.array(conf), probs, requests)
+    exact = weighted_dinkelbach(top_gains(survivals(states)), weights, requests, cost)
+    brute = brute_force_best(np.array(conf), probs, requests, cost)
+    assert exact == pytest.approx(brute, rel=1e-12)
+    # equal weights: the sampled form gives the same as the weighted one
+    if len(set(probs)) == 1:
+        lam, _ = dinkelbach(top_gains(survivals(states)), requests, cost)
+        assert lam == pytest.approx(exact, rel=1e-12)
+
+
+def test_dinkelbach_with_equal_weights_is_weighted_dinkelbach():
+    rng = np.random.default_rng(1)
+    surv = survivals(rng.uniform(0, 1, size=(50, 3, 4)))
+    cost = _cliff_cost(3, 4)
+    lam, choice = dinkelbach(top_gains(surv), 3, cost)
+    same = weighted_dinkelbach(top_gains(surv), np.full(50, 1 / 50), 3, cost)
+    assert lam == pytest.approx(same, rel=1e-12)
+    assert choice.shape == (50,) and choice.max() <= 12
+
+
+@pytest.fixture(scope="module")
+def tiny_trace():
+    return synth_trace(
+        n_requests=12,
+        accept_profile=(0.8, 0.7, 0.7, 0.6),
+        output_len=LogNormal(40, 0.2, 20, 60),
+        prompt_len=LogNormal(64, 0.2, 16, 128),
+        seed=4,
+    )
+
+
+def test_bound_between_every_static_length_and_the_anticipating_optimum(tiny_trace):
+    """R = 1 (exact over the trace's rows): the bound beats every static K in the same model and
+    stays below the best ANTICIPATING per-step policy (which sees accept_len)."""
+    cost = get_profile("h100-dense-8b")
+    b = stationary_bound(tiny_trace, cost, 1)
+    gamma = tiny_trace.block_size
+    sc = step_cost(cost, 1, gamma)
+    surv = survivals(np.asarray(tiny_trace.conf))
+    cum = np.concatenate([np.zeros((surv.shape[0], 1)), np.cumsum(surv, axis=1)], axis=1)
+    for k in range(gamma + 1):
+        static = (1 + cum[:, k]).mean() / sc.time(np.array([1 + k]))[0]
+        assert b.bound_tok_s >= static * (1 - 1e-12)
+    acc = np.asarray(tiny_trace.accept_len, dtype=np.int64)
+    knows = np.minimum(np.arange(gamma + 1)[None, :], acc[:, None]).astype(np.float64)
+    anticipating, _ = dinkelbach(knows, 1, sc)
+    assert b.bound_tok_s <= anticipating
+    assert b.bound_tok_s < b.oracle_tok_s  # oracle here: verify exactly accept_len
+    assert b.bound_se == 0.0 and b.batches == surv.shape[0]
+
+
+def test_refuses_traces_whose_confidences_are_not_probabilities(tiny_trace):
+    over = synth_trace(
+        n_requests=4, accept_profile=(0.8, 0.7), output_len=[30], calibration=2.0, seed=1
+    )
+    with pytest.raises(SpecsimError, match="mis-calibrated"):
+        stationary_bound(over, get_profile("h100-dense-8b"), 1)
+    from dataclasses import replace
+
+    recorded = replace(tiny_trace, meta={**tiny_trace.meta, "source": "recorded"})
+    with pytest.raises(SpecsimError, match="synthetic trace"):
+        stationary_bound(recorded, get_profile("h100-dense-8b"), 1)
+
+
+def test_best_lengths_are_prefix_closed_and_the_model_choice():
+    rng = np.random.default_rng(9)
+    conf = rng.uniform(0.2, 1.0, size=(5, 4))
+    conf[2, 1:] = 1.0  # equal survivals along a row: ties must keep prefix order
+    surv = survivals(conf)
+    cost = _cliff_cost(5, 4)
+    lam = 3.0
+    lens = best_lengths(surv, cost.verify.__getitem__, lam)
+    gain = top_gains(surv[None])[0]
+    n = int(np.argmax(5 + gain - lam * cost.verify[5 + np.arange(gain.size)]))
+    assert lens.sum() == n
+    picked = sum(surv[r, : lens[r]].sum() for r in range(5))
+    assert picked == pytest.approx(gain[n], abs=1e-12)
+
+
+def test_best_policy_replays_and_beats_mtp1(tiny_trace):
+    cost = get_profile("h100-dense-8b")
+    pol = best_policy(lambda_table(tiny_trace, cost, 4))
+    kw = dict(concurrency=4, requests=12, profile=cost, seed=3, record_tokens=False)
+    best = replay(tiny_trace, pol, **kw).summary
+    mtp1 = replay(tiny_trace, "mtp1", **kw).summary
+    assert best["requests_completed"] == 12
+    assert best["throughput_tok_s"] > mtp1["throughput_tok_s"]
+
+
+SUL_BOUND = """
+kind = "schedulers-under-load"
+title = "Small"
+traces = ["../../traces/small.parquet"]
+policies = ["mtp1", "auto", "oracle"]
+profile = "h100-dense-8b"
+concurrency = [1, 4]
+requests = 16
+sla_targets = [40]
+auto_policy = "auto"
+auto_reference = ["mtp1", "static:2"]
+auto_profiles = ["h100-dense-8b"]
+auto_concurrency = [1, 4]
+auto_requests = 16
+bound = true
+"""
+
+
+def test_report_section_reads_the_bound(tmp_path, monkeypatch, tiny_trace):
+    """The schedulers-under-load auto section gets the bound's table and bound.parquet."""
+    import pandas as pd
+
+    from specsim.analysis.report import run_report
+    from specsim.trace.io import write_trace
+
+    (tmp_path / "traces").mkdir()
+    write_trace(tiny_trace, tmp_path / "traces" / "small.parquet")
+    folder = tmp_path / "reports" / "sul"
+    folder.mkdir(parents=True)
+    (folder / "config.toml").write_text(SUL_BOUND)
+    monkeypatch.chdir(tmp_path)
+    text = run_report("sul", tmp_path / "reports", workers=1).read_text()
+    assert "the price of not knowing the future?" in text
+    bound = pd.read_parquet(folder / "bound.parquet")
+    assert list(bound["load"]) == [1, 4] and set(bound["trace"]) == {"small"}
+    assert (bound["model bound tok/s"] < bound["model oracle tok/s"]).all()
+    assert (bound["best-non-anticipating tok/s"] > 0).all()
+    assert "Model bound / oracle" in text and "best-non-anticipating" in text
