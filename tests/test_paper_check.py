@@ -55,7 +55,8 @@ def test_every_fact_has_a_source() -> None:
 
     from specsim.sim.deployments import Fact
 
-    for obj in (V4_FLASH, V4_PRO, FLASH_DEPLOYMENT.gpu, FLASH_DEPLOYMENT):
+    for obj in (V4_FLASH, V4_PRO, FLASH_DEPLOYMENT.gpu, FLASH_DEPLOYMENT,
+                FLASH_DEPLOYMENT.fabric, FLASH_DEPLOYMENT.fabric.ll_bench):  # fmt: skip
         for f in fields(obj):
             v = getattr(obj, f.name)
             if isinstance(v, Fact):
@@ -90,6 +91,65 @@ def test_all_to_all_is_derived_from_its_stated_sources() -> None:
     assert 5 < pro.nic_us < 7 and flash.total_us < 1  # microseconds per padded token
 
 
+def test_latency_floor_is_deepeps_published_latency_less_its_transfer() -> None:
+    # DeepEP docs/legacy.md, low-latency kernels: 128 tokens/GPU, hidden 7168, top-8;
+    # dispatch / combine 77 / 114 us at EP 8, 118 / 195 us at EP 16 (H800, CX7 400 Gb/s)
+    from specsim.sim.deployments import HGX_FABRIC, all_to_all, latency_floor
+
+    b = HGX_FABRIC.ll_bench
+    assert (b.tokens_per_gpu.value, b.hidden.value, b.top_k.value) == (128, 7168, 8)
+    assert (b.ep8_dispatch_us.value, b.ep8_combine_us.value) == (77, 114)
+    assert (b.ep16_dispatch_us.value, b.ep16_combine_us.value) == (118, 195)
+    for fact in (b.ep8_dispatch_us, b.ep16_dispatch_us, b.ep16_combine_us, b.tokens_per_gpu):
+        assert "deepseek-ai/DeepEP" in fact.source and "128 tokens" in fact.source
+    assert "118 us" in b.ep16_dispatch_us.source and "195 us" in b.ep16_combine_us.source
+    assert b.nvlink_bw.value == 160e9 and "160 GB/s" in b.nvlink_bw.source
+
+    fl = latency_floor(HGX_FABRIC)
+    d_bytes = 128 * 8 * (7168 + 7168 / 128 * 4)  # FP8 + FP32 scales
+    c_bytes = 128 * 8 * 7168 * 2  # BF16
+    # EP 16 = 2 nodes of 8: half the copies cross the NICs (43 GB/s, DeepEP's measured)
+    assert math.isclose(fl.dispatch_us, 118 - 1e6 * d_bytes / 2 / 43e9)
+    assert math.isclose(fl.combine_us, 195 - 1e6 * c_bytes / 2 / 43e9)
+    assert 25 < fl.dispatch_us < 35 and 20 < fl.combine_us < 30  # tens of us, not hundreds
+    # EP 8 (one node): 7/8 of the copies over the benchmark's NVLink; the floor is no smaller
+    assert math.isclose(fl.intranode_dispatch_us, 77 - 1e6 * d_bytes * 7 / 8 / 160e9)
+    assert fl.intranode_dispatch_us + fl.intranode_combine_us >= fl.per_layer_us
+
+    flash, pro = all_to_all(FLASH_DEPLOYMENT), all_to_all(PRO_DEPLOYMENT)
+    assert flash.floor_us_per_layer == 0 and flash.floor_ms == 0  # one node: charged nowhere
+    assert math.isclose(pro.floor_us_per_layer, fl.per_layer_us)
+    assert pro.layers == V4_PRO.layers.value == 61
+    assert math.isclose(pro.floor_ms, fl.per_layer_us * 61 / 1000)
+    assert 3 < pro.floor_ms < 4
+
+
+def test_paper_check_charges_the_floor_per_step_only_across_nodes() -> None:
+    from specsim.analysis.reports.paper_check import Job, Variant, profile_for
+    from specsim.sim.deployments import all_to_all
+
+    def step_ms(dep: str, v: Variant, b: int) -> float:
+        return profile_for(Job(dep, 12.9, 60.0, v, (1.0,), 8, 8, 0)).step_time(b) * 1000
+
+    floor = all_to_all(PRO_DEPLOYMENT).floor_ms
+    for b in (1, 64, 512):  # a fixed cost: the same at every batch
+        extra = step_ms("v4-pro", Variant(), b) - step_ms("v4-pro", Variant(floor_us=0.0), b)
+        assert math.isclose(extra, floor, rel_tol=1e-6)
+    raw = step_ms("v4-pro", Variant(floor_us=313.0), 1) - step_ms("v4-pro", Variant(), 1)
+    assert math.isclose(raw, (313.0 - all_to_all(PRO_DEPLOYMENT).floor_us_per_layer) * 61 / 1000)
+    # Flash is one node: an override of the floor changes nothing there
+    assert step_ms("v4-flash", Variant(floor_us=313.0), 1) == step_ms("v4-flash", Variant(), 1)
+
+
+def test_kv_scale_scales_the_derived_capacity() -> None:
+    from specsim.sim.profiles import deployment_profile
+
+    full = deployment_profile("x", PRO_DEPLOYMENT, FLASH_FIT)
+    tenth = deployment_profile("x", PRO_DEPLOYMENT, FLASH_FIT, kv_scale=0.1)
+    assert full.kv_tokens == PRO_DEPLOYMENT.kv_tokens
+    assert abs(tenth.kv_tokens - PRO_DEPLOYMENT.kv_tokens * 0.1) <= 1
+
+
 def test_paper_check_charges_the_all_to_all_per_padded_token() -> None:
     from specsim.analysis.reports.paper_check import Job, Variant, profile_for
     from specsim.sim.deployments import all_to_all
@@ -111,6 +171,14 @@ def test_v4_pro_like_profile_is_built_from_the_facts() -> None:
     assert "HF" in p.meta["total_params"] or "model card" in p.meta["total_params"]
     fit = transfer(FLASH_FIT, V4_PRO)
     assert p.meta["overhead_ms"].startswith(f"{fit.overhead_ms:g}")
+    # the derived all-to-all is in the profile too, each term with its source in the header
+    from specsim.sim.deployments import all_to_all
+
+    a2a = all_to_all(PRO_DEPLOYMENT)
+    assert p.meta["a2a_floor_ms"].startswith(f"{a2a.floor_ms:.3f}")
+    assert "deepseek-ai/DeepEP" in p.meta["a2a_floor_ms"] and "EP 16" in p.meta["a2a_floor_ms"]
+    assert p.meta["a2a_per_token_us"].startswith(f"{a2a.total_us:.3f}")
+    assert p.meta["step_fixed_ms"].startswith(f"{fit.overhead_ms + a2a.floor_ms:.3f}")
     # Pro is slower than Flash at every batch (more active params, more layers)
     flash = get_profile("v4-flash-like")
     assert p.step_time(1) > flash.step_time(1)

@@ -36,6 +36,12 @@ V3_COMM = (
     "3.3.3 (dispatch activations in FP8 with 1x128 scales, combine in BF16)"
 )
 H20_NVLINK = "NVIDIA H20 spec: NVLink 4.0, 900 GB/s bidirectional (450 GB/s each way)"
+DEEPEP_LL = (
+    "DeepEP docs/legacy.md (the V1 README), 'Low-latency kernels with pure RDMA' "
+    "(https://github.com/deepseek-ai/DeepEP/blob/main/docs/legacy.md): H800 + one CX7 400 Gb/s "
+    "NIC per GPU, 128 tokens per batch, hidden 7168, top-8, FP8 dispatch / BF16 combine; "
+    "latency by EP size"
+)
 
 
 @dataclass(frozen=True)
@@ -113,6 +119,31 @@ class FabricFacts:
     dispatch_scale_bytes: Fact  # per ``scale_block`` hidden values
     scale_block: Fact
     combine_bytes: Fact  # per hidden value
+    ll_bench: LowLatencyBench  # DeepEP's published decode all-to-all latencies (the floor)
+
+
+@dataclass(frozen=True)
+class LowLatencyBench:
+    """DeepEP's published low-latency (decode) dispatch / combine latencies, and their setting.
+
+    Why: a per-token bandwidth cost cannot make a step slower at one request, yet V4-Pro's
+    prediction is missing a fixed cost per step. A dispatch or combine has a latency floor
+    (kernel launch, RDMA round trip, the receivers' polling) that no bandwidth term carries.
+    DeepEP publishes latencies only at 128 tokens per GPU, where part of each is the transfer
+    itself, so the floor is what is left after the bytes that cross the NICs are charged at the
+    fabric's NIC bandwidth (:func:`latency_floor`). EP 16 is V4-Pro's own layout (2 nodes of 8);
+    EP 8 (one node, NVLink at ``nvlink_bw``) shows the floor a single node pays, which V4-Flash's
+    fitted fixed overhead already holds.
+    """
+
+    tokens_per_gpu: Fact
+    hidden: Fact
+    top_k: Fact
+    nvlink_bw: Fact  # the benchmark's (H800) NVLink, one direction
+    ep8_dispatch_us: Fact
+    ep8_combine_us: Fact
+    ep16_dispatch_us: Fact
+    ep16_combine_us: Fact
 
 
 @dataclass(frozen=True)
@@ -203,6 +234,17 @@ H20 = GpuFacts(
 # One NIC per GPU at 400 Gb/s and NVLink inside an 8-GPU node. The NIC figure is what DeepEP and
 # the V3 report give (~50 GB/s); DeepEP's normal kernels reach 43 GB/s across 2 nodes (EP 16), the
 # number used here, so the inter-node cost is what a tuned library measures, not a nominal peak.
+DEEPEP_LL_BENCH = LowLatencyBench(
+    tokens_per_gpu=Fact(128, DEEPEP_LL),
+    hidden=Fact(7168, DEEPEP_LL),
+    top_k=Fact(8, DEEPEP_LL),
+    nvlink_bw=Fact(160e9, DEEPEP + " (H800 NVLink ~160 GB/s)"),
+    ep8_dispatch_us=Fact(77, DEEPEP_LL + ": dispatch, EP 8, 77 us"),
+    ep8_combine_us=Fact(114, DEEPEP_LL + ": combine, EP 8, 114 us"),
+    ep16_dispatch_us=Fact(118, DEEPEP_LL + ": dispatch, EP 16, 118 us"),
+    ep16_combine_us=Fact(195, DEEPEP_LL + ": combine, EP 16, 195 us"),
+)
+
 HGX_FABRIC = FabricFacts(
     nvlink_bw=Fact(450e9, H20_NVLINK),
     nic_bw=Fact(43e9, DEEPEP + "; internode EP 16 bottleneck bandwidth 43 GB/s (nominal ~50)"),
@@ -210,6 +252,7 @@ HGX_FABRIC = FabricFacts(
     dispatch_scale_bytes=Fact(4, V3_COMM),
     scale_block=Fact(128, V3_COMM),
     combine_bytes=Fact(2, V3_COMM + "; " + DEEPEP),
+    ll_bench=DEEPEP_LL_BENCH,
 )
 
 MTP1_ACCEPTANCE = Fact(0.875, V3_REPORT + "; midpoint, 0.85 and 0.90 in the sensitivity study")
@@ -266,7 +309,9 @@ class AllToAll:
     ``top_k`` expert copies a share ``(gpus - per_node) / gpus`` goes to another node and
     ``(per_node - 1) / gpus`` to another GPU of its node (no per-node deduplication: DeepEP's
     decode kernels send one copy per expert); every GPU sends its tokens' bytes at once, so the
-    step pays bytes / (gpus x link bandwidth) per token. Latency floors are not in it.
+    step pays bytes / (gpus x link bandwidth) per token. The latency floor of the cross-node
+    dispatch and combine (:func:`latency_floor`) is a fixed cost per step: ``floor_ms``, charged
+    only when the deployment spans nodes.
     """
 
     bytes_per_copy: float  # dispatch + combine bytes of one token to one expert, one layer
@@ -274,14 +319,66 @@ class AllToAll:
     nic_share: float  # share that goes to another node
     nvlink_us: float  # per padded token, whole deployment, all MoE layers
     nic_us: float
+    floor_us_per_layer: float  # cross-node dispatch + combine floor of one MoE layer (0: 1 node)
+    layers: int  # MoE layers that pay it (every layer counted, as for the bytes)
 
     @property
     def total_us(self) -> float:
         return self.nvlink_us + self.nic_us
 
+    @property
+    def floor_ms(self) -> float:
+        """Fixed cost per step: the cross-node floor of every MoE layer's dispatch + combine."""
+        return self.floor_us_per_layer * self.layers / 1000.0
+
+
+@dataclass(frozen=True)
+class LatencyFloor:
+    """Dispatch and combine floors (us) left after the published latency's transfer time."""
+
+    dispatch_us: float  # EP 16 (2 nodes of 8): latency - cross-node bytes / NIC bandwidth
+    combine_us: float
+    intranode_dispatch_us: float  # EP 8 (1 node): latency - other-GPU bytes / NVLink bandwidth
+    intranode_combine_us: float
+
+    @property
+    def per_layer_us(self) -> float:
+        """One MoE layer pays one dispatch and one combine."""
+        return self.dispatch_us + self.combine_us
+
+
+def latency_floor(fabric: FabricFacts, per_node: float = 8.0) -> LatencyFloor:
+    """The floor of DeepEP's low-latency dispatch / combine, from its published EP 8/16 table.
+
+    At EP 16 half of a GPU's copies go to the other node; their bytes (128 tokens x top-8 x the
+    dispatch or combine width) at ``fabric.nic_bw`` are the transfer part of the latency, the
+    rest is the floor (the NVLink half runs beside it and takes less time). At EP 8 the copies to
+    the 7 other GPUs cross the benchmark's NVLink instead.
+    """
+    b = fabric.ll_bench
+    h = float(b.hidden)
+    copies = float(b.tokens_per_gpu) * float(b.top_k)
+    scales = h / float(fabric.scale_block) * float(fabric.dispatch_scale_bytes)
+    d_bytes = copies * (h * float(fabric.dispatch_bytes) + scales)
+    c_bytes = copies * h * float(fabric.combine_bytes)
+    cross = (16.0 - per_node) / 16.0
+    other = (per_node - 1.0) / per_node
+    nic, nvl = float(fabric.nic_bw), float(b.nvlink_bw)
+    return LatencyFloor(
+        dispatch_us=float(b.ep16_dispatch_us) - 1e6 * d_bytes * cross / nic,
+        combine_us=float(b.ep16_combine_us) - 1e6 * c_bytes * cross / nic,
+        intranode_dispatch_us=float(b.ep8_dispatch_us) - 1e6 * d_bytes * other / nvl,
+        intranode_combine_us=float(b.ep8_combine_us) - 1e6 * c_bytes * other / nvl,
+    )
+
 
 def all_to_all(dep: Deployment) -> AllToAll:
-    """The derived expert all-to-all cost of ``dep`` (every layer counted as an MoE layer)."""
+    """The derived expert all-to-all cost of ``dep`` (every layer counted as an MoE layer).
+
+    The latency floor is charged only when ``dep`` spans nodes: a single node's floor (DeepEP's
+    EP 8 row) is inside the fixed overhead fitted on single-node V4-Flash and carried to Pro by
+    the layers rule, so charging it again would count it twice.
+    """
     m, f = dep.model, dep.fabric
     hidden = float(m.hidden)
     copy = hidden * float(f.dispatch_bytes) + hidden * float(f.combine_bytes)
@@ -296,6 +393,8 @@ def all_to_all(dep: Deployment) -> AllToAll:
         nic_share=nic_share,
         nvlink_us=1e6 * per_layer * nvl_share / (gpus * float(f.nvlink_bw)),
         nic_us=1e6 * per_layer * nic_share / (gpus * float(f.nic_bw)),
+        floor_us_per_layer=latency_floor(f, node).per_layer_us if gpus > node else 0.0,
+        layers=int(float(m.layers)),
     )
 
 
@@ -321,6 +420,22 @@ def sources(dep: Deployment) -> dict[str, str]:
                 "context_tokens"):  # fmt: skip
         f = getattr(dep, key)
         out[key] = f"{f.value:g} ({f.source})"
+    a, fl = all_to_all(dep), latency_floor(dep.fabric, float(g.per_node))
+    out["a2a_per_token_us"] = (
+        f"{a.total_us:.3f} (derived: top-k x (dispatch FP8 + scales + combine BF16) x layers x "
+        f"share / (GPUs x bandwidth); NVLink {dep.fabric.nvlink_bw.value:g} B/s "
+        f"({dep.fabric.nvlink_bw.source}), NIC {dep.fabric.nic_bw.value:g} B/s "
+        f"({dep.fabric.nic_bw.source}))"
+    )
+    out["a2a_floor_ms"] = (
+        f"{a.floor_ms:.3f} (derived: {a.floor_us_per_layer:.1f} us per MoE layer x "
+        f"{a.layers} layers, charged only across nodes ({dep.gpus} GPUs, "
+        f"{g.per_node.value:g} per node); dispatch {fl.dispatch_us:.1f} + combine "
+        f"{fl.combine_us:.1f} us = DeepEP EP 16 latency "
+        f"{dep.fabric.ll_bench.ep16_dispatch_us.value:g} / "
+        f"{dep.fabric.ll_bench.ep16_combine_us.value:g} us minus its cross-node bytes at the NIC "
+        f"bandwidth ({DEEPEP_LL}))"
+    )
     out["published"] = (
         f"+{dep.published_gain_pct[0]:g}% at {dep.sla_tps[0]:g}, +{dep.published_gain_pct[1]:g}% "
         f"at {dep.sla_tps[1]:g} tok/s/user ({DSPARK})"
@@ -329,6 +444,7 @@ def sources(dep: Deployment) -> dict[str, str]:
 
 
 __all__ = [
+    "DEEPEP_LL_BENCH",
     "DEPLOYMENTS",
     "HGX_FABRIC",
     "FLASH_DEPLOYMENT",
@@ -343,8 +459,11 @@ __all__ = [
     "Fact",
     "FreeParams",
     "GpuFacts",
+    "LatencyFloor",
+    "LowLatencyBench",
     "ModelFacts",
     "all_to_all",
+    "latency_floor",
     "sources",
     "transfer",
 ]

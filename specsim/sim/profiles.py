@@ -317,25 +317,40 @@ def deployment_profile(
     max_running: int | None = None,
     draft_scale: float = 1.0,
     sched_scale: float = 1.0,
+    kv_scale: float = 1.0,
+    a2a_scale: float = 1.0,
+    floor_us_per_layer: float | None = None,
     b_max: int = 65536,
 ) -> CostModel:
     """A roofline profile of a sourced :class:`~specsim.sim.deployments.Deployment`.
 
     Every physical input comes from ``dep`` (its header lists each with its source); only
-    ``fit`` (fixed and per-token overheads) is free. The keyword arguments exist for the
-    sensitivity study of ``specsim report paper-check`` (FP8 instead of the checkpoint's bytes
-    per parameter, other CUDA-graph buckets, another batch cap, scaled draft/scheduler costs).
+    ``fit`` (fixed and per-token overheads) is free. On top of the fit come the two derived
+    expert all-to-all terms (``all_to_all``): the bandwidth cost per padded token and, only when
+    ``dep`` spans nodes, the cross-node latency floor per step; so ``v4-pro-like`` and the paper
+    check's prediction are the same profile. The keyword arguments exist for the sensitivity
+    study of ``specsim report paper-check`` (FP8 instead of the checkpoint's bytes per
+    parameter, other CUDA-graph buckets, another batch cap or KV capacity, scaled
+    draft/scheduler costs, the all-to-all's bandwidth term scaled, another floor per MoE layer).
     Draft and scheduler costs are v4-flash-like's, the per-request/per-token draft terms scaled
     by (hidden / 4096)^2 (a drafter as wide as its target).
     """
+    from specsim.sim.deployments import all_to_all
+
     m = dep.model
     g = dep.gpu
+    a2a = all_to_all(dep)
+    floor_us = a2a.floor_us_per_layer
+    if floor_us_per_layer is not None and a2a.floor_us_per_layer > 0:
+        floor_us = float(floor_us_per_layer)  # an override applies only across nodes too
+    floor_ms = floor_us * a2a.layers / 1000.0
+    a2a_us = a2a_scale * a2a.total_us
     hw = Hardware(
         f"{dep.gpus}x{g.name}",
         mem_bw=float(dep.mem_derate) * dep.gpus * float(g.mem_bw),
         flops=float(dep.flops_derate) * dep.gpus * float(g.flops),
-        overhead_ms=fit.overhead_ms,
-        per_token_us=fit.per_token_us,
+        overhead_ms=fit.overhead_ms + floor_ms,
+        per_token_us=fit.per_token_us + a2a_us,
     )
     bpp = m.bytes_per_param if bytes_per_param is None else float(bytes_per_param)
     spec = ModelSpec(
@@ -356,6 +371,12 @@ def deployment_profile(
     meta.update(sources(dep))
     meta["overhead_ms"] = f"{fit.overhead_ms:g} (free: {fit.source})"
     meta["per_token_us"] = f"{fit.per_token_us:g} (free: {fit.source})"
+    if a2a_scale != 1.0:
+        meta["a2a_per_token_us"] = f"{a2a_us:.3f} (x{a2a_scale:g}: {meta['a2a_per_token_us']})"
+    if floor_us != a2a.floor_us_per_layer:
+        meta["a2a_floor_ms"] = f"{floor_ms:.3f} (override: {floor_us:g} us per MoE layer)"
+    meta["step_fixed_ms"] = f"{hw.overhead_ms:.3f} (overhead_ms + a2a_floor_ms)"
+    meta["step_per_token_us"] = f"{hw.per_token_us:.3f} (per_token_us + a2a_per_token_us)"
     return CostModel(
         name=name,
         batch_tokens=batch,
@@ -367,7 +388,7 @@ def deployment_profile(
         sched_base_us=60.0 * sched_scale,
         sched_us_per_request=2.0 * sched_scale,
         max_running=int(float(dep.max_running)) if max_running is None else int(max_running),
-        kv_tokens=min(dep.kv_tokens, 10**12),
+        kv_tokens=min(int(dep.kv_tokens * kv_scale), 10**12),
         gpus=dep.gpus,
     )
 
