@@ -11,11 +11,12 @@ import pytest
 
 from specsim.policies import Policy, StepInput, get_policy
 from specsim.policies.calibrated import (
+    blended_budget,
     calibrate,
     calibration_table,
     lone_length,
-    uniform_budget,
 )
+from specsim.policies.hw_aware import global_budget
 from specsim.sim.cost import CostModel
 from specsim.sim.engine import HIST_BINS
 from specsim.sim.simulate import replay
@@ -100,10 +101,27 @@ def test_lone_request_stops_where_the_next_drafts_do_not_pay():
     assert k == 2  # the third draft's 0.95*0.9*0.2 does not pay for itself, nor what follows
 
 
-def test_uniform_budget_is_goodput_in_tokens():
-    st = _linear(10.0, 0.01)
-    assert uniform_budget(np.full(4, 0.99), 3, st) == 12
-    assert uniform_budget(np.full(4, 0.01), 3, _linear(10.0, 5.0)) == 0
+def test_blended_budget_is_the_global_search_when_both_curves_agree():
+    """Lagged rows that are exactly the history's expectation: the blend changes nothing."""
+    rate = np.array([0.9, 0.8, 0.7, 0.6])
+    lag = np.tile(rate, (3, 1))  # conditional confidences; their survivals are cumprod(rate)
+    for st in (_linear(10.0, 0.01), _linear(10.0, 5.0), _linear(1.0, 0.5)):
+        got = blended_budget(np.cumprod(lag, axis=1).ravel(), rate, 3, st)
+        assert got == global_budget(lag, st)
+
+
+def test_blended_budget_sits_between_an_informative_sample_and_the_uniform_guess():
+    """Sharp confidences (a few sure drafts, the rest hopeless) ask for fewer tokens than the
+    uniform guess from the same mean rates; the blend asks for no more than the uniform
+    guess and no fewer than the sample, where the old floor took the uniform guess."""
+    st = _linear(10.0, 0.4)
+    lag = np.zeros((4, 6))
+    lag[:, :2] = 0.98
+    rate = np.full(6, 0.6)
+    sample = global_budget(lag, st)
+    uniform = global_budget(np.tile(rate, (4, 1)), st)
+    got = blended_budget(np.cumprod(lag, axis=1).ravel(), rate, 4, st)
+    assert sample < uniform and sample <= got <= uniform
 
 
 @pytest.mark.parametrize("zos", [False, True])
@@ -232,18 +250,3 @@ def test_history_counted_in_python_equals_the_array_path(monkeypatch):
         hists.append(res)
     for a, b in zip(hists[0], hists[1], strict=True):
         assert a.tobytes() == b.tobytes() and a.sum() > 0
-
-
-def test_uniform_budget_matches_the_array_form_exactly():
-    rng = np.random.default_rng(8)
-    fns = [_linear(), lambda b: (6.0 + 0.05 * np.asarray(b, dtype=np.float64) ** 1.4) / 1000]
-    for trial in range(3000):
-        g, r = int(rng.integers(1, 9)), int(rng.integers(1, 9))
-        rate = rng.random(g) ** rng.choice([0.1, 1.0, 3.0])
-        if trial % 9 == 0:
-            rate[int(rng.integers(0, g))] = rng.choice([np.nan, 0.0, 1.0])
-        f = fns[trial % 2]
-        s = np.cumprod(rate)
-        tokens = r * (1.0 + np.concatenate(([0.0], np.cumsum(s))))
-        t = np.asarray(f(r * (1 + np.arange(g + 1))), dtype=np.float64)
-        assert uniform_budget(rate, r, f) == int(np.argmax(tokens / t)) * r
