@@ -131,15 +131,19 @@ def dinkelbach(gain: np.ndarray, requests: int, cost: StepCost) -> tuple[float, 
     it stops rising; it then solves max E[tokens - lambda time] = 0 (finite: each round is a
     strictly better policy of a finite set).
     """
+    return _dinkelbach(gain, requests, cost, lambda x: float(x.mean()))
+
+
+def _dinkelbach(gain: np.ndarray, requests: int, cost: StepCost, avg) -> tuple[float, np.ndarray]:  # noqa: ANN001
+    """The Dinkelbach loop of :func:`dinkelbach`, with ``avg`` the expectation over batches."""
     m = gain.shape[1]
     time = cost.time(requests + np.arange(m))
     tokens = requests + gain
     rows = np.arange(gain.shape[0])
-    choice = np.zeros(gain.shape[0], dtype=np.int64)
-    lam = float(tokens[:, 0].mean() / time[0])
+    lam = avg(tokens[:, 0]) / float(time[0])
     for _ in range(200):
         choice = np.argmax(tokens - lam * time, axis=1)
-        new = float(tokens[rows, choice].mean() / time[choice].mean())
+        new = avg(tokens[rows, choice]) / avg(time[choice])
         if new <= lam * (1.0 + 1e-13):
             return max(lam, new), choice
         lam = new
@@ -285,18 +289,7 @@ def weighted_dinkelbach(
     gain: np.ndarray, weights: np.ndarray, requests: int, cost: StepCost
 ) -> float:
     """:func:`dinkelbach` with unequal batch probabilities (exact on discrete cases)."""
-    m = gain.shape[1]
-    time = cost.time(requests + np.arange(m))
-    tokens = requests + gain
-    rows = np.arange(gain.shape[0])
-    lam = float((weights * tokens[:, 0]).sum() / time[0])
-    for _ in range(200):
-        choice = np.argmax(tokens - lam * time, axis=1)
-        new = float((weights * tokens[rows, choice]).sum() / (weights * time[choice]).sum())
-        if new <= lam * (1.0 + 1e-13):
-            return max(lam, new)
-        lam = new
-    raise SpecsimError("internal: Dinkelbach did not converge in 200 rounds")
+    return _dinkelbach(gain, requests, cost, lambda x: float((weights * x).sum()))[0]
 
 
 def brute_force_best(
