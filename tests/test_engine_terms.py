@@ -109,3 +109,35 @@ def test_terms_round_trip_through_csv(tmp_path):
 def test_bad_terms_are_refused(kw, needle):
     with pytest.raises(SpecsimError, match=needle):
         CostModel("bad", **TABLE, **kw)
+
+
+CURVE = ((1, 0.1), (2, 0.2), (4, 1.5), (8, 4.0))
+
+
+def test_overhead_curve_is_charged_at_each_step(trace):
+    """A measured overhead curve replaces the straight line: each step pays the curve at its
+    running requests (linear between points, the last slope beyond: 4.0 + 0.625 per request)."""
+    cost = CostModel("c", **TABLE, overhead_curve=CURVE, step_overhead_ms=9.0)
+    assert cost.has_engine_terms
+    assert cost.overhead_ms(1) == pytest.approx(0.1) and cost.overhead_ms(3) == pytest.approx(0.85)
+    assert cost.overhead_ms(12) == pytest.approx(4.0 + 4 * 2.5 / 4)
+    np.testing.assert_allclose(cost.overhead_ms(np.array([1, 2, 4])), [0.1, 0.2, 1.5])
+    st = run(trace, cost).steps
+    want = cost.step_time(
+        (st["decoding"] + st["verified_drafts"] + st["prefill_tokens"]).to_numpy()
+    )
+    want = want + np.interp(st["running"], *np.array(CURVE).T) * 1e-3
+    np.testing.assert_allclose(st["duration_s"], want, rtol=1e-12)
+
+
+def test_overhead_curve_round_trips_and_is_checked(tmp_path):
+    cost = CostModel("t", **TABLE, **TERMS, overhead_curve=CURVE)
+    back = parse_profile_csv(write_profile_csv(cost, tmp_path / "p.csv").read_text(), "t")
+    assert back.overhead_curve == CURVE and back.scalars() == cost.scalars()
+    with pytest.raises(SpecsimError, match="ascending"):
+        CostModel("bad", **TABLE, overhead_curve=((4, 1.0), (2, 0.5)))
+    with pytest.raises(SpecsimError, match="overhead_curve ms"):
+        CostModel("bad", **TABLE, overhead_curve=((1, -1.0),))
+    text = write_profile_csv(cost, tmp_path / "q.csv").read_text()
+    with pytest.raises(SpecsimError, match="requests:ms"):
+        parse_profile_csv(text.replace("1:0.1,", "one:0.1,"), "q")

@@ -98,7 +98,7 @@ def step_cost(cost: CostModel, requests: int, gamma: int, ctx: float | None = No
     Scheduler time is left out (zero: a bound may be generous, never stingy)."""
     batch = np.arange(requests * (gamma + 1) + 1)
     verify = np.asarray(cost.step_time(batch, ctx), dtype=np.float64)
-    verify = verify + (cost.step_overhead_ms + cost.verify_per_request_ms * requests) * 1e-3
+    verify = verify + cost.overhead_ms(requests) * 1e-3
     fixed = (
         cost.draft_base_ms
         + (cost.draft_per_request_ms + cost.draft_per_token_ms * gamma) * requests

@@ -19,6 +19,13 @@ the drafter attends to (a DSpark drafter reads up to ``draft_context_window`` ta
 With ``prefill_token_ms`` > 0 a prompt token is charged at that cost instead of through the
 table (it needs no logits: an engine computes the LM head only where it samples), so the table
 covers the verified tokens only.
+
+``overhead_curve`` ((R, ms) points, measured at R = 1, 2, 4, 8, 16 running requests) replaces
+``step_overhead_ms + verify_per_request_ms * R`` when given: on the CPU engine that overhead is
+~0 at one or two requests and ~4.5 ms per request from four on (caches: the requests' KV and
+features stop fitting), which no straight line fits; the linear form charged 4.4 ms too much at
+one request (5% of a step). Linear between points, the first value held below the first point,
+the last segment's slope (never negative) beyond the last.
 """
 
 from __future__ import annotations
@@ -78,6 +85,7 @@ class CostModel:
     draft_per_context_us: float = 0.0
     draft_context_window: int = 0  # 0: the drafter reads the whole context
     prefill_token_ms: float = 0.0
+    overhead_curve: tuple[tuple[int, float], ...] = ()  # (requests, ms): replaces the linear
     max_running: int = 256
     kv_tokens: int = 1 << 20
     prefill_budget: int = 16384
@@ -106,6 +114,21 @@ class CostModel:
                 raise SpecsimError(
                     f"profile {self.name!r}: {key} = {v} must be a whole number in [1, {hi:,}]"
                 )
+        curve = tuple((int(r), float(m)) for r, m in self.overhead_curve)
+        if curve:
+            rr = np.array([r for r, _ in curve], dtype=np.float64)
+            mm = np.array([m for _, m in curve], dtype=np.float64)
+            if rr[0] < 1 or np.any(np.diff(rr) <= 0):
+                raise SpecsimError(
+                    f"profile {self.name!r}: overhead_curve needs ascending request counts >= 1 "
+                    "(e.g. '1:0.5,4:12,16:60')"
+                )
+            if not np.all(np.isfinite(mm)) or np.any(mm < 0) or np.any(mm > MAX_COST):
+                raise SpecsimError(
+                    f"profile {self.name!r}: overhead_curve ms must be finite numbers in "
+                    f"[0, {MAX_COST:g}]"
+                )
+        object.__setattr__(self, "overhead_curve", curve)
         b = np.asarray(self.batch_tokens, dtype=np.int64)
         ms = np.atleast_2d(np.asarray(self.step_ms, dtype=np.float64))
         if b.ndim != 1 or b.size < 2:
@@ -156,6 +179,7 @@ class CostModel:
         """Whether any per-request, per-context or prefill term is set (measured engines)."""
         return bool(
             self.step_overhead_ms
+            or self.overhead_curve
             or self.verify_per_request_ms
             or self.draft_per_context_us
             or self.prefill_token_ms
@@ -190,7 +214,22 @@ class CostModel:
             t = float(step_fn(decode_tokens)) + self.prefill_token_ms * 1e-3 * prefill_tokens
         else:
             t = float(step_fn(decode_tokens + prefill_tokens))
-        return t + self.step_overhead_ms * 1e-3 + self.verify_per_request_ms * 1e-3 * n_requests
+        return t + self.overhead_ms(n_requests) * 1e-3
+
+    def overhead_ms(self, n_requests):  # type: ignore[no-untyped-def]
+        """The engine loop's own ms per step at ``n_requests`` requests (scalar or array):
+        ``overhead_curve`` when measured, else ``step_overhead_ms + verify_per_request_ms R``."""
+        n = np.asarray(n_requests, dtype=np.float64)
+        if not self.overhead_curve:
+            out = self.step_overhead_ms + self.verify_per_request_ms * n
+        else:
+            rr = np.array([r for r, _ in self.overhead_curve], dtype=np.float64)
+            mm = np.array([m for _, m in self.overhead_curve], dtype=np.float64)
+            out = np.interp(n, rr, mm)
+            if rr.size > 1:
+                slope = max((mm[-1] - mm[-2]) / (rr[-1] - rr[-2]), 0.0)
+                out = np.where(n > rr[-1], mm[-1] + slope * (n - rr[-1]), out)
+        return float(out) if np.ndim(n_requests) == 0 else out
 
     def _row(self, lut: np.ndarray, slope: float, batch: np.ndarray) -> np.ndarray:
         bmax = lut.shape[0] - 1

@@ -81,6 +81,8 @@ def parse_profile_csv(text: str, name: str, source: str = "") -> CostModel:
             except (ValueError, OverflowError):
                 raise SpecsimError(f"profile {where!r}: header {key} is not a number") from None
             meta.pop(key, None)
+    if "overhead_curve" in meta:
+        kwargs["overhead_curve"] = parse_curve(meta.pop("overhead_curve"), where)
     meta.setdefault("source", source or "csv")
     for col in ("batch_tokens", "step_ms", "context_tokens"):
         if col in df.columns:
@@ -118,6 +120,28 @@ def parse_profile_csv(text: str, name: str, source: str = "") -> CostModel:
     )
 
 
+def format_curve(curve: tuple[tuple[int, float], ...]) -> str:
+    """``((1, 0.5), (4, 12.0))`` -> ``'1:0.5,4:12'`` (a profile header value)."""
+    return ",".join(f"{r}:{m:.6g}" for r, m in curve)
+
+
+def parse_curve(text: str, where: str) -> tuple[tuple[int, float], ...]:
+    """A header's ``overhead_curve: R:ms,R:ms,...`` (the cost model checks the values)."""
+    out = []
+    for part in text.split(","):
+        r, sep, m = part.strip().partition(":")
+        try:
+            if not sep or float(r) != int(float(r)):
+                raise ValueError
+            out.append((int(float(r)), float(m)))
+        except (ValueError, OverflowError):
+            raise SpecsimError(
+                f"profile {where!r}: overhead_curve must read 'requests:ms,...' "
+                f"(e.g. '1:0.5,4:12,16:60'), got {text!r}"
+            ) from None
+    return tuple(out)
+
+
 def write_profile_csv(model: CostModel, path: str | os.PathLike, force: bool = False) -> Path:
     """Write ``model`` as a profile CSV (atomic; refuses to overwrite without ``force``)."""
     from specsim.outputs import check_out, write_text
@@ -125,6 +149,8 @@ def write_profile_csv(model: CostModel, path: str | os.PathLike, force: bool = F
     p = check_out(path, force=force, suffixes=(".csv",), flag="profile")
     lines = [f"# name: {model.name}"]
     lines += [f"# {k}: {v}" for k, v in model.scalars().items()]
+    if model.overhead_curve:
+        lines.append(f"# overhead_curve: {format_curve(model.overhead_curve)}")
     lines += [f"# {k}: {v}" for k, v in model.meta.items() if k != "name"]
     if model.is_2d:
         lines.append("context_tokens,batch_tokens,step_ms")
