@@ -2,7 +2,7 @@
 
 Writes under ``--out``: ``summary.json``, ``requests.parquet`` (TTFT, TPOT, per-user tok/s per
 request), ``steps.parquet`` (per step: time, B, accepted, the simulator's columns plus the
-breakdown draft/sched/verify/accept on the engine's clock, ``--clock wall`` or ``cpu``),
+breakdown draft/sched/verify/accept on the engine's clock, ``--clock wall``, ``cpu`` or ``ref``),
 ``tokens.parquet`` (streamed emissions) and ``outputs.jsonl`` (generated text per request).
 torch is imported inside ``run`` only.
 """
@@ -37,10 +37,11 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--clock",
         default="wall",
-        choices=("wall", "cpu"),
-        help="the engine's time axis: wall time, or a virtual clock of the thread's CPU time "
-        "(what a dedicated core would show on a shared machine; needs --threads 1 and cpu; "
-        "default: wall)",
+        choices=("wall", "cpu", "ref"),
+        help="the engine's time axis: wall time; cpu, a virtual clock of the thread's CPU time "
+        "(what a dedicated core would show on a shared machine); ref, that CPU time at the "
+        "speed the core had at the start, re-timed by probes every few seconds (for a VM whose "
+        "core speed drifts); cpu and ref need --threads 1 and cpu (default: wall)",
     )
     add_seed(p)
 

@@ -1,76 +1,233 @@
-"""The real engine's clocks: wall time, or a virtual clock driven by the thread's CPU time.
+"""The real engine's clocks: wall time, a virtual clock of the thread's CPU time, and that CPU
+time at a reference speed.
 
 Why a CPU clock: on a shared machine the wall-clock speed of a step moves by ~10% from minute
 to minute with the neighbours' load, which is larger than the simulator errors worth measuring.
 With torch at ONE thread every kernel runs on the calling thread, so that thread's CPU time is
 what a dedicated core would have spent. The virtual clock advances by it and, when the engine is
 idle (open loop, nothing to run), jumps to the next arrival instead of sleeping: TTFT, TPOT and
-throughput are those of a core of our own. What remains (caches, memory bandwidth shared with a
-neighbour) is measured by ``specsim validate --hog-check`` (docs/fidelity.md).
+throughput are those of a core of our own.
 
-A GPU's work is not the host thread's CPU time, so the CPU clock refuses CUDA models.
+Why a reference clock (``ref``): on a VM the core's own speed moves too. The fidelity grid of
+30 Nov 2026 saw one fixed forward take up to 42% more CPU time late in the hour than at
+profiling, on a quiet VM (the host's other tenants: caches, memory bandwidth), and the drafter
+slowed less than the target forward (compute-bound against memory-bound). ``ref`` is the CPU
+clock divided by the current speed of the kind of work being timed: every ``every_s`` seconds
+of engine CPU time a :class:`SpeedRef` re-times a fixed piece of each kind of work (a target
+forward; the drafter's proposal) and a phase's CPU time is divided by its probe's slowdown
+against the start. The probes' own time is excluded from both clocks. Times are then "CPU time
+at the speed the machine had when the reference was taken", for the profile and the engine
+alike (one reference per process: :func:`use_reference`).
+
+A GPU's work is not the host thread's CPU time, so the CPU clocks refuse CUDA models.
 """
 
 from __future__ import annotations
 
+import statistics
 import time
+from collections import deque
+from collections.abc import Callable
 
 from specsim.errors import SpecsimError
 
-CLOCKS = ("wall", "cpu")
+CLOCKS = ("wall", "cpu", "ref")
 
 
 def check_clock(kind: str, device: str = "cpu", threads: int = 1) -> None:
     """One-line refusals for a clock that would not measure what it claims."""
     if kind not in CLOCKS:
         raise SpecsimError(f"unknown clock {kind!r}; use one of {', '.join(CLOCKS)}")
-    if kind == "cpu" and device != "cpu":
+    if kind != "wall" and device != "cpu":
         raise SpecsimError(
-            "--clock cpu times the host thread, not the GPU; use --clock wall with --device cuda"
+            f"--clock {kind} times the host thread, not the GPU; use --clock wall with "
+            "--device cuda"
         )
-    if kind == "cpu" and threads != 1:
+    if kind != "wall" and threads != 1:
         raise SpecsimError(
-            f"--clock cpu needs --threads 1 (one thread does all compute), got {threads}"
+            f"--clock {kind} needs --threads 1 (one thread does all compute), got {threads}"
         )
 
 
 def timer(kind: str):  # type: ignore[no-untyped-def]
-    """A ``() -> seconds`` counter: ``perf_counter`` (wall) or ``thread_time`` (cpu)."""
+    """A ``() -> seconds`` counter: ``perf_counter`` (wall) or ``thread_time`` (cpu, ref)."""
     check_clock(kind)
-    return time.thread_time if kind == "cpu" else time.perf_counter
+    return time.perf_counter if kind == "wall" else time.thread_time
+
+
+class SpeedRef:
+    """The machine's current speed for each kind of work, against a reference taken once.
+
+    ``probes`` maps a phase name ("target", "draft", ...) to a fixed piece of that work. Each
+    calibration runs every probe twice and times the second call (a call right after other work
+    costs more: caches, allocator), on the thread's CPU clock; a phase's factor is the median of
+    its last ``window`` ratios to the reference. :meth:`calibrate` returns the CPU and wall
+    seconds it spent, which the clocks exclude.
+    """
+
+    def __init__(
+        self, probes: dict[str, Callable[[], None]], every_s: float = 4.0, window: int = 5
+    ) -> None:
+        if "target" not in probes:
+            raise SpecsimError("a speed reference needs a 'target' probe")
+        self.probes = dict(probes)
+        self.every_s = float(every_s)
+        self.ref_ms: dict[str, float] = {}
+        self._hist: dict[str, deque[float]] = {p: deque(maxlen=window) for p in self.probes}
+        self.factor: dict[str, float] = {p: 1.0 for p in self.probes}
+        self.calibrations = 0
+        self._next = 0.0
+        self.spent_cpu_s = 0.0
+        self.spent_wall_s = 0.0
+
+    def add_probe(self, phase: str, fn: Callable[[], None], repeats: int = 5) -> None:
+        """A phase added after :meth:`reference` (another drafter): its reference is taken now,
+        scaled by the target's current factor so that it shares the target's reference time."""
+        self.probes[phase] = fn
+        self._hist[phase] = deque(maxlen=self._hist["target"].maxlen)
+        ms = self._time(fn, repeats)
+        self.ref_ms[phase] = ms / self.factor.get("target", 1.0) if self.ref_ms else ms
+        self.factor[phase] = self.factor.get("target", 1.0) if self.ref_ms else 1.0
+
+    @staticmethod
+    def _time(fn: Callable[[], None], repeats: int) -> float:
+        vals = []
+        for _ in range(repeats):
+            fn()  # the warm-up call before each timed one
+            c0 = time.thread_time()
+            fn()
+            vals.append((time.thread_time() - c0) * 1000.0)
+        return statistics.median(vals)
+
+    def reference(self, repeats: int = 7) -> dict[str, float]:
+        """Take the reference: each probe's median CPU ms over ``repeats`` warm calls."""
+        c0, w0 = time.thread_time(), time.perf_counter()
+        self.ref_ms = {p: self._time(fn, repeats) for p, fn in self.probes.items()}
+        self.factor = {p: 1.0 for p in self.probes}
+        self._next = time.thread_time() + self.every_s
+        self.spent_cpu_s += time.thread_time() - c0
+        self.spent_wall_s += time.perf_counter() - w0
+        return dict(self.ref_ms)
+
+    def due(self) -> bool:
+        return time.thread_time() >= self._next
+
+    def calibrate(self) -> tuple[float, float]:
+        """Re-time every probe once; update the factors. Returns (cpu s, wall s) spent."""
+        if not self.ref_ms:
+            self.reference()
+        c0, w0 = time.thread_time(), time.perf_counter()
+        for p, fn in self.probes.items():
+            self._hist[p].append(self._time(fn, 1) / self.ref_ms[p])
+            self.factor[p] = statistics.median(self._hist[p])
+        self.calibrations += 1
+        cpu, wall = time.thread_time() - c0, time.perf_counter() - w0
+        self._next = time.thread_time() + self.every_s
+        self.spent_cpu_s += cpu
+        self.spent_wall_s += wall
+        return cpu, wall
+
+    def speed(self, phase: str) -> float:
+        """The current factor of ``phase`` (> 1: slower than at the reference); a phase without
+        a probe of its own runs at the target's."""
+        return self.factor.get(phase, self.factor["target"])
+
+
+_ACTIVE: list[SpeedRef] = []
+
+
+def use_reference(ref: SpeedRef | None) -> None:
+    """Make ``ref`` THE reference of this process (the profile and every engine run share it,
+    so their times are in the same units); ``None`` clears it."""
+    _ACTIVE.clear()
+    if ref is not None:
+        _ACTIVE.append(ref)
+
+
+def active_reference() -> SpeedRef | None:
+    return _ACTIVE[0] if _ACTIVE else None
+
+
+def ref_cpu_ms(cpu_ms: float, phase: str = "target") -> float:
+    """CPU ms at the active reference's speed (unchanged without one)."""
+    ref = active_reference()
+    return cpu_ms / ref.speed(phase) if ref is not None else cpu_ms
 
 
 class EngineClock:
     """Seconds since :meth:`start` on the engine's time axis, and how to wait for an arrival.
 
     ``wall``: real time; waiting sleeps. ``cpu``: the thread's CPU time plus every idle jump;
-    waiting jumps. :meth:`wall` always gives real seconds since start (logged beside).
+    waiting jumps. ``ref``: as ``cpu``, each phase's CPU time divided by its current speed
+    factor (:class:`SpeedRef`), calibrations excluded. :meth:`wall` always gives real seconds
+    since start (logged beside), calibrations excluded.
     """
 
-    def __init__(self, kind: str = "wall") -> None:
+    def __init__(self, kind: str = "wall", ref: SpeedRef | None = None) -> None:
         check_clock(kind)
+        if kind == "ref" and ref is None:
+            raise SpecsimError("--clock ref needs a speed reference (SpeedRef)")
         self.kind = kind
+        self.ref = ref if kind == "ref" else None
         self._count = timer(kind)
         self._t0 = self._w0 = 0.0
         self._skew = 0.0
+        self._acc = 0.0  # ref: normalised seconds up to the current segment
+        self._seg = 0.0  # ref: raw thread time at which the current segment began
+        self._phase = "target"
+        self._excl_w = 0.0
+        self.raw_cpu_s = 0.0  # ref: raw CPU seconds counted (for the run's mean factor)
+        self.calibrations = 0
 
     def start(self) -> None:
+        if self.ref is not None:
+            self.ref.calibrate()  # a fresh speed at every run's start
         self._t0 = self._count()
         self._w0 = time.perf_counter()
-        self._skew = 0.0
+        self._skew = self._acc = self.raw_cpu_s = self._excl_w = 0.0
+        self._seg = self._t0
 
     def now(self) -> float:
-        return self._count() - self._t0 + self._skew
+        if self.ref is None:
+            return self._count() - self._t0 + self._skew
+        raw = self._count() - self._seg
+        return self._acc + raw / self.ref.speed(self._phase) + self._skew
+
+    def mark(self, phase: str) -> float:
+        """Now, and from here on time ``phase``'s work (ref clock; a plain read otherwise)."""
+        t = self.now()
+        if self.ref is not None:
+            c = self._count()
+            self.raw_cpu_s += c - self._seg
+            self._acc = t - self._skew
+            self._seg = c
+            self._phase = phase
+        return t
+
+    def tick(self) -> None:
+        """Between steps: re-time the probes when due, outside both clocks."""
+        if self.ref is None or not self.ref.due():
+            return
+        self.mark(self._phase)
+        _, wall = self.ref.calibrate()
+        self.calibrations += 1
+        self._seg = self._count()
+        self._excl_w += wall
+
+    @property
+    def skew(self) -> float:
+        """Seconds the clock jumped while idle (open loop)."""
+        return self._skew
 
     def wall(self) -> float:
-        return time.perf_counter() - self._w0
+        return time.perf_counter() - self._w0 - self._excl_w
 
     def wait_until(self, t: float) -> None:
         """Idle until engine time ``t`` (no-op if it has passed)."""
         gap = t - self.now()
         if gap <= 0:
             return
-        if self.kind == "cpu":
+        if self.kind != "wall":
             self._skew += gap
         else:
             time.sleep(gap)

@@ -73,7 +73,9 @@ class EngineConfig:
     prefill_budget: int = 16384
     eos_ids: tuple[int, ...] = ()
     warmup_steps: int = 2  # untimed forwards before the clock starts (allocator, thread pools)
-    clock: str = "wall"  # or "cpu": a virtual clock of the thread's CPU time (clock.py)
+    clock: str = "wall"  # "cpu": a virtual clock of the thread's CPU time; "ref": that at a
+    # reference speed (clock.py)
+    draft_phase: str = "draft"  # the speed reference's probe that times this drafter (ref)
 
 
 @dataclass(frozen=True, eq=False)
@@ -204,6 +206,16 @@ class RealEngine:
                     torch.Generator().manual_seed(0),
                 )
 
+    def _speed_ref(self):  # type: ignore[no-untyped-def]
+        """The process's speed reference, or one of this engine's own (taken now)."""
+        from specsim.torch_engine.clock import active_reference
+        from specsim.torch_engine.profile import speed_reference
+
+        ref = active_reference()
+        if ref is None:
+            ref = speed_reference(self.model, {self.cfg.draft_phase: self.proposer})
+        return ref
+
     def run(self) -> EngineResult:
         self._warmup()
         wl, cfg, gamma = self.wl, self.cfg, self.gamma
@@ -267,11 +279,12 @@ class RealEngine:
         tok_cnt: list[int] = []
         max_b = 0
         step_fn = self.cost.step_time_fn(None)
-        eclock = EngineClock(cfg.clock)
+        eclock = EngineClock(cfg.clock, self._speed_ref() if cfg.clock == "ref" else None)
         eclock.start()
         clock, wall = eclock.now, eclock.wall
 
         while True:
+            eclock.tick()  # ref clock: re-time the speed probes when due, off both clocks
             now = clock()
             w_start = wall()
             if wl.open_loop:
@@ -310,10 +323,11 @@ class RealEngine:
             if n_dec:
                 slots = np.array([r.slot for r in dec], dtype=np.int64)
                 anchors = np.array([len(self.prompts[job_trace[r.job]]) + r.n - 1 for r in dec])
+                eclock.mark(cfg.draft_phase)
                 prop = self.proposer.propose(
                     slots, anchors, self.seq_buf, self.feat_buf, cfg.temperature, self.gen
                 )
-                t_draft = clock()
+                t_draft = eclock.mark("target")
                 ctx_now = float(np.mean(anchors + 1))
                 fn = self.cost.step_time_fn(ctx_now) if self.cost.is_2d else step_fn
                 pre = sum(prompt_len[r.job] for r in new)
@@ -477,7 +491,13 @@ class RealEngine:
             sim_time_s=float(log[-1][0] + log[-1][1]) if log else 0.0,
             max_batch_tokens=int(max_b),
         )
-        return self._result(raw, outputs, timing, clock())
+        t_end = eclock.mark("target")
+        res = self._result(raw, outputs, timing, t_end)
+        if eclock.ref is not None:  # the run's raw CPU seconds: its mean slowdown vs reference
+            res.config["raw_cpu_s"] = eclock.raw_cpu_s
+            res.config["speed_factor"] = eclock.raw_cpu_s / max(t_end - eclock.skew, 1e-12)
+            res.config["speed_calibrations"] = eclock.calibrations
+        return res
 
     def _result(self, raw: RawLog, outputs, timing, t_end: float) -> EngineResult:
         """Metrics (the simulator's own functions), frames and config of a finished run."""

@@ -1,0 +1,132 @@
+"""The reference clock (``--clock ref``): CPU time at the speed a probe had when the reference
+was taken. A probe made to do twice the work stands for a machine twice as slow at that kind of
+work: the clock must then count half. And the engine on the ref clock stays greedy-exact, keeps
+the probes off its timeline, and reports its mean speed factor."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from record_tiny import tiny_model
+
+torch = pytest.importorskip("torch")
+
+from specsim.errors import SpecsimError  # noqa: E402
+from specsim.policies import get_policy  # noqa: E402
+from specsim.sim.profiles import get_profile  # noqa: E402
+from specsim.sim.workload import Workload  # noqa: E402
+from specsim.torch_engine.clock import (  # noqa: E402
+    EngineClock,
+    SpeedRef,
+    active_reference,
+    ref_cpu_ms,
+    use_reference,
+)
+from specsim.torch_engine.engine import EngineConfig, RealEngine  # noqa: E402
+from specsim.torch_engine.proposers import NgramProposer  # noqa: E402
+
+_A = np.random.default_rng(0).standard_normal((96, 96))
+
+
+def burn(units: int) -> None:
+    """Pure CPU work in fixed units (~1-2 ms each here): its CPU time is load-independent."""
+    x = _A
+    for _ in range(units * 20):
+        x = np.tanh(x @ _A * 1e-2)
+
+
+def cpu_s(fn) -> float:  # type: ignore[no-untyped-def]
+    c0 = time.thread_time()
+    fn()
+    return time.thread_time() - c0
+
+
+def test_a_twice_slower_probe_halves_the_clock():
+    work = {"target": 4, "draft": 4}
+    ref = SpeedRef(
+        {"target": lambda: burn(work["target"]), "draft": lambda: burn(work["draft"])},
+        every_s=1e9,
+    )
+    ref.reference(repeats=3)
+    assert ref.speed("target") == 1.0 and ref.speed("anything else") == 1.0
+    work["target"] = 8  # the target's kind of work is now "twice as slow"; drafting is not
+    ref.calibrate()
+    assert ref.speed("target") == pytest.approx(2.0, rel=0.25)
+    assert ref.speed("draft") == pytest.approx(1.0, rel=0.25)
+    assert ref_cpu_ms(100.0, "target") == 100.0  # no active reference: unchanged
+    clk = EngineClock("ref", ref)
+    ref.calibrate = lambda: (0.0, 0.0)  # keep the factors just measured for the run below
+    clk.start()
+    t0 = clk.now()
+    raw_t = cpu_s(lambda: burn(6))
+    t1 = clk.mark("draft")
+    raw_d = cpu_s(lambda: burn(6))
+    t2 = clk.mark("target")
+    assert (t1 - t0) == pytest.approx(raw_t / ref.speed("target"), rel=0.05)
+    assert (t2 - t1) == pytest.approx(raw_d / ref.speed("draft"), rel=0.05)
+    assert clk.raw_cpu_s == pytest.approx(raw_t + raw_d, rel=0.05)
+
+
+def test_calibration_is_off_both_clocks():
+    ref = SpeedRef({"target": lambda: burn(10)}, every_s=0.0)  # due at every tick
+    ref.reference(repeats=1)
+    clk = EngineClock("ref", ref)
+    clk.start()
+    before, w_before = clk.now(), clk.wall()
+    spent = cpu_s(clk.tick)
+    assert spent > 0.005 and clk.calibrations == 1
+    assert clk.now() - before < 0.2 * spent  # the probes' seconds are not on the timeline
+    assert clk.wall() - w_before < 0.2 * spent + 0.05
+    use_reference(ref)
+    try:
+        assert active_reference() is ref
+        assert ref_cpu_ms(100.0, "target") == pytest.approx(100.0 / ref.speed("target"))
+    finally:
+        use_reference(None)
+    assert active_reference() is None
+
+
+def test_refusals():
+    with pytest.raises(SpecsimError, match="speed reference"):
+        EngineClock("ref")
+    with pytest.raises(SpecsimError, match="target"):
+        SpeedRef({"draft": lambda: None})
+    from specsim.torch_engine.clock import check_clock
+
+    with pytest.raises(SpecsimError, match="GPU"):
+        check_clock("ref", "cuda", 1)
+    with pytest.raises(SpecsimError, match="--threads 1"):
+        check_clock("ref", "cpu", 2)
+
+
+def test_engine_on_the_ref_clock_is_exact_and_reports_its_speed():
+    """The same closed-loop run on the cpu and the ref clock: identical tokens and steps; the
+    ref run says its mean factor (raw CPU s over ref s) and its times are the cpu run's within
+    the machine's drift (a loose bound: this test must not depend on a quiet machine)."""
+    model = tiny_model(seed=3).double()
+    rng = np.random.default_rng(2)
+    prompts = [rng.integers(3, 96, n).tolist() for n in (6, 9, 12, 8)]
+    wl = Workload(
+        kind="closed", describe="c2", arrival_s=None, trace_idx=np.arange(4),
+        prompt_len=np.array([len(p) for p in prompts]), output_len=np.full(4, 24),
+        concurrency=2, max_jobs=4,
+    )  # fmt: skip
+    out = {}
+    for kind in ("cpu", "ref"):
+        cfg = EngineConfig(max_running=2, warmup_steps=1, clock=kind)
+        out[kind] = RealEngine(
+            model, NgramProposer(2, 4), get_policy("full"), get_profile("h100-dense-8b"),
+            prompts, wl, cfg,
+        ).run()  # fmt: skip
+    cpu, ref = out["cpu"], out["ref"]
+    assert cpu.outputs == ref.outputs
+    assert np.array_equal(cpu.steps["batch_tokens"], ref.steps["batch_tokens"])
+    f = ref.config["speed_factor"]
+    assert np.isfinite(f) and 0.3 < f < 3.0
+    assert ref.config["raw_cpu_s"] > 0 and ref.config["speed_calibrations"] >= 0
+    ratio = ref.summary["sim_time_s"] / cpu.summary["sim_time_s"]
+    assert 0.3 < ratio < 3.0
+    assert "speed_factor" not in cpu.config
+    assert active_reference() is None  # the engine's own reference is not left behind
