@@ -131,8 +131,8 @@ def test_term_ablation_scores_each_term(report):
     out, _ = report
     terms = pd.read_csv(out / "terms.csv")
     table = pd.read_csv(out / "fidelity.csv")
-    assert terms["variant"].nunique() == 5
-    assert len(terms) == 5 * len(table)
+    assert terms["variant"].nunique() == 6  # with the overhead curve's straight-line form
+    assert len(terms) == 6 * len(table)
     full = terms[terms.variant == "full model"].reset_index(drop=True)
     np.testing.assert_allclose(full["err_throughput_tok_s"], table["err_throughput_tok_s"],
                                rtol=1e-4, atol=1e-5)  # fmt: skip
@@ -218,3 +218,28 @@ def test_compare_and_grid_helpers():
     ]
     with pytest.raises(SpecsimError):
         parse_grid("ar", "0")
+
+
+def test_ref_clock_grid(report, setup):
+    """The CI grid on the reference clock (issue 15, section 4): 2 policies x C = 1, 2 plus the
+    hog check; tau and lengths exact, timing within a loose bound, the profile and every run
+    in the reference's units, each run's speed factor and the probes' reference kept."""
+    out = setup["dir"] / "rep-ref"
+    _, trace = report
+    args = base_args(setup, out, trace, "--policies", "ar,full", "--concurrency", "1,2")
+    args[args.index("--clock") + 1] = "ref"
+    assert main([*args, "--hog-check"]) == 0
+    table = pd.read_csv(out / "fidelity.csv")
+    assert len(table) == 4 and (table["length_mismatch"] == 0).all()
+    assert np.allclose(table["real_tau"], table["sim_tau"], rtol=1e-9)
+    for m in ("throughput_tok_s", "tpot_ms_mean"):
+        assert table[f"err_{m}"].abs().max() < 0.5, table[["policy", "load", f"err_{m}"]]
+    runs = pd.read_csv(out / "runs.csv")
+    assert "ref_throughput_tok_s" in runs and np.all(np.isfinite(runs["speed_factor"]))
+    assert ((runs["speed_factor"] > 0.2) & (runs["speed_factor"] < 5)).all()
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["clock"] == "ref" and set(cfg["speed_reference_ms"]) == {"target", "draft:ngram"}
+    assert read_profile_csv(out / "profile-ngram.csv").meta["clock"] == "ref"
+    hog = pd.read_csv(out / "hog.csv")
+    assert set(hog["clock"]) == {"ref", "cpu", "wall"}
+    assert "ref clock" in (out / "README.md").read_text()

@@ -53,10 +53,10 @@ def cell_markdown(table: pd.DataFrame, clock: str) -> str:
     head = (
         "| drafter | policy | load | jobs x repeats | throughput real / sim (tok/s) | err | "
         "spread | mean TPOT real / sim (ms) | err | spread | p90 TPOT err | p50 TTFT err | "
-        "tau real / sim | within spread | wall clock: err throughput / TPOT | machine slowdown "
-        "| speed-adjusted err throughput / TPOT |"
+        "tau real / sim | within spread | wall clock: err throughput / TPOT | probe slowdown "
+        "| speed-adjusted err throughput / TPOT | speed factor |"
     )
-    lines = [head, "|" + "---|" * 17]
+    lines = [head, "|" + "---|" * 18]
     sp = within_spread(table)
     for (_, r), ok in zip(table.iterrows(), sp, strict=True):
         wall = (
@@ -72,7 +72,8 @@ def cell_markdown(table: pd.DataFrame, clock: str) -> str:
             f"{100 * r.spread_tpot_ms_mean:.1f}% | {_pct(r.err_tpot_ms_p90)} | "
             f"{_pct(r.err_ttft_ms_p50)} | {r.real_tau:.2f} / {r.sim_tau:.2f} | "
             f"{'yes' if ok else 'no'} | {wall} | {r.slowdown_vs_profile:.3f} | "
-            f"{_pct(r.adj_err_throughput_tok_s)} / {_pct(r.adj_err_tpot_ms_mean)} |"
+            f"{_pct(r.adj_err_throughput_tok_s)} / {_pct(r.adj_err_tpot_ms_mean)} | "
+            f"{getattr(r, 'speed_factor', float('nan')):.3f} |"
         )
     return "\n".join(lines)
 
@@ -157,34 +158,48 @@ def plot_fidelity(table: pd.DataFrame, path: Path, clock: str = "cpu") -> Path:
 
 def term_variants(cost):  # type: ignore[no-untyped-def]
     """The measured profile without each engine term, the term folded back the way the v1
-    cost model charged it: what each term buys is the error it removes."""
+    cost model charged it: what each term buys is the error it removes. A measured overhead
+    curve is also scored against its own straight-line fit (the v2 form)."""
     from dataclasses import replace
 
     dctx = float(cost.meta.get("draft_context", 128))
     win = cost.draft_context_window or dctx
     ctx_ms = cost.draft_per_context_us * 1e-3 * min(dctx, win)
+    base, slope = cost.step_overhead_ms, cost.verify_per_request_ms
+    if cost.overhead_curve:
+        rr, mm = np.array(cost.overhead_curve, dtype=np.float64).T
+        slope, base = np.polyfit(rr, mm, 1) if rr.size > 1 else (0.0, mm[0])
+        base, slope = max(float(base), 0.0), max(float(slope), 0.0)
     no_pre = {"prefill_token_ms": 0.0}
     no_ctx = {
         "draft_per_context_us": 0.0,
         "draft_per_request_ms": cost.draft_per_request_ms + ctx_ms,
     }
     no_req = {
+        "overhead_curve": (),
         "verify_per_request_ms": 0.0,
         "step_overhead_ms": 0.0,
-        "draft_per_request_ms": cost.draft_per_request_ms + cost.verify_per_request_ms,
-        "draft_base_ms": cost.draft_base_ms + cost.step_overhead_ms,
+        "draft_per_request_ms": cost.draft_per_request_ms + slope,
+        "draft_base_ms": cost.draft_base_ms + base,
     }
     v1 = {**no_pre, **no_ctx, **no_req}
-    v1["draft_per_request_ms"] = cost.draft_per_request_ms + ctx_ms + cost.verify_per_request_ms
-    return {
-        "full model": cost,
-        "without the prefill-token term (prompts through the table)": replace(cost, **no_pre),
-        "without the draft-context term (at the typical context)": replace(cost, **no_ctx),
-        "without per-request verify and step overhead (v1: on decoding requests)": replace(
-            cost, **no_req
-        ),
-        "v1 model (none of the three)": replace(cost, **v1),
-    }
+    v1["draft_per_request_ms"] = cost.draft_per_request_ms + ctx_ms + slope
+    out = {"full model": cost}
+    if cost.overhead_curve:
+        out["loop overhead as a straight line (v2: step_overhead + verify_per_request R)"] = (
+            replace(cost, overhead_curve=(), step_overhead_ms=base, verify_per_request_ms=slope)
+        )
+    out.update(
+        {
+            "without the prefill-token term (prompts through the table)": replace(cost, **no_pre),
+            "without the draft-context term (at the typical context)": replace(cost, **no_ctx),
+            "without the loop-overhead terms (v1: per decoding request, in drafting)": replace(
+                cost, **no_req
+            ),
+            "v1 model (none of the three)": replace(cost, **v1),
+        }
+    )
+    return out
 
 
 def term_ablation(out_dir: Path) -> pd.DataFrame:
@@ -329,6 +344,23 @@ def render(out_dir: Path, command: str, load_note: str = "") -> str:
             f" / {100 * w['median_tpot_ms_mean']:.1f}%.",
             "",
         ]
+    if "speed_factor" in table and table["speed_factor"].notna().all():
+        f = table["speed_factor"]
+        raw_t = ((1 + table["err_throughput_tok_s"]) * f - 1).abs()
+        raw_p = ((1 + table["err_tpot_ms_mean"]) / f - 1).abs()
+        lines += [
+            f"**What the ref clock removed.** Each run's speed factor (its raw CPU seconds over "
+            f"its ref-clock seconds: > 1, the core was slower than when the reference was "
+            f"taken; probes re-timed every {cfg.get('speed_every_s', 4):g} s of engine time, "
+            f"{cfg.get('speed_calibrations', 'n/a')} calibrations, "
+            f"{cfg.get('speed_reference_cpu_s', 'n/a')} CPU-s off both clocks): cell means "
+            f"{f.min():.3f} to {f.max():.3f}. On the raw CPU clock the same runs (times x "
+            f"their factor) against the same simulation: throughput within 5% in "
+            f"{int((raw_t <= 0.05).sum())} of {n} cells, mean TPOT in "
+            f"{int((raw_p <= 0.05).sum())}; median {100 * raw_t.median():.1f}% / "
+            f"{100 * raw_p.median():.1f}%.",
+            "",
+        ]
     if "adj_err_throughput_tok_s" in table:
         a = table["adj_err_throughput_tok_s"].abs()
         b = table["adj_err_tpot_ms_mean"].abs()
@@ -336,7 +368,8 @@ def render(out_dir: Path, command: str, load_note: str = "") -> str:
         lines += [
             f"The machine's speed during each cell, from two forwards re-timed before and after "
             f"every run against the same forwards right after profiling (> 1: slower than at "
-            f"profiling): {sl.min():.3f} to {sl.max():.3f}. Scaling the simulated times by it (a "
+            f"profiling{'; on the ref clock, what it left' if clock == 'ref' else ''}): "
+            f"{sl.min():.3f} to {sl.max():.3f}. Scaling the simulated times by it (a "
             f"diagnostic, not a correction): throughput within 5% in {int((a <= 0.05).sum())} of "
             f"{n} cells, mean TPOT in {int((b <= 0.05).sum())}; median {100 * a.median():.1f}% /"
             f" {100 * b.median():.1f}%.",
@@ -382,7 +415,7 @@ def render(out_dir: Path, command: str, load_note: str = "") -> str:
             "Mean ms per decode-only step of the first repeat, real (engine timers) against the "
             "cost model's terms at the same steps (same batch, requests, context). Forward = "
             "the target forward; loop = the rest of the step (accepting, streaming, cache "
-            "bookkeeping) against `step_overhead_ms + verify_per_request_ms * R`. All cells "
+            "bookkeeping) against the profile's loop overhead at R (`overhead_curve`). All cells "
             "in decomposition.csv.",
             "",
             "| drafter | policy | load | draft real / model | forward real / table | "

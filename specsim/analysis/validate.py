@@ -83,6 +83,7 @@ class RunSpec:
     prompt_len: np.ndarray
     output_len: np.ndarray
     probe_ref: tuple[float, ...] = ()  # probe ms at profiling time (PROBE_POINTS)
+    draft_phase: str = "draft"  # the speed reference's drafter probe (clock ref)
 
 
 def cell_metrics(summary: dict, requests: pd.DataFrame) -> dict[str, float]:
@@ -230,6 +231,7 @@ def run_real(spec: RunSpec) -> dict[str, Any]:
         prefill_budget=spec.prefill_budget,
         eos_ids=tuple(target.eos_ids),
         clock=spec.clock,
+        draft_phase=spec.draft_phase,
     )
     from specsim.torch_engine.profile import probe_ms
 
@@ -248,6 +250,8 @@ def run_real(spec: RunSpec) -> dict[str, Any]:
         "cpu_s": cpu_s,
         "wall_s": wall_s,
         "slowdown": slow,
+        # ref clock: the run's raw CPU seconds over its reference seconds (> 1: slower)
+        "speed_factor": float(real.config.get("speed_factor", np.nan)),
         "job_trace": real.raw.job_trace,
         "output_len": real.raw.output_len,
         "steps": real.steps,
@@ -301,8 +305,15 @@ def hog_check(spec: RunSpec, hogs: int, log: Any = None) -> pd.DataFrame:
             for p in procs:
                 p.terminate()
                 p.join()
-        for clk, key in (("cpu", "metrics"), ("wall", "wall_metrics")):
-            m = res.get(key) or {}
+        pairs = [(spec.clock if spec.clock != "wall" else "cpu", res["metrics"])]
+        if spec.clock == "ref":  # the raw CPU clock of the same run: ref x the run's factor
+            f = res["speed_factor"]
+            m = res["metrics"]
+            pairs.append(("cpu", {"throughput_tok_s": m["throughput_tok_s"] / f,
+                                  "tpot_ms_mean": m["tpot_ms_mean"] * f,
+                                  "ttft_ms_p50": m["ttft_ms_p50"] * f}))  # fmt: skip
+        pairs.append(("wall", res.get("wall_metrics") or {}))
+        for clk, m in pairs:
             rows.append(
                 {
                     "condition": cond,
@@ -314,9 +325,9 @@ def hog_check(spec: RunSpec, hogs: int, log: Any = None) -> pd.DataFrame:
                 }
             )
         if log:
-            log(f"hog check: {cond}: {res['metrics']['throughput_tok_s']:.2f} tok/s (cpu clock)")
+            log(f"hog check: {cond}: {res['metrics']['throughput_tok_s']:.2f} tok/s ({spec.clock})")
     df = pd.DataFrame(rows)
-    for clk in ("cpu", "wall"):
+    for clk in df["clock"].unique():
         sel = df["clock"] == clk
         q = df.loc[sel & (df["condition"] == "quiet"), "throughput_tok_s"].iloc[0]
         df.loc[sel, "throughput_vs_quiet"] = df.loc[sel, "throughput_tok_s"] / q - 1.0
@@ -326,7 +337,19 @@ def hog_check(spec: RunSpec, hogs: int, log: Any = None) -> pd.DataFrame:
 # ------------------------------------------------------------------ the grid
 
 
-def run_validation(
+def run_validation(**kw: Any) -> pd.DataFrame:
+    """Run the grid; write table, runs, step logs, profiles, decomposition and config under
+    ``out_dir`` (see :func:`_run_validation` for the arguments). With ``clock="ref"`` the
+    process's speed reference is set for the run and cleared after it."""
+    from specsim.torch_engine.clock import use_reference
+
+    try:
+        return _run_validation(**kw)
+    finally:
+        use_reference(None)
+
+
+def _run_validation(
     *,
     trace_path: Path,
     prompt_specs: list[str],
@@ -375,6 +398,16 @@ def run_validation(
     load_start = os.getloadavg()[0]
     _init_worker(target_spec, list(drafters), device, 1)
     target = _STATE["target"]
+    ref = None
+    if clock == "ref":  # one reference for the profiles and every run: the same units
+        from specsim.torch_engine.clock import use_reference
+        from specsim.torch_engine.profile import speed_reference
+
+        say("taking the speed reference (a target forward, each drafter's proposal)")
+        ref = speed_reference(
+            target.model, {f"draft:{d}": _STATE["proposers"][d] for d in drafters}
+        )
+        use_reference(ref)
     prompts = load_many(prompt_specs)
     ids = [prompt_ids(target.tokenizer, p.text) for p in prompts]
     per: dict[str, dict[str, Any]] = {}
@@ -416,6 +449,7 @@ def run_validation(
                 seed=seed,
                 limits={"prefill_budget": prefill_budget},
                 clock=clock,
+                draft_phase=f"draft:{d}",
             )
             cost, other = prof.cost, prof.other
             tag = d.replace(":", "")
@@ -477,6 +511,7 @@ def run_validation(
                     prompt_len=info["trace"].prompt_len.astype(np.int64),
                     output_len=info["trace"].output_len.astype(np.int64),
                     probe_ref=tuple(probe_ref[c.drafter]),
+                    draft_phase=f"draft:{c.drafter}",
                 )
             )
     # repeat-major: every cell once, then every cell again, so that the machine's drift over
@@ -526,6 +561,11 @@ def run_validation(
         "elapsed_s": round(time.perf_counter() - t_start, 1),
         "finished_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+    if ref is not None:
+        config["speed_reference_ms"] = {k: round(v, 3) for k, v in ref.ref_ms.items()}
+        config["speed_calibrations"] = ref.calibrations
+        config["speed_reference_cpu_s"] = round(ref.spent_cpu_s, 1)
+        config["speed_every_s"] = ref.every_s
     (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     return table
 
@@ -636,7 +676,8 @@ def _run_line(s: RunSpec, r: dict) -> str:
         f"{s.cell.drafter:>8} {s.cell.policy:>9} {s.cell.load:>11} #{s.repeat}: "
         f"{m['throughput_tok_s']:.2f} tok/s, TPOT {m['tpot_ms_mean']:.1f} ms, tau {m['tau']:.2f} "
         f"({r['wall_s']:.0f} s wall, cpu/wall {r['cpu_s'] / max(r['wall_s'], 1e-9):.3f}, "
-        f"machine slowdown {r['slowdown']:.3f})"
+        f"probe slowdown {r['slowdown']:.3f}"
+        + (f", speed factor {r['speed_factor']:.3f})" if np.isfinite(r["speed_factor"]) else ")")
     )
 
 
@@ -665,6 +706,7 @@ def _assemble(grid, specs, results, sims, per, repeats, clock):  # type: ignore[
                     "run_cpu_s": r["cpu_s"],
                     "run_wall_s": r["wall_s"],
                     "slowdown": r["slowdown"],
+                    "speed_factor": r["speed_factor"],
                 }
             )
             st = r["steps"].copy()
@@ -695,6 +737,7 @@ def _assemble(grid, specs, results, sims, per, repeats, clock):  # type: ignore[
             row.update({f"wall_{k}": v for k, v in wrow.items()})
         slow = float(np.mean([r["slowdown"] for r in res]))
         row["slowdown_vs_profile"] = slow
+        row["speed_factor"] = float(np.mean([r["speed_factor"] for r in res]))
         row.update(load_adjusted(row, slow))
         row["real_steps"] = int(res[0]["engine_steps"])
         row["cpu_over_wall"] = float(np.mean([r["cpu_s"] / r["wall_s"] for r in res]))
@@ -722,7 +765,7 @@ def _decompose(c: Cell, steps: pd.DataFrame, cost: Any, trace: Any) -> dict[str,
     )
     m_table = np.array([cost.step_time(int(x), float(y)) for x, y in zip(b, ctx, strict=True)])
     m_table *= 1000.0
-    m_over = cost.step_overhead_ms + cost.verify_per_request_ms * n
+    m_over = cost.overhead_ms(n)
     real_loop = st["duration_s"] - st["draft_s"] - st["sched_s"] - st["verify_s"]
     out.update(
         {

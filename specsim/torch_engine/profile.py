@@ -13,12 +13,16 @@ decomposed the way the simulator's cost model composes it (``specsim.sim.cost``)
   + draft_per_context_us * sum_r min(context_r, window)``: the proposer drafting R requests; the
   context term is what a DSpark drafter's attention over up to ``context_window`` target
   features costs, the per-token term the sequential heads (timed by drafting shorter blocks).
-- ``step_overhead_ms + verify_per_request_ms * R``: what the engine loop spends per step outside
-  the table, drafting and scheduling (one attention call per request per layer, accepting,
-  streaming, cache bookkeeping), measured by running the engine itself on random prompts.
+- ``overhead_curve``: what the engine loop spends per step outside the table, drafting and
+  scheduling (one attention call per request per layer, accepting, streaming, cache
+  bookkeeping), measured by running the engine itself on random prompts at each R, kept as
+  points (linear between them): it is ~0 at 1-2 requests and ~4.5 ms a request from 4 on, which
+  the old ``step_overhead_ms + verify_per_request_ms * R`` line could not follow (its fit stays
+  in the header's ``overhead_linear_fit``).
 - ``sched_base_us`` + ``sched_us_per_request * R``: the policy's decision time.
 
-Every call is timed on two clocks at once: the thread's CPU time and the wall clock. The
+Every call is timed on two clocks at once: the thread's CPU time (at the speed reference's
+speed with ``clock="ref"``, ``specsim.torch_engine.clock``) and the wall clock. The
 profile of the requested clock is fitted from its own timings; the other clock's step table is
 fitted from its own timings too, its scalar terms are the requested clock's scaled by the
 median wall/CPU ratio of the table points (on a quiet machine ~1.0). Every point is the median
@@ -38,6 +42,7 @@ import numpy as np
 import torch
 
 from specsim.progress import Progress
+from specsim.torch_engine.clock import SpeedRef, active_reference, ref_cpu_ms, use_reference
 from specsim.torch_engine.target import FlatTarget
 
 DEFAULT_B = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384)
@@ -63,22 +68,78 @@ def _sync(model: Any) -> None:
         torch.cuda.synchronize()
 
 
-def _timed(fn) -> tuple[float, float]:  # type: ignore[no-untyped-def]
-    """(cpu ms, wall ms) of one call: the thread's CPU time and the wall clock, together."""
+def _timed(fn, phase: str = "target") -> tuple[float, float]:  # type: ignore[no-untyped-def]
+    """(cpu ms, wall ms) of one call: the thread's CPU time and the wall clock, together. With a
+    speed reference active (``--clock ref``) the CPU ms are at its reference speed for
+    ``phase``, and the probes are re-timed first when due (outside the call)."""
+    ref = active_reference()
+    if ref is not None and ref.due():
+        ref.calibrate()
     c0, w0 = time.thread_time(), time.perf_counter()
     fn()
-    return (time.thread_time() - c0) * 1000.0, (time.perf_counter() - w0) * 1000.0
+    cpu, wall = (time.thread_time() - c0) * 1000.0, (time.perf_counter() - w0) * 1000.0
+    return ref_cpu_ms(cpu, phase), wall
 
 
 def _median_ms(fn, repeats: int, clock: str = "wall") -> float:  # type: ignore[no-untyped-def]
-    return _median2(fn, repeats)[0 if clock == "cpu" else 1]
+    return _median2(fn, repeats)[0 if clock != "wall" else 1]
 
 
-def _median2(fn, repeats: int) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+def _median2(fn, repeats: int, phase: str = "target") -> tuple[float, float]:  # type: ignore[no-untyped-def]
     """Median (cpu ms, wall ms) over ``repeats`` calls after one warm-up."""
     fn()  # warm-up
-    vals = [_timed(fn) for _ in range(repeats)]
+    vals = [_timed(fn, phase) for _ in range(repeats)]
     return statistics.median(v[0] for v in vals), statistics.median(v[1] for v in vals)
+
+
+def speed_reference(
+    model: Any,
+    drafters: dict[str, Any],
+    every_s: float = 4.0,
+    context: int = 128,
+    tokens: int = 4,
+    seed: int = 7,
+) -> SpeedRef:
+    """A :class:`SpeedRef` with a target probe (one forward of ``tokens`` tokens at
+    ``context``, a typical verification) and one probe per drafter phase (its proposal for 2
+    requests at the same anchor; a cheap drafter's call repeated to ~20 ms so that a timer
+    tick is noise), the reference taken now. The probes own their caches and buffers: they
+    never touch an engine's state."""
+    gen = np.random.default_rng(seed)
+    vocab = int(model.config.vocab_size)
+    ft = FlatTarget(model, 1, context + tokens + 1)
+    _fill(ft, 0, context, gen, vocab)
+    toks = _ids(gen, vocab, tokens).tolist()
+
+    def target() -> None:
+        ft.forward([0], [toks])
+        ft.truncate(0, context)
+        _sync(model)
+
+    probes = {"target": target}
+    for phase, proposer in drafters.items():
+        n_feat = max(len(proposer.feature_layers) * int(model.config.hidden_size), 1)
+        seq = torch.from_numpy(_ids(gen, vocab, (2, context + 1)))
+        feat = torch.randn((2, context + 1, n_feat), generator=torch.Generator().manual_seed(seed))
+        feat = feat.to(torch.float16)
+        slots, anchors = np.arange(2), np.full(2, context)
+
+        def once(proposer=proposer, seq=seq, feat=feat, slots=slots, anchors=anchors) -> None:
+            proposer.propose(slots, anchors, seq, feat, 0.0, None)
+
+        once()
+        c0 = time.thread_time()
+        once()
+        k = max(1, int(np.ceil(0.02 / max(time.thread_time() - c0, 1e-6))))
+
+        def draft(once=once, k=k) -> None:
+            for _ in range(k):
+                once()
+
+        probes[phase] = draft
+    ref = SpeedRef(probes, every_s=every_s)
+    ref.reference()
+    return ref
 
 
 def _ids(gen: np.random.Generator, vocab: int, shape: Any) -> np.ndarray:
@@ -108,17 +169,38 @@ def measure_profile(
     seed: int = 0,
     limits: dict[str, int] | None = None,
     clock: str = "wall",
+    draft_phase: str = "draft",
 ) -> EngineProfile:
     """Time the engine's components and return them as a (2-D) :class:`CostModel` on ``clock``
-    (and the same on the other clock as ``EngineProfile.other``)."""
+    (and the same on the other clock as ``EngineProfile.other``). ``clock="ref"`` uses the
+    process's speed reference (:func:`~specsim.torch_engine.clock.use_reference`; one of its
+    own if none is set), drafting timed against its ``draft_phase`` probe."""
+    from specsim.torch_engine.clock import check_clock
+
+    check_clock(clock)
+    ci = 0 if clock != "wall" else 1  # index of the requested clock in (cpu, wall) pairs
+    own_ref = clock == "ref" and active_reference() is None
+    if own_ref:  # a reference of this profile's own, taken now
+        use_reference(speed_reference(model, {draft_phase: proposer}))
+    try:
+        return _measure(
+            model, proposer, policy, name, batch_tokens, contexts, requests, draft_context,
+            prefill_tokens, repeats, layout, seed, limits, clock, draft_phase, ci,
+        )  # fmt: skip
+    finally:
+        if own_ref:
+            use_reference(None)
+
+
+def _measure(  # type: ignore[no-untyped-def]
+    model, proposer, policy, name, batch_tokens, contexts, requests, draft_context,
+    prefill_tokens, repeats, layout, seed, limits, clock, draft_phase, ci,
+) -> EngineProfile:  # fmt: skip
     import pandas as pd
 
     from specsim.policies.base import StepInput
     from specsim.sim.cost import CostModel
-    from specsim.torch_engine.clock import check_clock
 
-    check_clock(clock)
-    ci = 0 if clock == "cpu" else 1  # index of the requested clock in (cpu, wall) pairs
     gen = np.random.default_rng(seed)
     vocab = int(model.config.vocab_size)
     r_max = max(requests)
@@ -204,7 +286,7 @@ def measure_profile(
                 finally:
                     proposer.gamma = old
 
-            return _median2(call, repeats)
+            return _median2(call, repeats, draft_phase)
 
         per = []
         for r in requests:
@@ -310,9 +392,14 @@ def measure_profile(
         clock,
         draft_model,
         prompt=draft_context,
+        draft_phase=draft_phase,
     )
     per_req = per_req.merge(over, on="requests")
     o_slope, o_base = np.polyfit(rr, per_req["loop_overhead_ms"].to_numpy(), 1)
+    # measured at each R, not a line: ~0 at 1-2 requests, ~4.5 ms a request from 4 on (cost.py)
+    curve = [
+        (int(r), max(float(m), 0.0)) for r, m in zip(rr, per_req["loop_overhead_ms"], strict=True)
+    ]
     piv = steps.pivot_table(index="context_tokens", columns="batch_tokens", values="step_ms")
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     meta = {
@@ -324,6 +411,8 @@ def measure_profile(
         "layout": layout,
         "draft_context": str(draft_context),
         "verify_split_ms_per_request": f"{max(v_slope, 0.0):.4f}",
+        # the straight line through the loop overhead (the v1/v2 form; overhead_curve is used)
+        "overhead_linear_fit": f"{max(o_base, 0.0):.4f} + {max(o_slope, 0.0):.4f} R",
         "repeats": str(repeats),
     }
     lim = limits or {}
@@ -334,8 +423,8 @@ def measure_profile(
         "draft_per_context_us": round(ctx_us, 4),
         "sched_base_us": round(float(max(s_base, 0.0)), 2),
         "sched_us_per_request": round(float(max(s_slope, 0.0)), 3),
-        "step_overhead_ms": round(float(max(o_base, 0.0)), 4),
-        "verify_per_request_ms": round(float(max(o_slope, 0.0)), 4),
+        "step_overhead_ms": 0.0,  # the loop overhead is the measured curve below
+        "verify_per_request_ms": 0.0,
         "prefill_token_ms": round(pre_ms, 5),
     }
 
@@ -350,11 +439,12 @@ def measure_profile(
             kv_tokens=int(lim.get("kv_tokens", 1 << 20)),
             prefill_budget=int(lim.get("prefill_budget", 16384)),
             meta={**meta, "clock": clk},
+            overhead_curve=tuple((int(r), round(m * scale, 4)) for r, m in curve),
             **{k: round(v * scale, 5) for k, v in scal.items()},
         )
 
     cost = model_on(piv, 1.0, clock)
-    other_clk = "wall" if clock == "cpu" else "cpu"
+    other_clk = "wall" if clock != "wall" else "cpu"
     other_col = f"step_ms_{other_clk}"
     piv2 = steps.pivot_table(index="context_tokens", columns="batch_tokens", values=other_col)
     ratio = float(np.median(steps[other_col] / steps["step_ms"]))
@@ -404,6 +494,7 @@ def _loop_overhead(
     draft_model: Any = None,
     prompt: int = 32,
     out: int = 48,  # ~12 decode steps of 4 tokens each per request: a stable median
+    draft_phase: str = "draft",
 ) -> Any:
     """Median per-step time the engine spends outside the target forward's table cost, the
     drafting and the policy, at R decoding requests (``static:3``: 4 tokens each), at a context
@@ -441,7 +532,9 @@ def _loop_overhead(
             table,
             prompts,
             wl,
-            EngineConfig(max_running=r, layout=layout, warmup_steps=1, clock=clock),
+            EngineConfig(
+                max_running=r, layout=layout, warmup_steps=1, clock=clock, draft_phase=draft_phase
+            ),
         ).run()
         st = res.steps
         st = st[(st["prefilling"] == 0) & (st["decoding"] == r)]
