@@ -351,7 +351,7 @@ def render(out_dir: Path, command: str, load_note: str = "") -> str:
         lines += [
             f"**What the ref clock removed.** Each run's speed factor (its raw CPU seconds over "
             f"its ref-clock seconds: > 1, the core was slower than when the reference was "
-            f"taken; probes re-timed every {cfg.get('speed_every_s', 4):g} s of engine time, "
+            f"taken; probes re-timed every {cfg.get('speed_every_s', 5):g} s of engine time, "
             f"{cfg.get('speed_calibrations', 'n/a')} calibrations, "
             f"{cfg.get('speed_reference_cpu_s', 'n/a')} CPU-s off both clocks): cell means "
             f"{f.min():.3f} to {f.max():.3f}. On the raw CPU clock the same runs (times x "

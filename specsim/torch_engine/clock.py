@@ -66,7 +66,7 @@ class SpeedRef:
     """
 
     def __init__(
-        self, probes: dict[str, Callable[[], None]], every_s: float = 4.0, window: int = 5
+        self, probes: dict[str, Callable[[], None]], every_s: float = 5.0, window: int = 5
     ) -> None:
         if "target" not in probes:
             raise SpecsimError("a speed reference needs a 'target' probe")
@@ -112,12 +112,15 @@ class SpeedRef:
     def due(self) -> bool:
         return time.thread_time() >= self._next
 
-    def calibrate(self) -> tuple[float, float]:
-        """Re-time every probe once; update the factors. Returns (cpu s, wall s) spent."""
+    def calibrate(self, phases: tuple[str, ...] | None = None) -> tuple[float, float]:
+        """Re-time the probes of ``phases`` (default: all; the target's always) once and update
+        their factors. Returns the (cpu s, wall s) spent."""
         if not self.ref_ms:
             self.reference()
         c0, w0 = time.thread_time(), time.perf_counter()
-        for p, fn in self.probes.items():
+        todo = self.probes if phases is None else {"target", *phases} & set(self.probes)
+        for p in todo:
+            fn = self.probes[p]
             self._hist[p].append(self._time(fn, 1) / self.ref_ms[p])
             self.factor[p] = statistics.median(self._hist[p])
         self.calibrations += 1
@@ -163,12 +166,15 @@ class EngineClock:
     since start (logged beside), calibrations excluded.
     """
 
-    def __init__(self, kind: str = "wall", ref: SpeedRef | None = None) -> None:
+    def __init__(
+        self, kind: str = "wall", ref: SpeedRef | None = None, phases: tuple[str, ...] = ()
+    ) -> None:
         check_clock(kind)
         if kind == "ref" and ref is None:
             raise SpecsimError("--clock ref needs a speed reference (SpeedRef)")
         self.kind = kind
         self.ref = ref if kind == "ref" else None
+        self._phases = ("target", *phases)  # the probes this engine's work needs
         self._count = timer(kind)
         self._t0 = self._w0 = 0.0
         self._skew = 0.0
@@ -181,7 +187,7 @@ class EngineClock:
 
     def start(self) -> None:
         if self.ref is not None:
-            self.ref.calibrate()  # a fresh speed at every run's start
+            self.ref.calibrate(self._phases)  # a fresh speed at every run's start
         self._t0 = self._count()
         self._w0 = time.perf_counter()
         self._skew = self._acc = self.raw_cpu_s = self._excl_w = 0.0
@@ -209,7 +215,7 @@ class EngineClock:
         if self.ref is None or not self.ref.due():
             return
         self.mark(self._phase)
-        _, wall = self.ref.calibrate()
+        _, wall = self.ref.calibrate(self._phases)
         self.calibrations += 1
         self._seg = self._count()
         self._excl_w += wall

@@ -279,7 +279,8 @@ class RealEngine:
         tok_cnt: list[int] = []
         max_b = 0
         step_fn = self.cost.step_time_fn(None)
-        eclock = EngineClock(cfg.clock, self._speed_ref() if cfg.clock == "ref" else None)
+        ref = self._speed_ref() if cfg.clock == "ref" else None
+        eclock = EngineClock(cfg.clock, ref, (cfg.draft_phase,))
         eclock.start()
         clock, wall = eclock.now, eclock.wall
 
