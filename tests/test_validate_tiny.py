@@ -131,8 +131,8 @@ def test_term_ablation_scores_each_term(report):
     out, _ = report
     terms = pd.read_csv(out / "terms.csv")
     table = pd.read_csv(out / "fidelity.csv")
-    assert terms["variant"].nunique() == 6  # with the overhead curve's straight-line form
-    assert len(terms) == 6 * len(table)
+    assert terms["variant"].nunique() == 7  # + the residual curve and its straight line
+    assert len(terms) == 7 * len(table)
     full = terms[terms.variant == "full model"].reset_index(drop=True)
     np.testing.assert_allclose(full["err_throughput_tok_s"], table["err_throughput_tok_s"],
                                rtol=1e-4, atol=1e-5)  # fmt: skip
