@@ -230,6 +230,13 @@ def test_a_stopped_training_run_resumes_to_the_same_weights(tmp_path):
     for (name, a), b in zip(whole.state_dict().items(), resumed.state_dict().values(), strict=True):
         assert torch.equal(a, b), name
     assert [h["step"] for h in hist2] == [h["step"] for h in hist]
+    assert not any(m.startswith("warning") for m in msgs)
+    again = fresh()  # the same state once finished: nothing is trained, and the log says so
+    msgs = []
+    train(again, seqs, tc, log=msgs.append, state_file=state)
+    assert msgs[1].startswith("warning") and "already trained 16 steps" in msgs[1]
+    for a, b in zip(resumed.state_dict().values(), again.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
 
 
 def test_a_checkpoint_saved_in_fp16_loads_as_the_same_rounded_drafter(tmp_path):

@@ -157,6 +157,13 @@ def train(
         first, prior_min, prior_cpu = st["step"], st["minutes"], st["cpu_minutes"]
         hist, curve = st["hist"], st["curve"]
         log(f"resumed from {state_file} at step {first} ({prior_min:.1f} min)")
+        if first >= cfg.steps or prior_min >= cfg.max_minutes:
+            log(
+                f"warning: {state_file} has already trained {first} steps in {prior_min:.1f} min, "
+                f"at or past this run's cap ({cfg.steps} steps, {cfg.max_minutes:g} min): no "
+                "step will run and the drafter is that earlier run's; delete the state file to "
+                "train a new one"
+            )
     drafter.train()
     t0, c0, paused, paused_cpu = time.perf_counter(), time.process_time(), 0.0, 0.0
     minutes = lambda: prior_min + (time.perf_counter() - t0 - paused) / 60  # noqa: E731
