@@ -401,7 +401,7 @@ def _run_validation(
     ref = None
     if clock == "ref":  # one reference for the profiles and every run: the same units
         from specsim.torch_engine.clock import use_reference
-        from specsim.torch_engine.profile import speed_reference
+        from specsim.torch_engine.speed import speed_reference
 
         say("taking the speed reference (a target forward, each drafter's proposal)")
         ref = speed_reference(

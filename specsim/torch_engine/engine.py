@@ -209,7 +209,7 @@ class RealEngine:
     def _speed_ref(self):  # type: ignore[no-untyped-def]
         """The process's speed reference, or one of this engine's own (taken now)."""
         from specsim.torch_engine.clock import active_reference
-        from specsim.torch_engine.profile import speed_reference
+        from specsim.torch_engine.speed import speed_reference
 
         ref = active_reference()
         if ref is None:

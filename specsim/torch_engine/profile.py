@@ -42,7 +42,8 @@ import numpy as np
 import torch
 
 from specsim.progress import Progress
-from specsim.torch_engine.clock import SpeedRef, active_reference, ref_cpu_ms, use_reference
+from specsim.torch_engine.clock import active_reference, ref_cpu_ms, use_reference
+from specsim.torch_engine.speed import _fill, _ids, _sync, speed_reference
 from specsim.torch_engine.target import FlatTarget
 
 DEFAULT_B = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384)
@@ -60,12 +61,6 @@ class EngineProfile:
     per_request: Any  # DataFrame: requests, draft_ms, verify_extra_ms, sched_us
     other: Any = None  # the same profile on the other clock (wall if cost is cpu, and back)
     terms: Any = None  # DataFrame of the draft-context, block and prefill timing points
-
-
-def _sync(model: Any) -> None:
-    """Wait for queued GPU work so that wall-clock timings are real (no-op on CPU)."""
-    if next(model.parameters()).is_cuda:
-        torch.cuda.synchronize()
 
 
 def _timed(fn, phase: str = "target") -> tuple[float, float]:  # type: ignore[no-untyped-def]
@@ -90,67 +85,6 @@ def _median2(fn, repeats: int, phase: str = "target") -> tuple[float, float]:  #
     fn()  # warm-up
     vals = [_timed(fn, phase) for _ in range(repeats)]
     return statistics.median(v[0] for v in vals), statistics.median(v[1] for v in vals)
-
-
-def speed_reference(
-    model: Any,
-    drafters: dict[str, Any],
-    every_s: float = 5.0,
-    context: int = 128,
-    tokens: int = 4,
-    seed: int = 7,
-) -> SpeedRef:
-    """A :class:`SpeedRef` with a target probe (one forward of ``tokens`` tokens at
-    ``context``, a typical verification) and one probe per drafter phase (its proposal for 2
-    requests at the same anchor; a cheap drafter's call repeated to ~20 ms so that a timer
-    tick is noise), the reference taken now. The probes own their caches and buffers: they
-    never touch an engine's state."""
-    gen = np.random.default_rng(seed)
-    vocab = int(model.config.vocab_size)
-    ft = FlatTarget(model, 1, context + tokens + 1)
-    _fill(ft, 0, context, gen, vocab)
-    toks = _ids(gen, vocab, tokens).tolist()
-
-    def target() -> None:
-        ft.forward([0], [toks])
-        ft.truncate(0, context)
-        _sync(model)
-
-    probes = {"target": target}
-    for phase, proposer in drafters.items():
-        n_feat = max(len(proposer.feature_layers) * int(model.config.hidden_size), 1)
-        seq = torch.from_numpy(_ids(gen, vocab, (2, context + 1)))
-        feat = torch.randn((2, context + 1, n_feat), generator=torch.Generator().manual_seed(seed))
-        feat = feat.to(torch.float16)
-        slots, anchors = np.arange(2), np.full(2, context)
-
-        def once(proposer=proposer, seq=seq, feat=feat, slots=slots, anchors=anchors) -> None:
-            proposer.propose(slots, anchors, seq, feat, 0.0, None)
-
-        once()
-        c0 = time.thread_time()
-        once()
-        k = max(1, int(np.ceil(0.02 / max(time.thread_time() - c0, 1e-6))))
-
-        def draft(once=once, k=k) -> None:
-            for _ in range(k):
-                once()
-
-        probes[phase] = draft
-    ref = SpeedRef(probes, every_s=every_s)
-    ref.reference()
-    return ref
-
-
-def _ids(gen: np.random.Generator, vocab: int, shape: Any) -> np.ndarray:
-    """Random token ids, avoiding the first (special) ids."""
-    return gen.integers(min(100, vocab // 2), vocab, shape)
-
-
-def _fill(ft: FlatTarget, slot: int, ctx: int, gen: np.random.Generator, vocab: int) -> None:
-    ft.reset(slot)
-    for s in range(0, ctx, 256):
-        ft.forward([slot], [_ids(gen, vocab, min(256, ctx - s)).tolist()])
 
 
 def measure_profile(
