@@ -80,15 +80,6 @@ class SpeedRef:
         self.spent_cpu_s = 0.0
         self.spent_wall_s = 0.0
 
-    def add_probe(self, phase: str, fn: Callable[[], None], repeats: int = 5) -> None:
-        """A phase added after :meth:`reference` (another drafter): its reference is taken now,
-        scaled by the target's current factor so that it shares the target's reference time."""
-        self.probes[phase] = fn
-        self._hist[phase] = deque(maxlen=self._hist["target"].maxlen)
-        ms = self._time(fn, repeats)
-        self.ref_ms[phase] = ms / self.factor.get("target", 1.0) if self.ref_ms else ms
-        self.factor[phase] = self.factor.get("target", 1.0) if self.ref_ms else 1.0
-
     @staticmethod
     def _time(fn: Callable[[], None], repeats: int) -> float:
         vals = []
