@@ -78,7 +78,6 @@ class SpeedRef:
         self.calibrations = 0
         self._next = 0.0
         self.spent_cpu_s = 0.0
-        self.spent_wall_s = 0.0
 
     @staticmethod
     def _time(fn: Callable[[], None], repeats: int) -> float:
@@ -92,12 +91,11 @@ class SpeedRef:
 
     def reference(self, repeats: int = 7) -> dict[str, float]:
         """Take the reference: each probe's median CPU ms over ``repeats`` warm calls."""
-        c0, w0 = time.thread_time(), time.perf_counter()
+        c0 = time.thread_time()
         self.ref_ms = {p: self._time(fn, repeats) for p, fn in self.probes.items()}
         self.factor = {p: 1.0 for p in self.probes}
         self._next = time.thread_time() + self.every_s
         self.spent_cpu_s += time.thread_time() - c0
-        self.spent_wall_s += time.perf_counter() - w0
         return dict(self.ref_ms)
 
     def due(self) -> bool:
@@ -109,7 +107,8 @@ class SpeedRef:
         if not self.ref_ms:
             self.reference()
         c0, w0 = time.thread_time(), time.perf_counter()
-        todo = self.probes if phases is None else {"target", *phases} & set(self.probes)
+        # in the probes' own order (a set's order would vary between processes)
+        todo = [p for p in self.probes if phases is None or p == "target" or p in phases]
         for p in todo:
             fn = self.probes[p]
             self._hist[p].append(self._time(fn, 1) / self.ref_ms[p])
@@ -118,7 +117,6 @@ class SpeedRef:
         cpu, wall = time.thread_time() - c0, time.perf_counter() - w0
         self._next = time.thread_time() + self.every_s
         self.spent_cpu_s += cpu
-        self.spent_wall_s += wall
         return cpu, wall
 
     def speed(self, phase: str) -> float:
