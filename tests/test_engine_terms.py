@@ -34,8 +34,10 @@ def trace():
     )
 
 
-def run(trace, cost, policy="static:3", **kw):
-    return replay(trace, policy, concurrency=4, profile=cost, seed=0, record_tokens=False, **kw)
+def run(trace, cost, policy="static:3", concurrency=4, **kw):
+    return replay(
+        trace, policy, concurrency=concurrency, profile=cost, seed=0, record_tokens=False, **kw
+    )
 
 
 def test_zero_terms_replay_bit_for_bit(trace):
@@ -141,3 +143,39 @@ def test_overhead_curve_round_trips_and_is_checked(tmp_path):
     text = write_profile_csv(cost, tmp_path / "q.csv").read_text()
     with pytest.raises(SpecsimError, match="requests:ms"):
         parse_profile_csv(text.replace("1:0.1,", "one:0.1,"), "q")
+
+
+DRAFT_CURVE = ((1, 2.0), (2, 3.0), (4, 8.0), (8, 20.0))
+
+
+@pytest.mark.parametrize("concurrency", [1, 4])
+def test_draft_curve_is_charged_at_each_step(trace, concurrency):
+    """A measured draft curve replaces draft_base + draft_per_request R; the per-token term
+    still adds R x gamma. Each decoding step pays exactly that (the one-request walk too)."""
+    cost = CostModel(
+        "d", **TABLE, draft_curve=DRAFT_CURVE, draft_base_ms=50.0, draft_per_request_ms=9.0,
+        draft_per_token_ms=0.05,
+    )  # fmt: skip
+    gamma = trace.block_size
+    assert cost.draft_ms(3, gamma) == pytest.approx(5.5 + 0.05 * 3 * gamma)
+    assert cost.draft_ms(12, 0) == pytest.approx(20.0 + 4 * 3.0)  # the last slope beyond
+    assert cost.draft_ms(0, gamma) == 0.0
+    st = run(trace, cost, concurrency=concurrency).steps
+    dec = st["decoding"].to_numpy()
+    want = cost.step_time((dec + st["verified_drafts"] + st["prefill_tokens"]).to_numpy())
+    curve = np.interp(dec, *np.array(DRAFT_CURVE).T) + 0.05 * dec * gamma
+    want = want + np.where(dec > 0, curve, 0.0) * 1e-3
+    np.testing.assert_allclose(st["duration_s"], want, rtol=1e-12)
+
+
+def test_draft_curve_round_trips_and_is_checked(tmp_path):
+    cost = CostModel("t", **TABLE, **TERMS, overhead_curve=CURVE, draft_curve=DRAFT_CURVE)
+    back = parse_profile_csv(write_profile_csv(cost, tmp_path / "p.csv").read_text(), "t")
+    assert back.draft_curve == DRAFT_CURVE and back.overhead_curve == CURVE
+    with pytest.raises(SpecsimError, match="draft_curve needs ascending"):
+        CostModel("bad", **TABLE, draft_curve=((4, 1.0), (4, 0.5)))
+    with pytest.raises(SpecsimError, match="draft_curve ms"):
+        CostModel("bad", **TABLE, draft_curve=((1, float("inf")),))
+    text = write_profile_csv(cost, tmp_path / "q.csv").read_text()
+    with pytest.raises(SpecsimError, match="draft_curve must read"):
+        parse_profile_csv(text.replace("2:3,", "two:3,"), "q")

@@ -99,10 +99,7 @@ def step_cost(cost: CostModel, requests: int, gamma: int, ctx: float | None = No
     batch = np.arange(requests * (gamma + 1) + 1)
     verify = np.asarray(cost.step_time(batch, ctx), dtype=np.float64)
     verify = verify + cost.overhead_ms(requests) * 1e-3
-    fixed = (
-        cost.draft_base_ms
-        + (cost.draft_per_request_ms + cost.draft_per_token_ms * gamma) * requests
-    ) * 1e-3
+    fixed = cost.draft_ms(requests, gamma) * 1e-3
     if ctx is not None:
         fixed += cost.draft_context_s(np.full(requests, int(round(ctx)) - 1))
     return StepCost(verify=verify, fixed=float(fixed))

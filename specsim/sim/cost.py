@@ -26,6 +26,12 @@ covers the verified tokens only.
 features stop fitting), which no straight line fits; the linear form charged 4.4 ms too much at
 one request (5% of a step). Linear between points, the first value held below the first point,
 the last segment's slope (never negative) beyond the last.
+
+``draft_curve`` ((R, ms) points, the same form) replaces ``draft_base_ms + draft_per_request_ms *
+R`` when given (``draft_per_token_ms * R * gamma`` and the context term are still added): a
+DSpark drafter on the CPU engine costs more per request at 8 and 16 requests than at 1 to 4
+(20, 30, 58, 108, 183 ms at R = 1, 2, 4, 8, 16), and the straight line through those points
+charged 13-20% too little in the fidelity grid's C = 4-16 cells.
 """
 
 from __future__ import annotations
@@ -63,6 +69,36 @@ COST_KEYS = (
 )
 
 
+def _checked_curve(name: str, key: str, curve) -> tuple[tuple[int, float], ...]:  # type: ignore[no-untyped-def]
+    """A curve of (requests, ms) points as a tuple, or a one-line error naming the fix."""
+    out = tuple((int(r), float(m)) for r, m in curve)
+    if out:
+        rr = np.array([r for r, _ in out], dtype=np.float64)
+        mm = np.array([m for _, m in out], dtype=np.float64)
+        if rr[0] < 1 or np.any(np.diff(rr) <= 0):
+            raise SpecsimError(
+                f"profile {name!r}: {key} needs ascending request counts >= 1 "
+                "(e.g. '1:0.5,4:12,16:60')"
+            )
+        if not np.all(np.isfinite(mm)) or np.any(mm < 0) or np.any(mm > MAX_COST):
+            raise SpecsimError(
+                f"profile {name!r}: {key} ms must be finite numbers in [0, {MAX_COST:g}]"
+            )
+    return out
+
+
+def curve_at(curve: tuple[tuple[int, float], ...], n):  # type: ignore[no-untyped-def]
+    """A (requests, ms) curve at ``n`` requests: linear between points, the first value held
+    below the first point, the last segment's slope (never negative) beyond the last."""
+    rr = np.array([r for r, _ in curve], dtype=np.float64)
+    mm = np.array([m for _, m in curve], dtype=np.float64)
+    out = np.interp(n, rr, mm)
+    if rr.size > 1:
+        slope = max((mm[-1] - mm[-2]) / (rr[-1] - rr[-2]), 0.0)
+        out = np.where(n > rr[-1], mm[-1] + slope * (n - rr[-1]), out)
+    return out
+
+
 @dataclass(frozen=True, eq=False)
 class CostModel:
     """Target step, draft and scheduler costs of one deployment (all times in the units named).
@@ -86,6 +122,7 @@ class CostModel:
     draft_context_window: int = 0  # 0: the drafter reads the whole context
     prefill_token_ms: float = 0.0
     overhead_curve: tuple[tuple[int, float], ...] = ()  # (requests, ms): replaces the linear
+    draft_curve: tuple[tuple[int, float], ...] = ()  # (requests, ms): replaces base + per-request
     max_running: int = 256
     kv_tokens: int = 1 << 20
     prefill_budget: int = 16384
@@ -114,21 +151,8 @@ class CostModel:
                 raise SpecsimError(
                     f"profile {self.name!r}: {key} = {v} must be a whole number in [1, {hi:,}]"
                 )
-        curve = tuple((int(r), float(m)) for r, m in self.overhead_curve)
-        if curve:
-            rr = np.array([r for r, _ in curve], dtype=np.float64)
-            mm = np.array([m for _, m in curve], dtype=np.float64)
-            if rr[0] < 1 or np.any(np.diff(rr) <= 0):
-                raise SpecsimError(
-                    f"profile {self.name!r}: overhead_curve needs ascending request counts >= 1 "
-                    "(e.g. '1:0.5,4:12,16:60')"
-                )
-            if not np.all(np.isfinite(mm)) or np.any(mm < 0) or np.any(mm > MAX_COST):
-                raise SpecsimError(
-                    f"profile {self.name!r}: overhead_curve ms must be finite numbers in "
-                    f"[0, {MAX_COST:g}]"
-                )
-        object.__setattr__(self, "overhead_curve", curve)
+        for key in ("overhead_curve", "draft_curve"):
+            object.__setattr__(self, key, _checked_curve(self.name, key, getattr(self, key)))
         b = np.asarray(self.batch_tokens, dtype=np.int64)
         ms = np.atleast_2d(np.asarray(self.step_ms, dtype=np.float64))
         if b.ndim != 1 or b.size < 2:
@@ -223,12 +247,7 @@ class CostModel:
         if not self.overhead_curve:
             out = self.step_overhead_ms + self.verify_per_request_ms * n
         else:
-            rr = np.array([r for r, _ in self.overhead_curve], dtype=np.float64)
-            mm = np.array([m for _, m in self.overhead_curve], dtype=np.float64)
-            out = np.interp(n, rr, mm)
-            if rr.size > 1:
-                slope = max((mm[-1] - mm[-2]) / (rr[-1] - rr[-2]), 0.0)
-                out = np.where(n > rr[-1], mm[-1] + slope * (n - rr[-1]), out)
+            out = curve_at(self.overhead_curve, n)
         return float(out) if np.ndim(n_requests) == 0 else out
 
     def _row(self, lut: np.ndarray, slope: float, batch: np.ndarray) -> np.ndarray:
@@ -275,13 +294,11 @@ class CostModel:
     def draft_ms(self, n_requests, gamma: int):
         """Draft forward for R requests producing a block of ``gamma`` tokens each."""
         r = np.asarray(n_requests, dtype=np.float64)
-        out = np.where(
-            r > 0,
-            self.draft_base_ms
-            + self.draft_per_request_ms * r
-            + self.draft_per_token_ms * r * gamma,
-            0.0,
-        )
+        if self.draft_curve:
+            fixed = curve_at(self.draft_curve, r)
+        else:
+            fixed = self.draft_base_ms + self.draft_per_request_ms * r
+        out = np.where(r > 0, fixed + self.draft_per_token_ms * r * gamma, 0.0)
         return float(out) if np.ndim(n_requests) == 0 else out
 
     def sched_s(self, n_requests: int) -> float:

@@ -493,6 +493,7 @@ class Engine:
         self.record_steps = record_steps
         self.progress = progress
         self.gamma = trace.block_size
+        self._draft_lut: list[float] | None = None  # set with the cost terms in the run
         self.conf = trace.conf
         self.accept_len = trace.accept_len.astype(np.int64)
         self.offsets = trace.offsets.astype(np.int64)
@@ -652,6 +653,15 @@ class Engine:
             d = math.nextafter(d, math.inf if got < t else 0.0)
         return None
 
+    def _draft_s(self, n: int) -> float:
+        """Seconds of drafting for ``n`` decoding requests, before the context term."""
+        lut = self._draft_lut
+        if lut is None:
+            return self.d_base + (self.d_req + self.d_tok) * n
+        if n < len(lut):
+            return lut[n]
+        return float(self.cost.draft_ms(n, self.gamma)) * 1e-3
+
     def _checked_solo(self, lens: np.ndarray, n: int) -> list[int]:
         """A solo walk's lengths for n rows, checked like every step's (then as Python ints)."""
         gamma = int(self.conf.shape[1])
@@ -691,7 +701,7 @@ class Engine:
         lut = self.lut
         n_lut = len(lut)
         zos = bool(self.policy.zos)
-        draft_s = self.d_base + (self.d_req + self.d_tok) * 1
+        draft_s = self._draft_s(1)
         sched_s = 0.0 if zos else cost.sched_s(1)
         d0 = draft_s + sched_s
         zos_s = cost.sched_s(1) if zos else 0.0
@@ -791,7 +801,7 @@ class Engine:
         cost = self.cost
         lut = self.lut
         n_lut = len(lut)
-        d0 = self.d_base + (self.d_req + self.d_tok) * n + cost.sched_s(n)
+        d0 = self._draft_s(n) + cost.sched_s(n)
         next_arrival = math.inf
         if self.wl.open_loop and self.n_arrived < self.wl.arrival_s.shape[0]:
             next_arrival = float(self.wl.arrival_s[self.n_arrived])
@@ -887,6 +897,12 @@ class Engine:
         d_base, d_req = cost.draft_base_ms * 1e-3, cost.draft_per_request_ms * 1e-3
         d_tok = cost.draft_per_token_ms * 1e-3 * gamma
         self.d_base, self.d_req, self.d_tok = d_base, d_req, d_tok
+        # a measured draft curve: seconds at every R up to max_running, looked up per step
+        self._draft_lut = None
+        if cost.draft_curve:
+            n_max = min(int(cost.max_running), 1 << 16)
+            self._draft_lut = (cost.draft_ms(np.arange(n_max + 1), gamma) * 1e-3).tolist()
+        draft_lut = self._draft_lut
         # measured-engine terms (specsim.sim.cost): 0 in generated profiles
         engine_terms = cost.has_engine_terms
         step2d = _step2d(cost) if cost.is_2d and not engine_terms else None
@@ -1052,7 +1068,10 @@ class Engine:
                     self.succ += np.bincount(a_ok, minlength=gamma + 1)[::-1].cumsum()[::-1]
                 if need_hist:
                     self._hist_add(rows, conf, lens, a_ok)
-                draft_s = d_base + (d_req + d_tok) * n_dec
+                if draft_lut is None:
+                    draft_s = d_base + (d_req + d_tok) * n_dec
+                else:
+                    draft_s = self._draft_s(n_dec)
                 if engine_terms:  # the drafter's context: up to the anchor (prompt + n - 1)
                     draft_s += cost.draft_context_s(S[_PROMPT, :n_dec] + pos - 1)
                 sched_s = 0.0 if zos else cost.sched_s(n_dec)

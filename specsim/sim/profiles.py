@@ -81,8 +81,9 @@ def parse_profile_csv(text: str, name: str, source: str = "") -> CostModel:
             except (ValueError, OverflowError):
                 raise SpecsimError(f"profile {where!r}: header {key} is not a number") from None
             meta.pop(key, None)
-    if "overhead_curve" in meta:
-        kwargs["overhead_curve"] = parse_curve(meta.pop("overhead_curve"), where)
+    for key in ("overhead_curve", "draft_curve"):
+        if key in meta:
+            kwargs[key] = parse_curve(meta.pop(key), where, key)
     meta.setdefault("source", source or "csv")
     for col in ("batch_tokens", "step_ms", "context_tokens"):
         if col in df.columns:
@@ -125,8 +126,11 @@ def format_curve(curve: tuple[tuple[int, float], ...]) -> str:
     return ",".join(f"{r}:{m:.6g}" for r, m in curve)
 
 
-def parse_curve(text: str, where: str) -> tuple[tuple[int, float], ...]:
-    """A header's ``overhead_curve: R:ms,R:ms,...`` (the cost model checks the values)."""
+def parse_curve(
+    text: str, where: str, key: str = "overhead_curve"
+) -> tuple[tuple[int, float], ...]:
+    """A header's ``overhead_curve`` or ``draft_curve``: ``R:ms,R:ms,...`` (the cost model
+    checks the values)."""
     out = []
     for part in text.split(","):
         r, sep, m = part.strip().partition(":")
@@ -136,7 +140,7 @@ def parse_curve(text: str, where: str) -> tuple[tuple[int, float], ...]:
             out.append((int(float(r)), float(m)))
         except (ValueError, OverflowError):
             raise SpecsimError(
-                f"profile {where!r}: overhead_curve must read 'requests:ms,...' "
+                f"profile {where!r}: {key} must read 'requests:ms,...' "
                 f"(e.g. '1:0.5,4:12,16:60'), got {text!r}"
             ) from None
     return tuple(out)
@@ -149,8 +153,9 @@ def write_profile_csv(model: CostModel, path: str | os.PathLike, force: bool = F
     p = check_out(path, force=force, suffixes=(".csv",), flag="profile")
     lines = [f"# name: {model.name}"]
     lines += [f"# {k}: {v}" for k, v in model.scalars().items()]
-    if model.overhead_curve:
-        lines.append(f"# overhead_curve: {format_curve(model.overhead_curve)}")
+    for key in ("overhead_curve", "draft_curve"):
+        if getattr(model, key):
+            lines.append(f"# {key}: {format_curve(getattr(model, key))}")
     lines += [f"# {k}: {v}" for k, v in model.meta.items() if k != "name"]
     if model.is_2d:
         lines.append("context_tokens,batch_tokens,step_ms")
