@@ -136,8 +136,10 @@ def test_term_ablation_scores_each_term(report):
     out, _ = report
     terms = pd.read_csv(out / "terms.csv")
     table = pd.read_csv(out / "fidelity.csv")
-    assert terms["variant"].nunique() == 7  # + the residual curve and its straight line
-    assert len(terms) == 7 * len(table)
+    # the full model, the three terms and v1, the draft curve's line, the overhead's v3 split,
+    # residual and v2 line
+    assert terms["variant"].nunique() == 9
+    assert len(terms) == 9 * len(table)
     full = terms[terms.variant == "full model"].reset_index(drop=True)
     np.testing.assert_allclose(full["err_throughput_tok_s"], table["err_throughput_tok_s"],
                                rtol=1e-4, atol=1e-5)  # fmt: skip
@@ -155,6 +157,15 @@ def test_report_files(report):
     cost = read_profile_csv(out / "profile-ngram.csv")
     assert cost.b_max >= 64 and cost.draft_per_request_ms >= 0
     assert cost.meta["clock"] == "cpu" and cost.prefill_token_ms > 0
+    # drafting at each R as the engine spent it (its calibration runs)
+    per = pd.read_csv(out / "profile-ngram-per-request.csv")
+    assert (per["steps"] >= 2).all()
+    assert [r for r, _ in cost.draft_curve] == per["requests"].tolist()
+    assert [r for r, _ in cost.overhead_curve] == per["requests"].tolist()
+    # the overhead: the forward's per-request split plus the loop's own timers
+    want = per["verify_extra_ms"].clip(lower=0) + per["loop_ms"].clip(lower=0)
+    np.testing.assert_allclose([m for _, m in cost.overhead_curve], want, atol=1e-3)
+    assert all(m >= 0 for _, m in cost.draft_curve) and "overhead_engine_curve" in cost.meta
     twin = read_profile_csv(out / "profile-ngram-wall.csv")
     assert twin.meta["clock"] == "wall" and twin.is_2d == cost.is_2d
     steps = pd.read_parquet(out / "engine_steps.parquet")

@@ -208,11 +208,29 @@ def plot_fidelity(table: pd.DataFrame, path: Path, clock: str = "cpu") -> Path:
     return path
 
 
+def _draft_plus(cost, base_ms: float, per_request_ms: float, linear: bool = False) -> dict:  # type: ignore[no-untyped-def]
+    """Profile fields that add ``base_ms + per_request_ms R`` to drafting: on the measured draft
+    curve when there is one (and ``linear`` is False), else on its straight line."""
+    if cost.draft_curve and not linear:
+        return {
+            "draft_curve": tuple((r, m + base_ms + per_request_ms * r) for r, m in cost.draft_curve)
+        }
+    return {
+        "draft_curve": (),
+        "draft_base_ms": cost.draft_base_ms + base_ms,
+        "draft_per_request_ms": cost.draft_per_request_ms + per_request_ms,
+    }
+
+
 def term_variants(cost):  # type: ignore[no-untyped-def]
     """The measured profile without each engine term, the term folded back the way the v1
     cost model charged it: what each term buys is the error it removes. A measured overhead
-    curve is also scored against the residual it replaced, at each R and as v2's line."""
+    curve is also scored against the forms it replaced (the step's residual at each R, with
+    the engine's drafting and with v3's modelled one, and v2's line), and a measured draft
+    curve against the straight line it replaced."""
     from dataclasses import replace
+
+    from specsim.sim.profiles import parse_curve
 
     dctx = float(cost.meta.get("draft_context", 128))
     win = cost.draft_context_window or dctx
@@ -227,28 +245,25 @@ def term_variants(cost):  # type: ignore[no-untyped-def]
         slope, base = np.polyfit(rr, mm, 1) if rr.size > 1 else (0.0, mm[0])
         base, slope = max(float(base), 0.0), max(float(slope), 0.0)
     no_pre = {"prefill_token_ms": 0.0}
-    no_ctx = {
-        "draft_per_context_us": 0.0,
-        "draft_per_request_ms": cost.draft_per_request_ms + ctx_ms,
-    }
-    no_req = {
-        "overhead_curve": (),
-        "verify_per_request_ms": 0.0,
-        "step_overhead_ms": 0.0,
-        "draft_per_request_ms": cost.draft_per_request_ms + slope,
-        "draft_base_ms": cost.draft_base_ms + base,
-    }
-    v1 = {**no_pre, **no_ctx, **no_req}
-    v1["draft_per_request_ms"] = cost.draft_per_request_ms + ctx_ms + slope
+    no_ctx = {"draft_per_context_us": 0.0, **_draft_plus(cost, 0.0, ctx_ms)}
+    no_over = {"overhead_curve": (), "verify_per_request_ms": 0.0, "step_overhead_ms": 0.0}
+    no_req = {**no_over, **_draft_plus(cost, base, slope)}
+    v1 = {**no_pre, **no_over, "draft_per_context_us": 0.0}
+    v1.update(_draft_plus(cost, base, ctx_ms + slope, linear=True))
     out = {"full model": cost}
+    if cost.draft_curve:
+        out["drafting as a straight line (v3: draft_base + draft_per_request R)"] = replace(
+            cost, draft_curve=()
+        )
     if cost.overhead_curve:
-        from specsim.sim.profiles import parse_curve
-
-        resid = cost.meta.get("overhead_residual_curve", "")
-        if resid:
-            out["loop overhead as the residual at each R (step - modelled draft - table)"] = (
-                replace(cost, overhead_curve=parse_curve(resid, cost.name))
-            )
+        for key, label in (
+            ("overhead_engine_curve", "loop overhead as the engine's step residual at each R "
+             "(step - engine drafting - table)"),
+            ("overhead_residual_curve", "loop overhead as the residual at each R (step - "
+             "modelled draft - table)"),
+        ):  # fmt: skip
+            if cost.meta.get(key, ""):
+                out[label] = replace(cost, overhead_curve=parse_curve(cost.meta[key], cost.name))
         out["loop overhead as a straight line (v2: step_overhead + verify_per_request R)"] = (
             replace(cost, overhead_curve=(), step_overhead_ms=base, verify_per_request_ms=slope)
         )

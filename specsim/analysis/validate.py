@@ -758,10 +758,8 @@ def _decompose(c: Cell, steps: pd.DataFrame, cost: Any, trace: Any) -> dict[str,
     b = st["batch_tokens"].to_numpy(np.int64)
     gamma = int(trace.block_size)
     win = cost.draft_context_window or np.inf
-    m_draft = (
-        cost.draft_base_ms
-        + (cost.draft_per_request_ms + cost.draft_per_token_ms * gamma) * n
-        + cost.draft_per_context_us * 1e-3 * n * np.minimum(ctx - 1, win)
+    m_draft = cost.draft_ms(n, gamma) + cost.draft_per_context_us * 1e-3 * n * np.minimum(
+        ctx - 1, win
     )
     m_table = np.array([cost.step_time(int(x), float(y)) for x, y in zip(b, ctx, strict=True)])
     m_table *= 1000.0

@@ -13,9 +13,14 @@ decomposed the way the simulator's cost model composes it (``specsim.sim.cost``)
   + draft_per_context_us * sum_r min(context_r, window)``: the proposer drafting R requests; the
   context term is what a DSpark drafter's attention over up to ``context_window`` target
   features costs, the per-token term the sequential heads (timed by drafting shorter blocks).
+  ``draft_curve`` replaces ``draft_base_ms + R * draft_per_request_ms`` with the engine's own
+  drafting at each R (its draft timer while running random prompts, less the context and
+  per-token terms): drafting grows faster than linearly in R, and the straight line charged
+  13-20% too little at 4-16 requests. The line stays in the header (the term ablation).
 - ``overhead_curve``: what the engine loop spends per step outside the table, drafting and
   scheduling (one attention call per request per layer, accepting, streaming, cache
-  bookkeeping), measured by running the engine itself on random prompts at each R, kept as
+  bookkeeping), measured by running the engine itself on random prompts at each R (the step
+  less the engine's drafting, the modelled policy and the table), kept as
   points (linear between them): it is ~0 at 1-2 requests and ~4.5 ms a request from 4 on, which
   the old ``step_overhead_ms + verify_per_request_ms * R`` line could not follow (its fit stays
   in the header's ``overhead_linear_fit``).
@@ -85,6 +90,18 @@ def _median2(fn, repeats: int, phase: str = "target") -> tuple[float, float]:  #
     fn()  # warm-up
     vals = [_timed(fn, phase) for _ in range(repeats)]
     return statistics.median(v[0] for v in vals), statistics.median(v[1] for v in vals)
+
+
+def _paired_diff(a, b, repeats: int, ci: int) -> float:  # type: ignore[no-untyped-def]
+    """Median over ``repeats`` alternating pairs of (time of ``a`` - time of ``b``), in ms on
+    the clock ``ci`` indexes (0: the CPU or reference clock, 1: wall), after one warm-up pair."""
+    a()
+    b()
+    diffs = []
+    for _ in range(repeats):
+        ta = _timed(a)[ci]
+        diffs.append(ta - _timed(b)[ci])
+    return float(statistics.median(diffs))
 
 
 def measure_profile(
@@ -243,9 +260,9 @@ def _measure(  # type: ignore[no-untyped-def]
 
             # R requests' tokens in one forward against the same tokens as ONE request: the
             # per-request attention calls the table (one request) does not pay; 0 at R = 1
-            # (the same call), and 5+ repeats: a difference of two ~100 ms medians
-            n_rep = max(repeats, 5)
-            extra = _median2(many, n_rep)[ci] - _median2(one, n_rep)[ci] if r > 1 else 0.0
+            # (the same call). Timed as alternating pairs, the median of the pairs'
+            # differences: the machine's drift moves both calls of a pair alike
+            extra = _paired_diff(many, one, max(repeats, 9), ci) if r > 1 else 0.0
             bar.update()
             conf = gen.uniform(0.2, 0.95, (r, g))
             lut = CostModel(
@@ -334,14 +351,25 @@ def _measure(  # type: ignore[no-untyped-def]
     )
     per_req = per_req.merge(over, on="requests")
     o_slope, o_base = np.polyfit(rr, per_req["loop_overhead_ms"].to_numpy(), 1)
-    # The overhead at each R, measured directly, not as a residual: the forward's per-request
-    # attention calls (R requests against one of the same tokens) plus the engine loop's own
-    # time outside drafting, scheduling and the forward (its timers). The residual (step -
-    # modelled draft - table) differs from a ~85 ms step by a few ms, so its noise is as large
-    # as the term: 7.8 ms at one n-gram request where the grid's steps showed 0.4 (1 Dec 2026).
+    # Drafting at each R as the engine itself spent it (its draft timer in the calibration
+    # runs, less the context and per-token terms): it grows faster than linearly in R, and
+    # v3's straight line through proposals timed back to back charged the grid's C = 4-16
+    # cells 13-20% too little drafting (1 Dec 2026). The loop
+    # overhead at each R: the forward's per-request attention calls (R requests against one of
+    # the same tokens, alternating pairs) plus the loop's own timers. The step's residual
+    # (step - drafting - table) is kept as a variant: a difference of two 100-400 ms numbers,
+    # it moved by 20 ms at R = 16 between the two drafters' profiles of one pilot, where the
+    # split moved by 1.
     curve = [
         (int(r), round(max(float(v), 0.0) + max(float(lp), 0.0), 4))
         for r, v, lp in zip(rr, per_req["verify_extra_ms"], per_req["loop_ms"], strict=True)
+    ]
+    d_curve = [
+        (int(r), round(max(float(m) - tok_ms * g * r, 0.0), 4))
+        for r, m in zip(rr, per_req["engine_draft_ms"], strict=True)
+    ]
+    engine_curve = [
+        (int(r), max(float(m), 0.0)) for r, m in zip(rr, per_req["engine_overhead_ms"], strict=True)
     ]
     resid_curve = [
         (int(r), max(float(m), 0.0)) for r, m in zip(rr, per_req["loop_overhead_ms"], strict=True)
@@ -361,6 +389,8 @@ def _measure(  # type: ignore[no-untyped-def]
         "overhead_linear_fit": f"{max(o_base, 0.0):.4f} + {max(o_slope, 0.0):.4f} R",
         # the residual at each R (v3's first measurement), kept for the term ablation
         "overhead_residual_curve": ",".join(f"{r}:{m:.4f}" for r, m in resid_curve),
+        # the step less the engine's drafting, the modelled policy and the table, at each R
+        "overhead_engine_curve": ",".join(f"{r}:{m:.4f}" for r, m in engine_curve),
         "repeats": str(repeats),
     }
     lim = limits or {}
@@ -388,6 +418,7 @@ def _measure(  # type: ignore[no-untyped-def]
             prefill_budget=int(lim.get("prefill_budget", 16384)),
             meta={**meta, "clock": clk},
             overhead_curve=tuple((int(r), round(m * scale, 4)) for r, m in curve),
+            draft_curve=tuple((int(r), round(m * scale, 4)) for r, m in d_curve),
             **{k: round(v * scale, 5) for k, v in scal.items()},
         )
 
@@ -441,7 +472,7 @@ def _loop_overhead(
     clock: str = "wall",
     draft_model: Any = None,
     prompt: int = 32,
-    out: int = 48,  # ~12 decode steps of 4 tokens each per request: a stable median
+    out: int = 48,  # ~12 decode steps of 4 tokens each per request, twice: a stable median
     draft_phase: str = "draft",
 ) -> Any:
     """Median per-step time the engine spends outside the target forward's table cost, the
@@ -449,19 +480,23 @@ def _loop_overhead(
     the table covers (``prompt``: the workload's typical context; a context below the table's
     first one would be charged at it and make the residual negative).
 
-    With ``draft_model`` the drafting and scheduling subtracted are the MODEL's (timed back to
-    back; the policy's decision alone, without building its input), not the engine's timers:
-    in the engine a draft follows a forward of another shape and costs up to ~10% more (caches,
-    allocator), and that difference belongs to the step, so it is charged through the overhead
-    terms fitted here."""
+    Columns: ``loop_overhead_ms``, the residual with the MODEL's drafting and policy subtracted
+    (v3's first form, kept for the term ablation); ``loop_ms``, the loop's own timers;
+    ``engine_draft_ms``, the engine's draft timer less the model's context term; and
+    ``engine_overhead_ms``, the step less the engine's drafting, the modelled policy and the
+    table: what the cost model's ``draft_curve`` and ``overhead_curve`` are. Measured in the
+    engine, a draft pays for following a forward of another shape (caches, allocator: up to
+    ~10% more than back to back) and a forward of R requests for their R attention calls."""
     import pandas as pd
 
     from specsim.policies.base import get_policy
     from specsim.sim.workload import Workload
     from specsim.torch_engine.engine import EngineConfig, RealEngine
 
-    rows = []
-    for r in requests:
+    steps = {r: [] for r in requests}
+    # two passes, the second in the reverse order: a drift of the machine's speed during the
+    # calibration then moves the small and the large R alike
+    for r in list(requests) + list(reversed(requests)):
         prompts = [_ids(gen, vocab, prompt).tolist() for _ in range(r)]
         wl = Workload(
             kind="closed",
@@ -485,34 +520,38 @@ def _loop_overhead(
             ),
         ).run()
         st = res.steps
-        st = st[(st["prefilling"] == 0) & (st["decoding"] == r)]
+        steps[r].append(st[(st["prefilling"] == 0) & (st["decoding"] == r)])
+    rows = []
+    for r in requests:
+        st = pd.concat(steps[r], ignore_index=True)
         pred = np.array(
             [
                 table.step_time(int(b), float(c))
                 for b, c in zip(st["batch_tokens"], st["ctx_mean"], strict=True)
             ]
         )
+        ctx_s = np.zeros(len(st))
         if draft_model is not None:  # the drafter reads contexts up to each anchor
-            d_s = np.array(
-                [
-                    draft_model.draft_ms(r, 0) * 1e-3
-                    + draft_model.draft_context_s(np.full(r, int(c) - 1))
-                    for c in st["ctx_mean"]
-                ]
+            ctx_s = np.array(
+                [draft_model.draft_context_s(np.full(r, int(c) - 1)) for c in st["ctx_mean"]]
             )
+            d_s = draft_model.draft_ms(r, 0) * 1e-3 + ctx_s
             s_s = draft_model.sched_s(r)  # the policy alone; building its input is loop
         else:
             d_s, s_s = st["draft_s"].to_numpy(), st["sched_s"].to_numpy()
-        resid = st["duration_s"].to_numpy() - d_s - s_s - pred
+        dur = st["duration_s"].to_numpy()
+        resid = dur - d_s - s_s - pred
         own = st["duration_s"] - st["draft_s"] - st["sched_s"] - st["verify_s"]
-        rows.append(
-            (
-                r,
-                float(np.median(resid)) * 1000.0 if len(st) else 0.0,
-                float(np.median(own)) * 1000.0 if len(st) else 0.0,
-            )
-        )
-    return pd.DataFrame(rows, columns=["requests", "loop_overhead_ms", "loop_ms"])
+        # the engine's own drafting (its draft timer) less the context term, and everything
+        # else of the step beyond the table and the modelled policy: the curves the model uses
+        e_draft = st["draft_s"].to_numpy() - ctx_s
+        e_over = dur - st["draft_s"].to_numpy() - s_s - pred
+        meds = [
+            float(np.median(x)) * 1000.0 if len(st) else 0.0 for x in (resid, own, e_draft, e_over)
+        ]
+        rows.append((r, *meds, len(st)))
+    cols = ["loop_overhead_ms", "loop_ms", "engine_draft_ms", "engine_overhead_ms", "steps"]
+    return pd.DataFrame(rows, columns=["requests", *cols])
 
 
 def probe_ms(
