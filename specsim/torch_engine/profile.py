@@ -19,8 +19,9 @@ decomposed the way the simulator's cost model composes it (``specsim.sim.cost``)
   13-20% too little at 4-16 requests. The line stays in the header (the term ablation).
 - ``overhead_curve``: what the engine loop spends per step outside the table, drafting and
   scheduling (one attention call per request per layer, accepting, streaming, cache
-  bookkeeping), measured by running the engine itself on random prompts at each R (the step
-  less the engine's drafting, the modelled policy and the table), kept as
+  bookkeeping) at each R: the forward's per-request split (R requests against one request of
+  the same tokens, alternating pairs) plus the loop's own timers in the engine run on random
+  prompts, kept as
   points (linear between them): it is ~0 at 1-2 requests and ~4.5 ms a request from 4 on, which
   the old ``step_overhead_ms + verify_per_request_ms * R`` line could not follow (its fit stays
   in the header's ``overhead_linear_fit``).
@@ -354,12 +355,11 @@ def _measure(  # type: ignore[no-untyped-def]
     # Drafting at each R as the engine itself spent it (its draft timer in the calibration
     # runs, less the context and per-token terms): it grows faster than linearly in R, and
     # v3's straight line through proposals timed back to back charged the grid's C = 4-16
-    # cells 13-20% too little drafting (1 Dec 2026). The loop
-    # overhead at each R: the forward's per-request attention calls (R requests against one of
-    # the same tokens, alternating pairs) plus the loop's own timers. The step's residual
-    # (step - drafting - table) is kept as a variant: a difference of two 100-400 ms numbers,
-    # it moved by 20 ms at R = 16 between the two drafters' profiles of one pilot, where the
-    # split moved by 1.
+    # cells 13-20% too little drafting (1 Dec 2026). The loop overhead at each R: the
+    # forward's per-request attention calls (R requests against one of the same tokens,
+    # alternating pairs) plus the loop's own timers. The step's residual (step - drafting -
+    # table) is kept as a variant: a difference of two 100-400 ms numbers, it moved by 20 ms
+    # at R = 16 between the two drafters' profiles of one pilot, where the split moved by 1.
     curve = [
         (int(r), round(max(float(v), 0.0) + max(float(lp), 0.0), 4))
         for r, v, lp in zip(rr, per_req["verify_extra_ms"], per_req["loop_ms"], strict=True)
@@ -484,7 +484,8 @@ def _loop_overhead(
     (v3's first form, kept for the term ablation); ``loop_ms``, the loop's own timers;
     ``engine_draft_ms``, the engine's draft timer less the model's context term; and
     ``engine_overhead_ms``, the step less the engine's drafting, the modelled policy and the
-    table: what the cost model's ``draft_curve`` and ``overhead_curve`` are. Measured in the
+    table (kept as a term-ablation variant). ``engine_draft_ms`` is what the cost model's
+    ``draft_curve`` is made from, ``loop_ms`` part of its ``overhead_curve``. Measured in the
     engine, a draft pays for following a forward of another shape (caches, allocator: up to
     ~10% more than back to back) and a forward of R requests for their R attention calls."""
     import pandas as pd
@@ -543,7 +544,7 @@ def _loop_overhead(
         resid = dur - d_s - s_s - pred
         own = st["duration_s"] - st["draft_s"] - st["sched_s"] - st["verify_s"]
         # the engine's own drafting (its draft timer) less the context term, and everything
-        # else of the step beyond the table and the modelled policy: the curves the model uses
+        # else of the step beyond the table and the modelled policy (a variant, not used)
         e_draft = st["draft_s"].to_numpy() - ctx_s
         e_over = dur - st["draft_s"].to_numpy() - s_s - pred
         meds = [
