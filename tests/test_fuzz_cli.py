@@ -329,6 +329,9 @@ HELD_OUT = [  # each one a traceback or a hang before the reliability work
      "--out", "{dir}/w.parquet"],
     ["report", "--root", "{dir}/nonexistent"],
     ["replay", "{dir}"],
+    ["validate", "--trace", "{trace}", "--prompts", "humaneval[:1]", "--ref-every", "0"],
+    ["validate", "--trace", "{trace}", "--prompts", "humaneval[:1]", "--ref-every", "nan"],
+    ["validate", "--trace", "{trace}", "--prompts", "humaneval[:1]", "--ref-window", "0"],
 ]  # fmt: skip
 
 

@@ -370,6 +370,8 @@ def _run_validation(
     seed: int = 0,
     prefill_budget: int = 16384,
     clock: str = "cpu",
+    ref_every_s: float = 1.0,
+    ref_window: int = 1,
     hogs: int = 0,
     force: bool = False,
     device: str = "cpu",
@@ -405,7 +407,10 @@ def _run_validation(
 
         say("taking the speed reference (a target forward, each drafter's proposal)")
         ref = speed_reference(
-            target.model, {f"draft:{d}": _STATE["proposers"][d] for d in drafters}
+            target.model,
+            {f"draft:{d}": _STATE["proposers"][d] for d in drafters},
+            every_s=ref_every_s,
+            window=ref_window,
         )
         use_reference(ref)
     prompts = load_many(prompt_specs)
@@ -566,6 +571,7 @@ def _run_validation(
         config["speed_calibrations"] = ref.calibrations
         config["speed_reference_cpu_s"] = round(ref.spent_cpu_s, 1)
         config["speed_every_s"] = ref.every_s
+        config["speed_window"] = ref_window
     (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     return table
 

@@ -85,6 +85,19 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--open-repeats", type=int, default=None, help="real runs per open-loop cell (--repeats)"
     )
     p.add_argument(
+        "--ref-every",
+        type=float,
+        default=1.0,
+        help="--clock ref: engine CPU seconds between re-timings of the speed probes (1; this "
+        "VM's speed moves within seconds: docs/fidelity.md; ~10%% more grid time than 5)",
+    )
+    p.add_argument(
+        "--ref-window",
+        type=int,
+        default=1,
+        help="--clock ref: the speed factor is the median of this many last probes (1)",
+    )
+    p.add_argument(
         "--hog-check",
         action="store_true",
         help="first run one cell quiet, beside CPU hogs and beside memory hogs (one per core), "
@@ -114,6 +127,10 @@ def run(args: argparse.Namespace) -> int:
     for flag, v in (("--repeats", args.repeats), ("--profile-repeats", args.profile_repeats)):
         if v < 1:
             raise SpecsimError(f"{flag} must be at least 1, got {v}")
+    if not args.ref_every > 0:
+        raise SpecsimError(f"--ref-every must be positive seconds, got {args.ref_every}")
+    if args.ref_window < 1:
+        raise SpecsimError(f"--ref-window must be at least 1, got {args.ref_window}")
     if args.open_repeats is not None and args.open_repeats < 1:
         raise SpecsimError(f"--open-repeats must be at least 1, got {args.open_repeats}")
     drafters = tuple(d.strip() for d in (args.drafters or args.drafter).split(",") if d.strip())
@@ -147,6 +164,8 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         prefill_budget=args.prefill_budget,
         clock=args.clock,
+        ref_every_s=args.ref_every,
+        ref_window=args.ref_window,
         hogs=(os.cpu_count() or 1) if args.hog_check else 0,
         force=args.force,
         device=args.device,

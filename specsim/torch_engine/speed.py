@@ -35,7 +35,8 @@ def _fill(ft: FlatTarget, slot: int, ctx: int, gen: np.random.Generator, vocab: 
 def speed_reference(
     model: Any,
     drafters: dict[str, Any],
-    every_s: float = 5.0,
+    every_s: float = 1.0,
+    window: int = 1,
     context: int = 128,
     tokens: int = 4,
     seed: int = 7,
@@ -43,8 +44,9 @@ def speed_reference(
     """A :class:`SpeedRef` with a target probe (one forward of ``tokens`` tokens at
     ``context``, a typical verification) and one probe per drafter phase (its proposal for 2
     requests at the same anchor; a cheap drafter's call repeated to ~20 ms so that a timer
-    tick is noise), the reference taken now. The probes own their caches and buffers: they
-    never touch an engine's state."""
+    tick is noise), the reference taken now. ``every_s`` (engine CPU seconds between
+    re-timings) and ``window`` (probes in the median) set how fast it follows the machine.
+    The probes own their caches and buffers: they never touch an engine's state."""
     gen = np.random.default_rng(seed)
     vocab = int(model.config.vocab_size)
     ft = FlatTarget(model, 1, context + tokens + 1)
@@ -77,6 +79,6 @@ def speed_reference(
                 once()
 
         probes[phase] = draft
-    ref = SpeedRef(probes, every_s=every_s)
+    ref = SpeedRef(probes, every_s=every_s, window=window)
     ref.reference()
     return ref
