@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from specsim.analysis.fidelity_report import misses_markdown
+from specsim.analysis.fidelity_report import machine_verdict, misses_markdown
 
 
 def _table(errs):
@@ -43,3 +43,27 @@ def test_a_miss_names_the_term_with_the_larger_gap(tmp_path):
     assert len(rows) == 2  # "full" meets the goal
     assert "drafting: real +10.0 ms (+6.2% of the step)" in rows[0]
     assert "verification: real +12.0 ms" in rows[1] and "123.0 / 111.0" in rows[1]
+
+
+def _spread_table(spreads, repeats=2):
+    return pd.DataFrame(
+        [
+            {"concurrency": 4, "repeats": repeats, "spread_throughput_tok_s": s,
+             "spread_tpot_ms_mean": s / 2}
+            for s in spreads
+        ]
+        + [{"concurrency": 0, "repeats": 1, "spread_throughput_tok_s": 0.9,
+            "spread_tpot_ms_mean": 0.9}]  # open loop: one run, not counted
+    )  # fmt: skip
+
+
+def test_machine_verdict_says_a_noisy_host_cannot_test_the_goal():
+    text = machine_verdict(_spread_table([0.02, 0.12, 0.30]))
+    assert "median 12.0% (worst 30.0%) over 3 closed-loop cells" in text
+    assert "MORE than the 5% goal" in text and "--ref-every 1" in text
+
+
+def test_machine_verdict_on_a_quiet_host_and_without_repeats():
+    text = machine_verdict(_spread_table([0.01, 0.03, 0.08]))
+    assert "median 3.0%" in text and "below the 5% goal, so the grid can test it" in text
+    assert machine_verdict(_spread_table([0.5, 0.5], repeats=1)) == ""

@@ -45,6 +45,36 @@ def within_spread(table: pd.DataFrame) -> pd.Series:
     )
 
 
+def machine_verdict(table: pd.DataFrame, goal: float = GOAL["throughput_tok_s"]) -> str:
+    """Whether the real engine repeated itself well enough on this machine for the grid to
+    test a ``goal``-sized error. The simulator cannot be shown to be within 5% of an engine
+    whose own repeats differ by 20%: when the median repeat spread (closed-loop cells with
+    two or more runs, throughput and mean TPOT) is above ``goal``, say so, so that nobody
+    reads a noisy host's grid as the simulator's error. Empty without repeats."""
+    cols = ["spread_throughput_tok_s", "spread_tpot_ms_mean"]
+    rep = table[(table["concurrency"] > 0) & (table["repeats"] > 1)].dropna(subset=cols)
+    if rep.empty:
+        return ""
+    spread = rep[cols].max(axis=1)
+    med, worst = float(spread.median()), float(spread.max())
+    head = (
+        f"**Could this machine test the goal?** The real engine's own repeats (same cell, same "
+        f"seeded jobs, throughput or mean TPOT, max - min over mean) differ by a median "
+        f"{100 * med:.1f}% (worst {100 * worst:.1f}%) over {len(rep)} closed-loop cells"
+    )
+    if med <= goal:
+        return head + (
+            f": below the {100 * goal:.0f}% goal, so the grid can test it (an error below a "
+            "cell's own spread is still within the machine's noise)."
+        )
+    return (
+        head + f": MORE than the {100 * goal:.0f}% goal. On this run the machine's speed moved "
+        "more than the errors the grid is after, so it cannot show whether the simulator meets "
+        "the goal; the errors above are mostly the machine's. Rerun on a quieter host; with "
+        "`--clock ref`, keep `--ref-every 1 --ref-window 1` (docs/fidelity.md)."
+    )
+
+
 def _pct(x: float) -> str:
     return "n/a" if not np.isfinite(x) else f"{100 * x:+.1f}%"
 
@@ -411,6 +441,9 @@ def render(out_dir: Path, command: str, load_note: str = "") -> str:
         f"own run-to-run spread (throughput and mean TPOT) in {int(sp.sum())} of {n} cells.",
         "",
     ]
+    verdict = machine_verdict(table)
+    if verdict:
+        lines += [verdict, ""]
     if "wall_err_throughput_tok_s" in closed and closed["wall_err_throughput_tok_s"].notna().any():
         w = goal_summary(closed.dropna(subset=["wall_err_throughput_tok_s"]), "wall_")
         lines += [
@@ -430,6 +463,7 @@ def render(out_dir: Path, command: str, load_note: str = "") -> str:
             f"**What the ref clock removed.** Each run's speed factor (its raw CPU seconds over "
             f"its ref-clock seconds: > 1, the core was slower than when the reference was "
             f"taken; probes re-timed every {cfg.get('speed_every_s', 5):g} s of engine time, "
+            f"the factor the median of the last {cfg.get('speed_window', 5)}, "
             f"{cfg.get('speed_calibrations', 'n/a')} calibrations, "
             f"{cfg.get('speed_reference_cpu_s', 'n/a')} CPU-s off both clocks): cell means "
             f"{f.min():.3f} to {f.max():.3f}. On the raw CPU clock the same runs (times x "
