@@ -89,7 +89,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=float,
         default=1.0,
         help="--clock ref: engine CPU seconds between re-timings of the speed probes (1; this "
-        "VM's speed moves within seconds: docs/fidelity.md; ~10%% more grid time than 5)",
+        "VM's speed moves within seconds: docs/fidelity.md; the probes cost ~20%% more wall time)",
     )
     p.add_argument(
         "--ref-window",

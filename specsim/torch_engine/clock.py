@@ -62,8 +62,8 @@ class SpeedRef:
     calibration runs every probe twice and times the second call (a call right after other work
     costs more: caches, allocator), on the thread's CPU clock; a phase's factor is the median of
     its last ``window`` ratios to the reference. :meth:`calibrate` returns the CPU and wall
-    seconds it spent, which the clocks exclude. The defaults (re-time every engine CPU second,
-    use the latest ratio) because the shared VM's speed moves by 20-40% within seconds: a
+    seconds it spent, which the clocks exclude. The defaults re-time every engine CPU second and
+    use the latest ratio because the shared VM's speed moved by up to 25% within seconds: a
     5-second cadence with a median of 5 lagged it and corrected a 15-s mean worse than no
     correction at all (``benchmarks/bench_speed_ref.py``, docs/fidelity.md).
     """
