@@ -48,11 +48,13 @@ def test_a_twice_slower_probe_halves_the_clock():
     ref = SpeedRef(
         {"target": lambda: burn(work["target"]), "draft": lambda: burn(work["draft"])},
         every_s=1e9,
+        window=5,  # the median of 5 probes: one probe hit by a host hiccup must not decide
     )
-    ref.reference(repeats=3)
+    ref.reference(repeats=5)
     assert ref.speed("target") == 1.0 and ref.speed("anything else") == 1.0
     work["target"] = 8  # the target's kind of work is now "twice as slow"; drafting is not
-    ref.calibrate()
+    for _ in range(5):
+        ref.calibrate()
     assert ref.speed("target") == pytest.approx(2.0, rel=0.25)
     assert ref.speed("draft") == pytest.approx(1.0, rel=0.25)
     assert ref_cpu_ms(100.0, "target") == 100.0  # no active reference: unchanged
