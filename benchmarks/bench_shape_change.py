@@ -25,13 +25,34 @@ import time
 import numpy as np
 
 
-def main() -> None:
+def one_request_forward(ctx: int, seed: int, max_b: int, cap: int):  # type: ignore[no-untyped-def]
+    """SmolLM2 at one torch thread, one request's cache (``cap`` slots) filled to ``ctx``: a
+    function timing a forward of B = 1..``max_b`` new tokens on it (thread CPU ms, cache
+    rolled back), and the RNG it drew them from."""
     import torch
 
     from specsim.record.models import load_target
     from specsim.torch_engine.speed import _fill, _ids
     from specsim.torch_engine.target import FlatTarget
 
+    torch.set_num_threads(1)
+    target = load_target()
+    vocab = int(target.model.config.vocab_size)
+    gen = np.random.default_rng(seed)
+    ft = FlatTarget(target.model, 1, cap)
+    _fill(ft, 0, ctx, gen, vocab)
+    toks = {b: _ids(gen, vocab, b).tolist() for b in range(1, max_b + 1)}
+
+    def forward_ms(b: int) -> float:
+        c0 = time.thread_time()
+        ft.forward([0], [toks[b]])
+        ft.truncate(0, ctx)
+        return (time.thread_time() - c0) * 1000.0
+
+    return forward_ms, gen
+
+
+def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--pairs", type=int, default=240, help="warm/cold pairs (240)")
     ap.add_argument("--seed", type=int, default=1)
@@ -39,19 +60,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.ratios:
         return small_b_ratios()
-    torch.set_num_threads(1)
-    target = load_target()
-    vocab = int(target.model.config.vocab_size)
-    gen = np.random.default_rng(args.seed)
-    ft = FlatTarget(target.model, 1, 128 + 40)
-    _fill(ft, 0, 128, gen, vocab)
-    toks = {b: _ids(gen, vocab, b).tolist() for b in range(1, 9)}
-
-    def forward_ms(b: int) -> float:
-        c0 = time.thread_time()
-        ft.forward([0], [toks[b]])
-        ft.truncate(0, 128)
-        return (time.thread_time() - c0) * 1000.0
+    forward_ms, gen = one_request_forward(128, args.seed, max_b=8, cap=128 + 40)
 
     rows = []
     for _ in range(args.pairs):
@@ -79,26 +88,7 @@ def main() -> None:
 
 
 def small_b_ratios(rounds: int = 60, ctx: int = 140, seed: int = 2) -> None:
-    import torch
-
-    from specsim.record.models import load_target
-    from specsim.torch_engine.speed import _fill, _ids
-    from specsim.torch_engine.target import FlatTarget
-
-    torch.set_num_threads(1)
-    target = load_target()
-    vocab = int(target.model.config.vocab_size)
-    gen = np.random.default_rng(seed)
-    ft = FlatTarget(target.model, 1, 200)
-    _fill(ft, 0, ctx, gen, vocab)
-    toks = {b: _ids(gen, vocab, b).tolist() for b in range(1, 5)}
-
-    def forward_ms(b: int) -> float:
-        c0 = time.thread_time()
-        ft.forward([0], [toks[b]])
-        ft.truncate(0, ctx)
-        return (time.thread_time() - c0) * 1000.0
-
+    forward_ms, gen = one_request_forward(ctx, seed, max_b=4, cap=200)
     ms: dict[int, list[float]] = {b: [] for b in range(1, 5)}
     ratio: dict[int, list[float]] = {b: [] for b in range(2, 5)}
     for _ in range(rounds):
