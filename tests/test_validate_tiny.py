@@ -17,9 +17,20 @@ from specsim.cli import main  # noqa: E402
 from specsim.errors import SpecsimError  # noqa: E402
 from specsim.sim.profiles import read_profile_csv  # noqa: E402
 
-# |relative timing error| allowed on the tiny model (steps of ~2 ms): loose on purpose, see
-# test_cpu_clock_timing_within_a_loose_bound; a CI run under load saw 0.67 on the ref clock
-TINY_BOUND = 1.0
+# simulated / real timing allowed on the tiny model (steps of ~2 ms), either way: loose on
+# purpose, see test_cpu_clock_timing_within_a_loose_bound. Seen: here 0.53x (sim too fast), on a
+# loaded CI host 2.44x (sim TPOT too slow: the profile's 2-ms steps timed beside a neighbour on
+# the sibling hyperthread); a unit slip (ms for s) would be 1000x
+TINY_FACTOR = 4.0
+
+
+def assert_within_factor(table: pd.DataFrame, factor: float = TINY_FACTOR) -> None:
+    """Every cell's simulated throughput and mean TPOT within ``factor`` of the real one."""
+    for m in ("throughput_tok_s", "tpot_ms_mean"):
+        ratio = 1.0 + table[f"err_{m}"]  # err = (sim - real) / real
+        assert (ratio > 0).all() and (np.abs(np.log(ratio)) < np.log(factor)).all(), table[
+            ["policy", "load", f"err_{m}"]
+        ]
 
 
 @pytest.fixture(scope="module")
@@ -99,11 +110,12 @@ def test_greedy_replay_matches_the_engine_exactly(report):
 def test_cpu_clock_timing_within_a_loose_bound(report):
     """The CI grid is seconds on a tiny model (steps of ~2 ms, where Python overheads the
     profile only samples dominate): the timing error is checked against a loose bound only;
-    the real bound is the committed report's. Within a factor of 2: the profile's per-request
-    terms are differences of ~1 ms medians here, noise-sized (a unit slip would be 1000x)."""
+    the real bound is the committed report's. Within a factor of 4 either way: the profile's
+    per-request terms are differences of ~1 ms medians here, and a 2-ms step's CPU time doubles
+    beside a busy sibling hyperthread, so the profile and the runs can be timed at different
+    speeds (a unit slip would be 1000x)."""
     table = pd.read_csv(report[0] / "fidelity.csv")
-    for m in ("throughput_tok_s", "tpot_ms_mean"):
-        assert table[f"err_{m}"].abs().max() < TINY_BOUND, table[["policy", "load", f"err_{m}"]]
+    assert_within_factor(table)
     closed = table[table.concurrency > 0]
     assert closed["wall_err_throughput_tok_s"].notna().all()  # both clocks for closed loops
     assert table.loc[table.concurrency < 0, "wall_err_throughput_tok_s"].isna().all()
@@ -248,8 +260,7 @@ def test_ref_clock_grid(report, setup):
     table = pd.read_csv(out / "fidelity.csv")
     assert len(table) == 4 and (table["length_mismatch"] == 0).all()
     assert np.allclose(table["real_tau"], table["sim_tau"], rtol=1e-9)
-    for m in ("throughput_tok_s", "tpot_ms_mean"):
-        assert table[f"err_{m}"].abs().max() < TINY_BOUND, table[["policy", "load", f"err_{m}"]]
+    assert_within_factor(table)
     runs = pd.read_csv(out / "runs.csv")
     assert "ref_throughput_tok_s" in runs and np.all(np.isfinite(runs["speed_factor"]))
     assert ((runs["speed_factor"] > 0.2) & (runs["speed_factor"] < 5)).all()
