@@ -56,6 +56,10 @@ DEFAULT_B = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384)
 DEFAULT_CTX = (64, 256, 512)
 DEFAULT_R = (1, 2, 4, 8)
 DEFAULT_P = (32, 64, 128, 256)  # prompt tokens of the timed prefills
+# Decode points of up to SMALL_B tokens are timed SMALL_PAIRS times a pass: a pair's ratio still
+# scatters ~8% on this VM (medians of 3 put B = 2 at 0.96-1.06x of B = 1 across contexts), these
+# calls are cheap (~60-130 ms), and the steps of low load and of goodput-style policies sit there
+SMALL_B, SMALL_PAIRS = 16, 3
 
 
 @dataclass(frozen=True, eq=False)
@@ -69,12 +73,13 @@ class EngineProfile:
     terms: Any = None  # DataFrame of the draft-context, block and prefill timing points
 
 
-def _timed(fn, phase: str = "target") -> tuple[float, float]:  # type: ignore[no-untyped-def]
+def _timed(fn, phase: str = "target", calibrate: bool = True) -> tuple[float, float]:  # type: ignore[no-untyped-def]
     """(cpu ms, wall ms) of one call: the thread's CPU time and the wall clock, together. With a
     speed reference active (``--clock ref``) the CPU ms are at its reference speed for
-    ``phase``, and the probes are re-timed first when due (outside the call)."""
+    ``phase``, and the probes are re-timed first when due (outside the call) unless
+    ``calibrate`` is False (the second call of a pair: both at the same speed factor)."""
     ref = active_reference()
-    if ref is not None and ref.due():
+    if calibrate and ref is not None and ref.due():
         ref.calibrate(("target", phase))
     c0, w0 = time.thread_time(), time.perf_counter()
     fn()
@@ -101,8 +106,27 @@ def _paired_diff(a, b, repeats: int, ci: int) -> float:  # type: ignore[no-untyp
     diffs = []
     for _ in range(repeats):
         ta = _timed(a)[ci]
-        diffs.append(ta - _timed(b)[ci])
+        diffs.append(ta - _timed(b, calibrate=False)[ci])  # one speed factor a pair
     return float(statistics.median(diffs))
+
+
+def _anchor_scaled(
+    anchor: tuple[int, int],
+    anchor_t: list[tuple[float, float]],
+    ratios: dict[tuple[int, int], list[tuple[float, float]]],
+) -> dict[tuple[int, int], list[float]]:
+    """Each point's (cpu, wall) ms: the median of its (point / anchor) pair ratios times the
+    anchor's median over all pairs. A speed shared by the two calls of a pair cancels in the
+    ratio, so the points keep their true proportions however the machine's speed moves between
+    pairs; the anchor's own value is the median of its timings, not a self-ratio."""
+    a_med = [statistics.median(v[i] for v in anchor_t) for i in (0, 1)]
+    med = {
+        pt: [a_med[i] * statistics.median(v[i] for v in r) for i in (0, 1)]
+        for pt, r in ratios.items()
+    }
+    if anchor in med:
+        med[anchor] = a_med
+    return med
 
 
 def measure_profile(
@@ -166,48 +190,58 @@ def _measure(  # type: ignore[no-untyped-def]
     total = len(contexts) * len(batch_tokens) + len(prefill_tokens) + 3 * len(requests)
     total += len(d_ctxs) + 2
     with Progress(total, f"profile engine ({clock} clock)", " points") as bar:
-        # Interleaved passes: every pass times every point once, in a shuffled order, and a
-        # point's value is its median over the passes. On a shared machine whose speed drifts,
-        # drift then moves all points alike instead of bending the curve. Slot c holds context
-        # contexts[c] (filled once); the last slot takes the prefills (from an empty cache, with
-        # logits on the last token only, as the engine runs them).
+        # Interleaved passes: every pass times every point once, in a shuffled order. Each
+        # timing is PAIRED with one of an anchor (the smallest batch at the first context) right
+        # before it, and a point's value is the median of its pairs' ratios times the anchor's
+        # median over all pairs: the VM's speed moves +-20% within seconds, alike for both calls
+        # of a pair, so the ratios keep the curve's shape where medians of 3-5 lone timings
+        # bent it (B = 2 / 3 at 1.03x / 1.23x of B = 1 where paired timing and the engine give
+        # 1.055x / 1.137x, docs/fidelity.md). Slot c holds context contexts[c] (filled once);
+        # the last slot takes the prefills (from an empty cache, logits on the last token only,
+        # as the engine runs them).
         slots_ctx = {ctx: i for i, ctx in enumerate(contexts)}
         pre_slot = len(contexts)
         for ctx, slot in slots_ctx.items():
             _fill(ft, slot, ctx, gen, vocab)
         points = [(ctx, b) for ctx in contexts for b in batch_tokens]
         points += [(-1, p) for p in prefill_tokens]  # context -1: a prefill
+        anchor = (contexts[0], min(batch_tokens))
         toks = {pt: _ids(gen, vocab, pt[1]).tolist() for pt in points}
-        times: dict[tuple[int, int], list[tuple[float, float]]] = {pt: [] for pt in points}
+        if anchor not in toks:
+            toks[anchor] = _ids(gen, vocab, anchor[1]).tolist()
+
+        def point_call(pt: tuple[int, int]):  # type: ignore[no-untyped-def]
+            ctx, tok = pt[0], toks[pt]
+            if ctx < 0:
+
+                def call() -> None:
+                    ft.reset(pre_slot)
+                    ft.forward([pre_slot], [tok], [1])
+                    _sync(model)
+            else:
+                slot = slots_ctx[ctx]
+
+                def call() -> None:
+                    ft.forward([slot], [tok])
+                    _sync(model)
+                    ft.truncate(slot, ctx)
+
+            return call
+
+        calls = {pt: point_call(pt) for pt in toks}
+        ratios: dict[tuple[int, int], list[tuple[float, float]]] = {pt: [] for pt in points}
+        anchor_t: list[tuple[float, float]] = []
         for rep in range(repeats + 1):  # pass 0 is a warm-up
             for k in gen.permutation(len(points)):
-                ctx, b = points[int(k)]
-                if ctx < 0:
-                    tok = toks[(ctx, b)]
-
-                    def call(tok=tok) -> None:
-                        ft.forward([pre_slot], [tok], [1])
-                        _sync(model)
-                else:
-                    slot, tok = slots_ctx[ctx], toks[(ctx, b)]
-
-                    def call(slot=slot, tok=tok) -> None:
-                        ft.forward([slot], [tok])
-                        _sync(model)
-
-                # twice, the second timed: a forward right after one of another shape costs
-                # up to 10% more (B = 1 after B = 256: 82-86 ms against 76-77 ms back to back,
-                # allocator and caches), and an engine's steps mostly follow similar ones
-                for _ in range(2):
-                    if ctx < 0:
-                        ft.reset(pre_slot)
-                    dt = _timed(call)
-                    if ctx >= 0:
-                        ft.truncate(slots_ctx[ctx], ctx)
-                if rep:
-                    times[(ctx, b)].append(dt)
+                pt = points[int(k)]
+                for _ in range(SMALL_PAIRS if 0 <= pt[0] and pt[1] <= SMALL_B else 1):
+                    ta = _timed(calls[anchor])
+                    tp = _timed(calls[pt], calibrate=False)  # the pair shares one speed factor
+                    if rep:
+                        anchor_t.append(ta)
+                        ratios[pt].append((tp[0] / ta[0], tp[1] / ta[1]))
             bar.update(len(points) / (repeats + 1))
-        med = {pt: [statistics.median(v[i] for v in times[pt]) for i in (0, 1)] for pt in points}
+        med = _anchor_scaled(anchor, anchor_t, ratios)
         rows = [(ctx, b, med[(ctx, b)][ci], *med[(ctx, b)]) for ctx, b in points if ctx >= 0]
         cols = ["context_tokens", "batch_tokens", "step_ms", "step_ms_cpu", "step_ms_wall"]
         steps = pd.DataFrame(rows, columns=cols)
