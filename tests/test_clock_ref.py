@@ -27,14 +27,15 @@ from specsim.torch_engine.clock import (  # noqa: E402
 from specsim.torch_engine.engine import EngineConfig, RealEngine  # noqa: E402
 from specsim.torch_engine.proposers import NgramProposer  # noqa: E402
 
-_A = np.random.default_rng(0).standard_normal((96, 96))
-
 
 def burn(units: int) -> None:
-    """Pure CPU work in fixed units (~1-2 ms each here): its CPU time is load-independent."""
-    x = _A
-    for _ in range(units * 20):
-        x = np.tanh(x @ _A * 1e-2)
+    """Pure CPU work in fixed units (~8 ms each here), on this thread only: pure Python, so
+    no BLAS helper thread can take part of it off the thread's CPU clock (a numpy matmul
+    version read a doubled work as 0.99x in a CI run)."""
+    acc = 0
+    for i in range(units * 100_000):
+        acc += i * i
+    assert acc >= 0
 
 
 def cpu_s(fn) -> float:  # type: ignore[no-untyped-def]
@@ -48,15 +49,19 @@ def test_a_twice_slower_probe_halves_the_clock():
     ref = SpeedRef(
         {"target": lambda: burn(work["target"]), "draft": lambda: burn(work["draft"])},
         every_s=1e9,
-        window=5,  # the median of 5 probes: one probe hit by a host hiccup must not decide
+        window=9,  # the median of 9 probes: one probe hit by a host hiccup must not decide
     )
-    ref.reference(repeats=5)
+    ref.reference(repeats=9)
     assert ref.speed("target") == 1.0 and ref.speed("anything else") == 1.0
     work["target"] = 8  # the target's kind of work is now "twice as slow"; drafting is not
-    for _ in range(5):
+    for _ in range(9):
         ref.calibrate()
-    assert ref.speed("target") == pytest.approx(2.0, rel=0.25)
-    assert ref.speed("draft") == pytest.approx(1.0, rel=0.25)
+    # The host's own speed moves by up to 1.4x between the reference and the calibrations a
+    # few hundred ms later (seen here with medians of 9), and moves both probes alike: the
+    # target's factor against the drafter's is the doubled work alone; each factor on its own
+    # is only checked to be on the right side
+    assert ref.speed("target") / ref.speed("draft") == pytest.approx(2.0, rel=0.2)
+    assert ref.speed("target") > 1.2 and 0.6 < ref.speed("draft") < 1.6
     assert ref_cpu_ms(100.0, "target") == 100.0  # no active reference: unchanged
     clk = EngineClock("ref", ref)
     ref.calibrate = lambda phases=None: (0.0, 0.0)  # keep the factors just measured
