@@ -44,24 +44,36 @@ def cpu_s(fn) -> float:  # type: ignore[no-untyped-def]
     return time.thread_time() - c0
 
 
-def test_a_twice_slower_probe_halves_the_clock():
-    work = {"target": 4, "draft": 4}
-    ref = SpeedRef(
-        {"target": lambda: burn(work["target"]), "draft": lambda: burn(work["draft"])},
-        every_s=1e9,
-        window=9,  # the median of 9 probes: one probe hit by a host hiccup must not decide
-    )
-    ref.reference(repeats=9)
-    assert ref.speed("target") == 1.0 and ref.speed("anything else") == 1.0
-    work["target"] = 8  # the target's kind of work is now "twice as slow"; drafting is not
-    for _ in range(9):
+def test_a_twice_slower_probe_halves_the_clock(monkeypatch):
+    """The factors' arithmetic on a CPU clock that only the probes advance (4 ms of work each,
+    then 8 for the target): exact. On the real clock this VM's speed moved by up to 1.4x
+    between a reference and calibrations a few hundred ms later, and a CI run read doubled
+    numpy work as 0.99x, so the real clock is left to the marks below (each compared with
+    the same interval timed around it) and to the engine tests."""
+    import specsim.torch_engine.clock as clock_mod
+
+    cpu = {"s": 0.0}
+    work = {"target": 4.0, "draft": 4.0}
+
+    def probe(phase: str):  # type: ignore[no-untyped-def]
+        return lambda: cpu.__setitem__("s", cpu["s"] + work[phase] / 1000.0)
+
+    with monkeypatch.context() as m:
+        m.setattr(clock_mod.time, "thread_time", lambda: cpu["s"])
+        ref = SpeedRef({"target": probe("target"), "draft": probe("draft")}, every_s=1e9, window=5)
+        assert ref.reference(repeats=5) == pytest.approx({"target": 4.0, "draft": 4.0})
+        assert ref.speed("target") == 1.0 and ref.speed("anything else") == 1.0
+        work["target"] = 8.0  # the target's kind of work is now "twice as slow"; drafting not
         ref.calibrate()
-    # The host's own speed moves by up to 1.4x between the reference and the calibrations a
-    # few hundred ms later (seen here with medians of 9), and moves both probes alike: the
-    # target's factor against the drafter's is the doubled work alone; each factor on its own
-    # is only checked to be on the right side
-    assert ref.speed("target") / ref.speed("draft") == pytest.approx(2.0, rel=0.2)
-    assert ref.speed("target") > 1.2 and 0.6 < ref.speed("draft") < 1.6
+        assert ref.speed("target") == pytest.approx(2.0)
+        assert ref.speed("draft") == pytest.approx(1.0)
+        assert ref.speed("anything else") == pytest.approx(2.0)  # runs at the target's
+        work["target"] = 12.0  # the median of the last 5: one outlier does not move it
+        ref.calibrate()
+        work["target"] = 8.0
+        for _ in range(3):
+            ref.calibrate()
+        assert ref.speed("target") == pytest.approx(2.0)
     assert ref_cpu_ms(100.0, "target") == 100.0  # no active reference: unchanged
     clk = EngineClock("ref", ref)
     ref.calibrate = lambda phases=None: (0.0, 0.0)  # keep the factors just measured
