@@ -205,10 +205,8 @@ def _measure(  # type: ignore[no-untyped-def]
             _fill(ft, slot, ctx, gen, vocab)
         points = [(ctx, b) for ctx in contexts for b in batch_tokens]
         points += [(-1, p) for p in prefill_tokens]  # context -1: a prefill
-        anchor = (contexts[0], min(batch_tokens))
+        anchor = (contexts[0], min(batch_tokens))  # one of the points
         toks = {pt: _ids(gen, vocab, pt[1]).tolist() for pt in points}
-        if anchor not in toks:
-            toks[anchor] = _ids(gen, vocab, anchor[1]).tolist()
 
         def point_call(pt: tuple[int, int]):  # type: ignore[no-untyped-def]
             ctx, tok = pt[0], toks[pt]
