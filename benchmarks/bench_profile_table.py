@@ -4,8 +4,9 @@ Measures the table part of ``specsim.torch_engine.profile.measure_profile`` (Smo
 n-gram proposer, one torch thread) at B = 1, 2, 3, 4, 6, 8, 16 and contexts 32 / 128 / 256,
 ``--runs`` times, and prints each point as a ratio to B = 1 at its context: the curve's shape
 the simulator charges a policy that verifies 2-3 tokens a step. A point is paired with an
-anchor shape (docs/fidelity.md, Fidelity v5); v4's lone medians of 3 put B = 2 at 0.96-1.31x
-of B = 1 on this VM, paired timing at 1.055x (``bench_shape_change.py --ratios``).
+anchor shape (docs/fidelity.md, Fidelity v5); v4's lone medians of 3 put B = 2 at 1.03-1.32x
+of B = 1 on this VM (reports/fidelity-pilot), paired timing at 1.055x
+(``bench_shape_change.py --ratios``).
 
     python benchmarks/bench_profile_table.py --runs 2 --repeats 3 --clock ref
 

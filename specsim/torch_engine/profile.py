@@ -57,8 +57,8 @@ DEFAULT_CTX = (64, 256, 512)
 DEFAULT_R = (1, 2, 4, 8)
 DEFAULT_P = (32, 64, 128, 256)  # prompt tokens of the timed prefills
 # Decode points of up to SMALL_B tokens are timed SMALL_PAIRS times a pass: a pair's ratio still
-# scatters ~8% on this VM (medians of 3 put B = 2 at 0.96-1.06x of B = 1 across contexts), these
-# calls are cheap (~60-130 ms), and the steps of low load and of goodput-style policies sit there
+# scatters by several percent on this VM, these calls are cheap (~60-130 ms), and the steps of
+# low load and of goodput-style policies sit there (benchmarks/bench_profile_table.py)
 SMALL_B, SMALL_PAIRS = 16, 3
 
 
