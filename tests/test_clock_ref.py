@@ -44,7 +44,8 @@ def cpu_s(fn) -> float:  # type: ignore[no-untyped-def]
     return time.thread_time() - c0
 
 
-def test_a_twice_slower_probe_halves_the_clock(monkeypatch):
+@pytest.mark.parametrize("kind", ["cold", "warm"])
+def test_a_twice_slower_probe_halves_the_clock(monkeypatch, kind):
     """The factors' arithmetic on a CPU clock that only the probes advance (4 ms of work each,
     then 8 for the target): exact. On the real clock this VM's speed moved by up to 1.4x
     between a reference and calibrations a few hundred ms later, and a CI run read doubled
@@ -54,17 +55,26 @@ def test_a_twice_slower_probe_halves_the_clock(monkeypatch):
 
     cpu = {"s": 0.0}
     work = {"target": 4.0, "draft": 4.0}
+    calls = {"target": 0, "draft": 0}
 
     def probe(phase: str):  # type: ignore[no-untyped-def]
-        return lambda: cpu.__setitem__("s", cpu["s"] + work[phase] / 1000.0)
+        def run() -> None:
+            calls[phase] += 1
+            cpu["s"] += work[phase] / 1000.0
+
+        return run
 
     with monkeypatch.context() as m:
         m.setattr(clock_mod.time, "thread_time", lambda: cpu["s"])
-        ref = SpeedRef({"target": probe("target"), "draft": probe("draft")}, every_s=1e9, window=5)
+        probes = {"target": probe("target"), "draft": probe("draft")}
+        ref = SpeedRef(probes, every_s=1e9, window=5, probe=kind)
         assert ref.reference(repeats=5) == pytest.approx({"target": 4.0, "draft": 4.0})
         assert ref.speed("target") == 1.0 and ref.speed("anything else") == 1.0
         work["target"] = 8.0  # the target's kind of work is now "twice as slow"; drafting not
+        before = dict(calls)
         ref.calibrate()
+        per_probe = 1 if kind == "cold" else 2  # cold: one timed call; warm: a warm-up first
+        assert {p: calls[p] - before[p] for p in calls} == {"target": per_probe, "draft": per_probe}
         assert ref.speed("target") == pytest.approx(2.0)
         assert ref.speed("draft") == pytest.approx(1.0)
         assert ref.speed("anything else") == pytest.approx(2.0)  # runs at the target's
@@ -112,6 +122,8 @@ def test_refusals():
         EngineClock("ref")
     with pytest.raises(SpecsimError, match="target"):
         SpeedRef({"draft": lambda: None})
+    with pytest.raises(SpecsimError, match="probe kind"):
+        SpeedRef({"target": lambda: None}, probe="hot")
     from specsim.torch_engine.clock import check_clock
 
     with pytest.raises(SpecsimError, match="GPU"):

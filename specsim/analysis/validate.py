@@ -372,6 +372,7 @@ def _run_validation(
     clock: str = "cpu",
     ref_every_s: float = 1.0,
     ref_window: int = 1,
+    ref_probe: str = "warm",
     hogs: int = 0,
     force: bool = False,
     device: str = "cpu",
@@ -411,6 +412,7 @@ def _run_validation(
             {f"draft:{d}": _STATE["proposers"][d] for d in drafters},
             every_s=ref_every_s,
             window=ref_window,
+            probe=ref_probe,
         )
         use_reference(ref)
     prompts = load_many(prompt_specs)
@@ -572,6 +574,7 @@ def _run_validation(
         config["speed_reference_cpu_s"] = round(ref.spent_cpu_s, 1)
         config["speed_every_s"] = ref.every_s
         config["speed_window"] = ref_window
+        config["speed_probe"] = ref.probe
     (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     return table
 

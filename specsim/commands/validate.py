@@ -98,6 +98,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="--clock ref: the speed factor is the median of this many last probes (1)",
     )
     p.add_argument(
+        "--ref-probe",
+        choices=("cold", "warm"),
+        default="warm",
+        help="--clock ref: time each probe after a warm-up call (warm, the default: the "
+        "committed grids) or once, right after the engine's work (cold: follows this VM better "
+        "at half the probes' cost, benchmarks/README.md)",
+    )
+    p.add_argument(
         "--hog-check",
         action="store_true",
         help="first run one cell quiet, beside CPU hogs and beside memory hogs (one per core), "
@@ -166,6 +174,7 @@ def run(args: argparse.Namespace) -> int:
         clock=args.clock,
         ref_every_s=args.ref_every,
         ref_window=args.ref_window,
+        ref_probe=args.ref_probe,
         hogs=(os.cpu_count() or 1) if args.hog_check else 0,
         force=args.force,
         device=args.device,

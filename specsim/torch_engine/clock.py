@@ -55,24 +55,37 @@ def timer(kind: str):  # type: ignore[no-untyped-def]
     return time.perf_counter if kind == "wall" else time.thread_time
 
 
+# How a calibration times a probe: "warm", a warm-up call then the timed one (v3-v5); "cold", one
+# timed call right after the engine's work: it follows the VM better (spread of 15-s means 6.4%
+# against 9.8%) at half the probes' cost, and costs 1.007x a warm call (bench_speed_ref.py).
+PROBE_KINDS = ("cold", "warm")
+
+
 class SpeedRef:
     """The machine's current speed for each kind of work, against a reference taken once.
 
     ``probes`` maps a phase name ("target", "draft", ...) to a fixed piece of that work. Each
-    calibration runs every probe twice and times the second call (a call right after other work
-    costs more: caches, allocator), on the thread's CPU clock; a phase's factor is the median of
-    its last ``window`` ratios to the reference. :meth:`calibrate` returns the CPU and wall
-    seconds it spent, which the clocks exclude. The defaults re-time every engine CPU second and
-    use the latest ratio because the shared VM's speed moved by up to 25% within seconds: a
-    5-second cadence with a median of 5 lagged it and corrected a 15-s mean worse than no
-    correction at all (``benchmarks/bench_speed_ref.py``, docs/fidelity.md).
+    calibration times every probe once on the thread's CPU clock (``probe="cold"``, right after
+    the engine's work) or runs it twice and times the second call (``"warm"``); a phase's
+    factor is the median of its last ``window`` ratios to the reference. :meth:`calibrate`
+    returns the CPU and wall seconds it spent, which the clocks exclude. The defaults re-time
+    every engine CPU second and use the latest ratio because the shared VM's speed moved by up
+    to 25% within seconds: a 5-second cadence with a median of 5 lagged it and corrected a 15-s
+    mean worse than no correction at all (``benchmarks/bench_speed_ref.py``, docs/fidelity.md).
     """
 
     def __init__(
-        self, probes: dict[str, Callable[[], None]], every_s: float = 1.0, window: int = 1
+        self,
+        probes: dict[str, Callable[[], None]],
+        every_s: float = 1.0,
+        window: int = 1,
+        probe: str = "warm",
     ) -> None:
         if "target" not in probes:
             raise SpecsimError("a speed reference needs a 'target' probe")
+        if probe not in PROBE_KINDS:
+            raise SpecsimError(f"probe kind {probe!r} is not one of: {', '.join(PROBE_KINDS)}")
+        self.probe = probe
         self.probes = dict(probes)
         self.every_s = float(every_s)
         self.ref_ms: dict[str, float] = {}
@@ -114,7 +127,13 @@ class SpeedRef:
         todo = [p for p in self.probes if phases is None or p == "target" or p in phases]
         for p in todo:
             fn = self.probes[p]
-            self._hist[p].append(self._time(fn, 1) / self.ref_ms[p])
+            if self.probe == "cold":  # one call right after the engine's own work
+                c1 = time.thread_time()
+                fn()
+                ms = (time.thread_time() - c1) * 1000.0
+            else:
+                ms = self._time(fn, 1)
+            self._hist[p].append(ms / self.ref_ms[p])
             self.factor[p] = statistics.median(self._hist[p])
         self.calibrations += 1
         cpu, wall = time.thread_time() - c0, time.perf_counter() - w0

@@ -40,12 +40,14 @@ def speed_reference(
     context: int = 128,
     tokens: int = 4,
     seed: int = 7,
+    probe: str = "warm",
 ) -> SpeedRef:
     """A :class:`SpeedRef` with a target probe (one forward of ``tokens`` tokens at
     ``context``, a typical verification) and one probe per drafter phase (its proposal for 2
     requests at the same anchor; a cheap drafter's call repeated to ~20 ms so that a timer
     tick is noise), the reference taken now. ``every_s`` (engine CPU seconds between
-    re-timings) and ``window`` (probes in the median) set how fast it follows the machine.
+    re-timings) and ``window`` (probes in the median) set how fast it follows the machine;
+    ``probe`` how each re-timing times a probe (``SpeedRef``).
     The probes own their caches and buffers: they never touch an engine's state."""
     gen = np.random.default_rng(seed)
     vocab = int(model.config.vocab_size)
@@ -79,6 +81,6 @@ def speed_reference(
                 once()
 
         probes[phase] = draft
-    ref = SpeedRef(probes, every_s=every_s, window=window)
+    ref = SpeedRef(probes, every_s=every_s, window=window, probe=probe)
     ref.reference()
     return ref
