@@ -145,6 +145,77 @@ def test_overhead_curve_round_trips_and_is_checked(tmp_path):
         parse_profile_csv(text.replace("1:0.1,", "one:0.1,"), "q")
 
 
+# the overhead against tokens per request: at 1, 4 and 8 tokens a request
+BY_K = (
+    (1, ((1, 0.05), (2, 0.1), (4, 0.5), (8, 1.0))),
+    (4, CURVE),
+    (8, ((1, 0.2), (2, 0.4), (4, 3.0), (8, 9.0))),
+)
+
+
+def test_overhead_by_tokens_is_linear_in_tokens_per_request():
+    """At R requests of k tokens each: the curves at R, linear in k between the measured k,
+    held beyond them; without k (or without the pairs) the one overhead_curve."""
+    cost = CostModel("k", **TABLE, overhead_curve=CURVE, overhead_by_tokens=BY_K)
+    assert cost.has_engine_terms
+    assert cost.overhead_ms(4) == pytest.approx(1.5)  # k unknown: overhead_curve
+    assert cost.overhead_ms(4, 1) == pytest.approx(0.5)
+    assert cost.overhead_ms(4, 4) == pytest.approx(1.5)
+    assert cost.overhead_ms(4, 2.5) == pytest.approx(1.0)  # halfway between k = 1 and 4
+    assert cost.overhead_ms(4, 6) == pytest.approx(2.25)  # halfway between k = 4 and 8
+    assert cost.overhead_ms(4, 30) == pytest.approx(3.0) and cost.overhead_ms(4, 0.5) == 0.5
+    assert cost.overhead_ms(3, 1) == pytest.approx(0.3)  # linear in R within a curve
+    got = cost.overhead_ms(np.array([2, 4, 8]), np.array([1.0, 4.0, 8.0]))
+    np.testing.assert_allclose(got, [0.1, 1.5, 9.0])
+    np.testing.assert_allclose(cost.overhead_ms(np.array([1, 8]), 8), [0.2, 9.0])
+    assert CostModel("o", **TABLE, overhead_by_tokens=BY_K[:1]).overhead_ms(4, 8) == 0.5
+
+
+@pytest.mark.parametrize(("policy", "k"), [("static:0", 1), ("static:3", 4)])
+def test_each_step_pays_the_overhead_at_its_tokens_per_request(trace, policy, k):
+    """A static policy verifies the same tokens a request every decode-only step: each such
+    step pays the curve measured at that k, so the replay equals one with that curve alone
+    wherever no request prefills. A prefilling step pays the decoding requests' k."""
+    st = run(trace, CostModel("k", **TABLE, overhead_curve=CURVE, overhead_by_tokens=BY_K),
+             policy=policy).steps  # fmt: skip
+    dec = st["decoding"].to_numpy()
+    kk = np.where(dec > 0, (dec + st["verified_drafts"]) / np.maximum(dec, 1), 1.0)
+    assert np.all(kk[(dec > 0) & (st["prefill_tokens"] == 0)] <= k)
+    over = np.array([
+        CostModel("k", **TABLE, overhead_by_tokens=BY_K).overhead_ms(int(r), float(x))
+        for r, x in zip(st["running"], kk, strict=True)
+    ])  # fmt: skip
+    want = cost_table(st) + over * 1e-3
+    np.testing.assert_allclose(st["duration_s"], want, rtol=1e-12)
+    # and at exactly k tokens a request, the k-curve alone
+    one = dict(BY_K)[k]
+    full = (dec > 0) & (kk == k)
+    assert full.sum() > 10
+    alone = cost_table(st) + np.interp(st["running"], *np.array(one).T) * 1e-3
+    np.testing.assert_allclose(st["duration_s"][full], alone[full], rtol=1e-12)
+
+
+def cost_table(st):  # type: ignore[no-untyped-def]
+    tokens = st["decoding"] + st["verified_drafts"] + st["prefill_tokens"]
+    return CostModel("t", **TABLE).step_time(tokens.to_numpy())
+
+
+def test_overhead_by_tokens_round_trips_and_is_checked(tmp_path):
+    cost = CostModel("t", **TABLE, overhead_curve=CURVE, overhead_by_tokens=BY_K)
+    text = write_profile_csv(cost, tmp_path / "p.csv").read_text()
+    assert "# overhead_curve_at_8: 1:0.2,2:0.4,4:3,8:9" in text
+    back = parse_profile_csv(text, "t")
+    assert back.overhead_by_tokens == BY_K and back.overhead_curve == CURVE
+    with pytest.raises(SpecsimError, match="whole number of tokens"):
+        parse_profile_csv(text.replace("overhead_curve_at_8", "overhead_curve_at_x"), "t")
+    with pytest.raises(SpecsimError, match="overhead_curve_at_8 must read"):
+        parse_profile_csv(text.replace("1:0.2,2:0.4", "1:0.2,two:0.4"), "t")
+    with pytest.raises(SpecsimError, match="ascending whole K"):
+        CostModel("bad", **TABLE, overhead_by_tokens=(BY_K[1], BY_K[0]))
+    with pytest.raises(SpecsimError, match="overhead_curve_at_4 ms"):
+        CostModel("bad", **TABLE, overhead_by_tokens=((4, ((1, -1.0),)),))
+
+
 DRAFT_CURVE = ((1, 2.0), (2, 3.0), (4, 8.0), (8, 20.0))
 
 
