@@ -98,8 +98,7 @@ def step_cost(cost: CostModel, requests: int, gamma: int, ctx: float | None = No
     Scheduler time is left out (zero: a bound may be generous, never stingy)."""
     batch = np.arange(requests * (gamma + 1) + 1)
     verify = np.asarray(cost.step_time(batch, ctx), dtype=np.float64)
-    k = np.maximum(batch, 1) / max(requests, 1)  # tokens per request, as the engine charges it
-    verify = verify + cost.overhead_ms(np.full(batch.size, requests), k) * 1e-3
+    verify = verify + cost.overhead_ms(requests) * 1e-3
     fixed = cost.draft_ms(requests, gamma) * 1e-3
     if ctx is not None:
         fixed += cost.draft_context_s(np.full(requests, int(round(ctx)) - 1))

@@ -276,12 +276,7 @@ def term_variants(cost):  # type: ignore[no-untyped-def]
         base, slope = max(float(base), 0.0), max(float(slope), 0.0)
     no_pre = {"prefill_token_ms": 0.0}
     no_ctx = {"draft_per_context_us": 0.0, **_draft_plus(cost, 0.0, ctx_ms)}
-    no_over = {
-        "overhead_curve": (),
-        "overhead_by_tokens": (),
-        "verify_per_request_ms": 0.0,
-        "step_overhead_ms": 0.0,
-    }
+    no_over = {"overhead_curve": (), "verify_per_request_ms": 0.0, "step_overhead_ms": 0.0}
     no_req = {**no_over, **_draft_plus(cost, base, slope)}
     v1 = {**no_pre, **no_over, "draft_per_context_us": 0.0}
     v1.update(_draft_plus(cost, base, ctx_ms + slope, linear=True))
@@ -289,10 +284,6 @@ def term_variants(cost):  # type: ignore[no-untyped-def]
     if cost.draft_curve:
         out["drafting as a straight line (v3: draft_base + draft_per_request R)"] = replace(
             cost, draft_curve=()
-        )
-    if cost.overhead_by_tokens:
-        out["loop overhead at 4 tokens a request for every step (v5: one curve in R)"] = replace(
-            cost, overhead_by_tokens=()
         )
     if cost.overhead_curve:
         for key, label in (
@@ -302,16 +293,9 @@ def term_variants(cost):  # type: ignore[no-untyped-def]
              "modelled draft - table)"),
         ):  # fmt: skip
             if cost.meta.get(key, ""):
-                curve = parse_curve(cost.meta[key], cost.name)
-                out[label] = replace(cost, overhead_curve=curve, overhead_by_tokens=())
+                out[label] = replace(cost, overhead_curve=parse_curve(cost.meta[key], cost.name))
         out["loop overhead as a straight line (v2: step_overhead + verify_per_request R)"] = (
-            replace(
-                cost,
-                overhead_curve=(),
-                overhead_by_tokens=(),
-                step_overhead_ms=base,
-                verify_per_request_ms=slope,
-            )
+            replace(cost, overhead_curve=(), step_overhead_ms=base, verify_per_request_ms=slope)
         )
     out.update(
         {

@@ -772,7 +772,7 @@ def _decompose(c: Cell, steps: pd.DataFrame, cost: Any, trace: Any) -> dict[str,
     )
     m_table = np.array([cost.step_time(int(x), float(y)) for x, y in zip(b, ctx, strict=True)])
     m_table *= 1000.0
-    m_over = cost.overhead_ms(n, b / n)  # b / n: tokens per request (decode-only steps)
+    m_over = cost.overhead_ms(n)
     real_loop = st["duration_s"] - st["draft_s"] - st["sched_s"] - st["verify_s"]
     out.update(
         {

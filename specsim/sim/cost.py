@@ -32,14 +32,6 @@ R`` when given (``draft_per_token_ms * R * gamma`` and the context term are stil
 DSpark drafter on the CPU engine costs more per request at 8 and 16 requests than at 1 to 4
 (20, 30, 58, 108, 183 ms at R = 1, 2, 4, 8, 16), and the straight line through those points
 charged 13-20% too little in the fidelity grid's C = 4-16 cells.
-
-``overhead_by_tokens`` (``(k, curve)`` pairs: the overhead curve measured with k tokens per
-request) adds the second dimension of the per-request cost: R requests verifying k tokens each
-pay per-request attention calls whose cost grows with k, so one curve measured at 4 tokens a
-request charged the fidelity grid's one-token steps 1.5% too much and its 6-8-token steps a
-median 3.1% too little (docs/fidelity.md). When given, a step at R requests and k tokens per
-request is charged the curves at R, linear in k between the measured k (held beyond the ends);
-without k (or without the pairs) ``overhead_curve`` is used.
 """
 
 from __future__ import annotations
@@ -131,8 +123,6 @@ class CostModel:
     prefill_token_ms: float = 0.0
     overhead_curve: tuple[tuple[int, float], ...] = ()  # (requests, ms): replaces the linear
     draft_curve: tuple[tuple[int, float], ...] = ()  # (requests, ms): replaces base + per-request
-    # ((tokens per request, overhead curve), ...): the overhead against R AND tokens per request
-    overhead_by_tokens: tuple[tuple[int, tuple[tuple[int, float], ...]], ...] = ()
     max_running: int = 256
     kv_tokens: int = 1 << 20
     prefill_budget: int = 16384
@@ -163,18 +153,6 @@ class CostModel:
                 )
         for key in ("overhead_curve", "draft_curve"):
             object.__setattr__(self, key, _checked_curve(self.name, key, getattr(self, key)))
-        by_k = tuple(
-            (int(k), _checked_curve(self.name, f"overhead_curve_at_{k}", c))
-            for k, c in self.overhead_by_tokens
-        )
-        ks = [k for k, _ in by_k]
-        ascending = all(b > a for a, b in zip(ks, ks[1:], strict=False))
-        if not ascending or any(k < 1 for k in ks) or any(not c for _, c in by_k):
-            raise SpecsimError(
-                f"profile {self.name!r}: overhead_curve_at_K needs distinct, ascending whole K "
-                ">= 1 (tokens per request), each with a curve"
-            )
-        object.__setattr__(self, "overhead_by_tokens", by_k)
         b = np.asarray(self.batch_tokens, dtype=np.int64)
         ms = np.atleast_2d(np.asarray(self.step_ms, dtype=np.float64))
         if b.ndim != 1 or b.size < 2:
@@ -226,7 +204,6 @@ class CostModel:
         return bool(
             self.step_overhead_ms
             or self.overhead_curve
-            or self.overhead_by_tokens
             or self.verify_per_request_ms
             or self.draft_per_context_us
             or self.prefill_token_ms
@@ -253,48 +230,25 @@ class CostModel:
             c = np.minimum(c, self.draft_context_window)
         return self.draft_per_context_us * 1e-6 * float(c.sum())
 
-    def verify_s(  # type: ignore[no-untyped-def]
-        self,
-        decode_tokens: int,
-        prefill_tokens: int,
-        n_requests: int,
-        step_fn,
-        tokens_per_request: float | None = None,
-    ) -> float:
+    def verify_s(self, decode_tokens: int, prefill_tokens: int, n_requests: int, step_fn):  # type: ignore[no-untyped-def]
         """Seconds of the target step of ``n_requests`` requests verifying ``decode_tokens``
-        tokens (``tokens_per_request`` each, on average, for the overhead's second dimension)
-        and prefilling ``prefill_tokens`` (``step_fn``: the table at this context), the engine
-        terms included."""
+        tokens and prefilling ``prefill_tokens`` (``step_fn``: the table at this context), the
+        engine terms included. The simulator's hot loop inlines the same arithmetic."""
         if self.prefill_token_ms:
             t = float(step_fn(decode_tokens)) + self.prefill_token_ms * 1e-3 * prefill_tokens
         else:
             t = float(step_fn(decode_tokens + prefill_tokens))
-        return t + self.overhead_ms(n_requests, tokens_per_request) * 1e-3
+        return t + self.overhead_ms(n_requests) * 1e-3
 
-    def overhead_ms(self, n_requests, tokens_per_request=None):  # type: ignore[no-untyped-def]
-        """The engine loop's own ms per step at ``n_requests`` requests (scalar or array) of
-        ``tokens_per_request`` tokens each (scalar or array alike; None: not known):
-        ``overhead_by_tokens`` linear in k when measured and k is given, else
-        ``overhead_curve``, else ``step_overhead_ms + verify_per_request_ms R``."""
+    def overhead_ms(self, n_requests):  # type: ignore[no-untyped-def]
+        """The engine loop's own ms per step at ``n_requests`` requests (scalar or array):
+        ``overhead_curve`` when measured, else ``step_overhead_ms + verify_per_request_ms R``."""
         n = np.asarray(n_requests, dtype=np.float64)
-        if self.overhead_by_tokens and tokens_per_request is not None:
-            nb, kb = np.broadcast_arrays(n, np.asarray(tokens_per_request, dtype=np.float64))
-            ks = np.array([k for k, _ in self.overhead_by_tokens], dtype=np.float64)
-            at = np.stack([curve_at(c, nb.ravel()) for _, c in self.overhead_by_tokens])
-            k = np.clip(kb.ravel(), ks[0], ks[-1])
-            hi = np.clip(np.searchsorted(ks, k, side="left"), 1, max(ks.size - 1, 1))
-            cols = np.arange(k.size)
-            if ks.size == 1:
-                flat = at[0]
-            else:
-                w = (k - ks[hi - 1]) / (ks[hi] - ks[hi - 1])
-                flat = (1.0 - w) * at[hi - 1, cols] + w * at[hi, cols]
-            out = flat.reshape(nb.shape)
-        elif not self.overhead_curve:
+        if not self.overhead_curve:
             out = self.step_overhead_ms + self.verify_per_request_ms * n
         else:
             out = curve_at(self.overhead_curve, n)
-        return float(out) if np.ndim(out) == 0 else out
+        return float(out) if np.ndim(n_requests) == 0 else out
 
     def _row(self, lut: np.ndarray, slope: float, batch: np.ndarray) -> np.ndarray:
         bmax = lut.shape[0] - 1

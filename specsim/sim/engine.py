@@ -1082,8 +1082,7 @@ class Engine:
             if batch > self.max_b:
                 self.max_b = batch
             if engine_terms:
-                k_req = (n_dec + n_ver) / n_dec if n_dec else 1.0  # tokens per decoding request
-                verify_s = cost.verify_s(n_dec + n_ver, prefill_tokens, n_run, step_fn, k_req)
+                verify_s = cost.verify_s(n_dec + n_ver, prefill_tokens, n_run, step_fn)
             elif step2d is not None:
                 verify_s = step2d(batch, ctx)
             elif cost.is_2d:

@@ -84,17 +84,6 @@ def parse_profile_csv(text: str, name: str, source: str = "") -> CostModel:
     for key in ("overhead_curve", "draft_curve"):
         if key in meta:
             kwargs[key] = parse_curve(meta.pop(key), where, key)
-    by_k = []
-    for key in [k for k in meta if k.startswith("overhead_curve_at_")]:
-        k = key.removeprefix("overhead_curve_at_")
-        if not k.isdigit() or int(k) < 1:
-            raise SpecsimError(
-                f"profile {where!r}: header {key} must end in a whole number of tokens per "
-                "request >= 1 (e.g. overhead_curve_at_4)"
-            )
-        by_k.append((int(k), parse_curve(meta.pop(key), where, key)))
-    if by_k:
-        kwargs["overhead_by_tokens"] = tuple(sorted(by_k))
     meta.setdefault("source", source or "csv")
     for col in ("batch_tokens", "step_ms", "context_tokens"):
         if col in df.columns:
@@ -167,8 +156,6 @@ def write_profile_csv(model: CostModel, path: str | os.PathLike, force: bool = F
     for key in ("overhead_curve", "draft_curve"):
         if getattr(model, key):
             lines.append(f"# {key}: {format_curve(getattr(model, key))}")
-    for k, curve in model.overhead_by_tokens:
-        lines.append(f"# overhead_curve_at_{k}: {format_curve(curve)}")
     lines += [f"# {k}: {v}" for k, v in model.meta.items() if k != "name"]
     if model.is_2d:
         lines.append("context_tokens,batch_tokens,step_ms")

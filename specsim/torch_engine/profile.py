@@ -25,9 +25,6 @@ decomposed the way the simulator's cost model composes it (``specsim.sim.cost``)
   points (linear between them): it is ~0 at 1-2 requests and ~4.5 ms a request from 4 on, which
   the old ``step_overhead_ms + verify_per_request_ms * R`` line could not follow (its fit stays
   in the header's ``overhead_linear_fit``).
-- ``overhead_curve_at_K``: the same curve with the split measured at K = 1, 4 and gamma + 1
-  tokens a request; the simulator reads it at each step's tokens per request (the split grows
-  with them: v5's one 4-token curve charged one-token steps too much, full blocks too little).
 - ``sched_base_us`` + ``sched_us_per_request * R``: the policy's decision time.
 
 Every call is timed on two clocks at once: the thread's CPU time (at the speed reference's
@@ -59,7 +56,6 @@ DEFAULT_B = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384)
 DEFAULT_CTX = (64, 256, 512)
 DEFAULT_R = (1, 2, 4, 8)
 DEFAULT_P = (32, 64, 128, 256)  # prompt tokens of the timed prefills
-SPLIT_REF_TOKENS = 4  # tokens per request of the split in ``overhead_curve`` (v3-v5's one curve)
 # Decode points of up to SMALL_B tokens are timed SMALL_PAIRS times a pass: a pair's ratio still
 # scatters by several percent on this VM, these calls are cheap (~60-130 ms), and the steps of
 # low load and of goodput-style policies sit there (benchmarks/bench_profile_table.py)
@@ -187,14 +183,11 @@ def _measure(  # type: ignore[no-untyped-def]
     drafter = getattr(proposer, "drafter", None)  # DSpark: attends to a window of features
     window = int(drafter.cfg.context_window) if drafter is not None else 0
     d_ctxs = _draft_contexts(draft_context, window)
-    g = int(proposer.gamma)
-    split_k = tuple(sorted({1, SPLIT_REF_TOKENS, g + 1}))  # tokens per request of the split
-    cap = max(max(contexts), draft_context, max(d_ctxs), max(prefill_tokens))
-    cap += max(max(batch_tokens), r_max * split_k[-1]) + 16
+    cap = max(max(contexts), draft_context, max(d_ctxs), max(prefill_tokens)) + max(batch_tokens)
+    cap += 16
     n_slots = max(r_max, len(contexts) + 1)
     ft = FlatTarget(model, n_slots, cap, proposer.feature_layers, layout)
-    total = len(contexts) * len(batch_tokens) + len(prefill_tokens)
-    total += (2 + len(split_k)) * len(requests)
+    total = len(contexts) * len(batch_tokens) + len(prefill_tokens) + 3 * len(requests)
     total += len(d_ctxs) + 2
     with Progress(total, f"profile engine ({clock} clock)", " points") as bar:
         # Interleaved passes: every pass times every point once, in a shuffled order. Each
@@ -264,6 +257,7 @@ def _measure(  # type: ignore[no-untyped-def]
         n_feat = max(len(proposer.feature_layers) * int(model.config.hidden_size), 1)
         seq_buf = torch.from_numpy(_ids(gen, vocab, (r_max, cap)))
         feat_buf = torch.randn((r_max, cap, n_feat), dtype=torch.float16)
+        g = int(proposer.gamma)
 
         def drafting(r: int, ctx: int, gamma: int = g):  # type: ignore[no-untyped-def]
             slots, anchors = np.arange(r), np.full(r, ctx)
@@ -279,35 +273,30 @@ def _measure(  # type: ignore[no-untyped-def]
             return _median2(call, repeats, draft_phase)
 
         per = []
-        splits: dict[int, list[float]] = {k: [] for k in split_k}
         for r in requests:
             d_ms = drafting(r, draft_context)[ci]
             bar.update()
             for s in range(r):
                 ft.truncate(s, draft_context)
-            for k in split_k:
-                toks = [_ids(gen, vocab, k).tolist() for _ in range(r)]
+            toks = [_ids(gen, vocab, 4).tolist() for _ in range(r)]
 
-                def many(toks=toks, r=r) -> None:
-                    ft.forward(list(range(r)), toks)
-                    _sync(model)
-                    for s in range(r):
-                        ft.truncate(s, draft_context)
+            def many(toks=toks, r=r) -> None:
+                ft.forward(list(range(r)), toks)
+                _sync(model)
+                for s in range(r):
+                    ft.truncate(s, draft_context)
 
-                def one(toks=toks) -> None:
-                    ft.forward([0], [sum(toks, [])])
-                    _sync(model)
-                    ft.truncate(0, draft_context)
+            def one(toks=toks) -> None:
+                ft.forward([0], [sum(toks, [])])
+                _sync(model)
+                ft.truncate(0, draft_context)
 
-                # R requests' k tokens each in one forward against the same tokens as ONE
-                # request: the per-request attention calls the table (one request) does not
-                # pay; 0 at R = 1 (the same call). Timed as alternating pairs, the median of
-                # the pairs' differences: the machine's drift moves both calls of a pair
-                # alike. At 1, 4 and gamma + 1 tokens a request: the calls cost more with more
-                # tokens each (v5 charged every step the 4-token split, docs/fidelity.md)
-                splits[k].append(_paired_diff(many, one, max(repeats, 9), ci) if r > 1 else 0.0)
-                bar.update()
-            extra = splits[SPLIT_REF_TOKENS][-1]
+            # R requests' tokens in one forward against the same tokens as ONE request: the
+            # per-request attention calls the table (one request) does not pay; 0 at R = 1
+            # (the same call). Timed as alternating pairs, the median of the pairs'
+            # differences: the machine's drift moves both calls of a pair alike
+            extra = _paired_diff(many, one, max(repeats, 9), ci) if r > 1 else 0.0
+            bar.update()
             conf = gen.uniform(0.2, 0.95, (r, g))
             lut = CostModel(
                 name="tmp",
@@ -334,8 +323,6 @@ def _measure(  # type: ignore[no-untyped-def]
             terms.append(("draft_block", r_c, draft_context, gg, ms))
             bar.update()
     per_req = pd.DataFrame(per, columns=["requests", "draft_ms", "verify_extra_ms", "sched_us"])
-    for k in split_k:  # the split at each tokens per request (verify_extra_ms: at 4)
-        per_req[f"verify_extra_k{k}_ms"] = splits[k]
     terms_df = pd.DataFrame(terms, columns=["term", "requests", "context", "gamma", "ms"])
     terms_df = pd.concat(
         [
@@ -409,17 +396,6 @@ def _measure(  # type: ignore[no-untyped-def]
         (int(r), round(max(float(v), 0.0) + max(float(lp), 0.0), 4))
         for r, v, lp in zip(rr, per_req["verify_extra_ms"], per_req["loop_ms"], strict=True)
     ]
-    # the same at 1, 4 and gamma + 1 tokens a request (the simulator interpolates in k)
-    by_k = [
-        (
-            int(k),
-            [
-                (int(r), round(max(float(v), 0.0) + max(float(lp), 0.0), 4))
-                for r, v, lp in zip(rr, splits[k], per_req["loop_ms"], strict=True)
-            ],
-        )
-        for k in split_k
-    ]
     d_curve = [
         (int(r), round(max(float(m) - tok_ms * g * r, 0.0), 4))
         for r, m in zip(rr, per_req["engine_draft_ms"], strict=True)
@@ -475,9 +451,6 @@ def _measure(  # type: ignore[no-untyped-def]
             meta={**meta, "clock": clk},
             overhead_curve=tuple((int(r), round(m * scale, 4)) for r, m in curve),
             draft_curve=tuple((int(r), round(m * scale, 4)) for r, m in d_curve),
-            overhead_by_tokens=tuple(
-                (k, tuple((int(r), round(m * scale, 4)) for r, m in c)) for k, c in by_k
-            ),
             **{k: round(v * scale, 5) for k, v in scal.items()},
         )
 
