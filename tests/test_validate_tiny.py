@@ -270,3 +270,41 @@ def test_ref_clock_grid(report, setup):
     hog = pd.read_csv(out / "hog.csv")
     assert set(hog["clock"]) == {"ref", "cpu", "wall"}
     assert "ref clock" in (out / "README.md").read_text()
+
+
+def test_shared_table_is_timed_once_and_reused(setup):
+    """--shared-table: the second drafter's profile reuses the first one's step table and
+    prefill points (the same rows, bit for bit) while its drafting terms are its own."""
+    out = setup["dir"] / "shared"
+    trace = setup["dir"] / "t-{drafter}.parquet"
+    args = base_args(setup, out, trace, "--policies", "ar", "--concurrency", "1")
+    args[args.index("--drafter")] = "--drafters"
+    args[args.index("--drafters") + 1] = "ngram,ngram:2"
+    assert main([*args, "--shared-table"]) == 0
+    a = pd.read_csv(out / "profile-ngram-points.csv")
+    b = pd.read_csv(out / "profile-ngram2-points.csv")
+    pd.testing.assert_frame_equal(a, b)
+    ta = pd.read_csv(out / "profile-ngram-terms.csv")
+    tb = pd.read_csv(out / "profile-ngram2-terms.csv")
+    pre = ta.term == "prefill"
+    pd.testing.assert_frame_equal(ta[pre], tb[tb.term == "prefill"])
+    assert json.loads((out / "config.json").read_text())["profile_table"] == (
+        "shared by the drafters"
+    )
+
+
+def test_a_reused_table_must_match():
+    """A table of other contexts (or clock) is refused before anything is timed."""
+    from specsim.sim.cost import CostModel
+    from specsim.torch_engine.profile import EngineProfile, measure_profile
+
+    steps = pd.DataFrame({"context_tokens": [32, 32], "batch_tokens": [1, 2],
+                          "step_ms": [1.0, 1.5]})  # fmt: skip
+    cost = CostModel("t", np.array([1, 2]), np.array([1.0, 1.5]), meta={"clock": "cpu"})
+    prof = EngineProfile(cost=cost, steps=steps, per_request=None, prefill_points=[(32, 2, 2)])
+    with pytest.raises(SpecsimError, match="same contexts"):
+        measure_profile(None, None, None, name="x", batch_tokens=(1, 2), contexts=(64,),
+                        prefill_tokens=(32,), clock="cpu", table=prof)  # fmt: skip
+    with pytest.raises(SpecsimError, match="same contexts"):
+        measure_profile(None, None, None, name="x", batch_tokens=(1, 2), contexts=(32,),
+                        prefill_tokens=(32,), clock="wall", table=prof)  # fmt: skip

@@ -349,6 +349,12 @@ def run_validation(**kw: Any) -> pd.DataFrame:
         use_reference(None)
 
 
+def _same_table(prof: Any, contexts: tuple[int, ...]) -> bool:
+    """Whether ``prof``'s step table covers exactly ``contexts`` (the drafters' traces can
+    differ in their longest request, and so in the contexts profiled)."""
+    return sorted(set(prof.steps["context_tokens"])) == sorted(contexts)
+
+
 def _run_validation(
     *,
     trace_path: Path,
@@ -373,6 +379,7 @@ def _run_validation(
     ref_every_s: float = 1.0,
     ref_window: int = 1,
     ref_probe: str = "warm",
+    shared_table: bool = False,
     hogs: int = 0,
     force: bool = False,
     device: str = "cpu",
@@ -418,6 +425,7 @@ def _run_validation(
     prompts = load_many(prompt_specs)
     ids = [prompt_ids(target.tokenizer, p.text) for p in prompts]
     per: dict[str, dict[str, Any]] = {}
+    shared = None  # with shared_table: the first drafter's profile, whose table the rest reuse
     for d in drafters:
         from specsim.torch_engine.proposers import make_proposer
 
@@ -457,7 +465,11 @@ def _run_validation(
                 limits={"prefill_budget": prefill_budget},
                 clock=clock,
                 draft_phase=f"draft:{d}",
+                table=shared if shared is not None and _same_table(shared, ctxs) else None,
+                table_repeats=profile_repeats * len(drafters) if shared_table else None,
             )
+            if shared_table and shared is None:
+                shared = prof
             cost, other = prof.cost, prof.other
             tag = d.replace(":", "")
             write_profile_csv(cost, out_dir / f"profile-{tag}.csv", force=True)
@@ -559,6 +571,7 @@ def _run_validation(
         "clock": clock,
         "max_new_tokens": max_new_tokens,
         "profile": profile or "measured (profile-<drafter>.csv)",
+        "profile_table": "shared by the drafters" if shared_table else "one per drafter",
         "layout": layout,
         "seed": seed,
         "torch_threads": threads_in_use(),

@@ -106,6 +106,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "at half the probes' cost, benchmarks/README.md)",
     )
     p.add_argument(
+        "--shared-table",
+        action="store_true",
+        help="time the target's step table once, with the passes of every drafter's profile "
+        "pooled, and reuse it in each (the forward does not depend on the drafter; more passes "
+        "narrow a large point's scatter between profiles: benchmarks/README.md)",
+    )
+    p.add_argument(
         "--hog-check",
         action="store_true",
         help="first run one cell quiet, beside CPU hogs and beside memory hogs (one per core), "
@@ -175,6 +182,7 @@ def run(args: argparse.Namespace) -> int:
         ref_every_s=args.ref_every,
         ref_window=args.ref_window,
         ref_probe=args.ref_probe,
+        shared_table=args.shared_table,
         hogs=(os.cpu_count() or 1) if args.hog_check else 0,
         force=args.force,
         device=args.device,

@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from specsim.errors import SpecsimError
 from specsim.progress import Progress
 from specsim.torch_engine.clock import active_reference, ref_cpu_ms, use_reference
 from specsim.torch_engine.speed import _fill, _ids, _sync, speed_reference
@@ -71,6 +72,7 @@ class EngineProfile:
     per_request: Any  # DataFrame: requests, draft_ms, verify_extra_ms, sched_us
     other: Any = None  # the same profile on the other clock (wall if cost is cpu, and back)
     terms: Any = None  # DataFrame of the draft-context, block and prefill timing points
+    prefill_points: Any = None  # [(prompt tokens, cpu ms, wall ms)]: the prefills (reusable)
 
 
 def _timed(fn, phase: str = "target", calibrate: bool = True) -> tuple[float, float]:  # type: ignore[no-untyped-def]
@@ -146,11 +148,33 @@ def measure_profile(
     limits: dict[str, int] | None = None,
     clock: str = "wall",
     draft_phase: str = "draft",
+    table: EngineProfile | None = None,
+    table_repeats: int | None = None,
 ) -> EngineProfile:
     """Time the engine's components and return them as a (2-D) :class:`CostModel` on ``clock``
     (and the same on the other clock as ``EngineProfile.other``). ``clock="ref"`` uses the
     process's speed reference (:func:`~specsim.torch_engine.clock.use_reference`; one of its
-    own if none is set), drafting timed against its ``draft_phase`` probe."""
+    own if none is set), drafting timed against its ``draft_phase`` probe.
+
+    ``table``: an earlier profile of the same target, clock and points whose step table and
+    prefill points are reused instead of timed again (the target's forward does not depend on
+    the drafter: a grid of two drafters can time one table with the passes of both; at B = 128
+    3 passes left 9-13% between profiles, 9 passes 3-9%, benchmarks/README.md).
+    ``table_repeats``: the table's passes (default ``repeats``)."""
+    if table is not None:
+        have = table.steps
+        same = (
+            sorted(set(have["context_tokens"])) == sorted(contexts)
+            and sorted(set(have["batch_tokens"])) == sorted(batch_tokens)
+            and table.prefill_points is not None
+            and [p for p, *_ in table.prefill_points] == list(prefill_tokens)
+            and table.cost.meta.get("clock") == clock
+        )
+        if not same:
+            raise SpecsimError(
+                "a reused profile table must have the same contexts, batch tokens, prefill "
+                "points and clock; measure the table again instead"
+            )
     from specsim.torch_engine.clock import check_clock
 
     check_clock(clock)
@@ -161,7 +185,8 @@ def measure_profile(
     try:
         return _measure(
             model, proposer, policy, name, batch_tokens, contexts, requests, draft_context,
-            prefill_tokens, repeats, layout, seed, limits, clock, draft_phase, ci,
+            prefill_tokens, repeats, layout, seed, limits, clock, draft_phase, ci, table,
+            table_repeats or repeats,
         )  # fmt: skip
     finally:
         if own_ref:
@@ -170,7 +195,7 @@ def measure_profile(
 
 def _measure(  # type: ignore[no-untyped-def]
     model, proposer, policy, name, batch_tokens, contexts, requests, draft_context,
-    prefill_tokens, repeats, layout, seed, limits, clock, draft_phase, ci,
+    prefill_tokens, repeats, layout, seed, limits, clock, draft_phase, ci, table, table_repeats,
 ) -> EngineProfile:  # fmt: skip
     import pandas as pd
 
@@ -187,63 +212,67 @@ def _measure(  # type: ignore[no-untyped-def]
     cap += 16
     n_slots = max(r_max, len(contexts) + 1)
     ft = FlatTarget(model, n_slots, cap, proposer.feature_layers, layout)
-    total = len(contexts) * len(batch_tokens) + len(prefill_tokens) + 3 * len(requests)
-    total += len(d_ctxs) + 2
+    total = 0 if table is not None else len(contexts) * len(batch_tokens) + len(prefill_tokens)
+    total += 3 * len(requests) + len(d_ctxs) + 2
     with Progress(total, f"profile engine ({clock} clock)", " points") as bar:
-        # Interleaved passes: every pass times every point once, in a shuffled order. Each
-        # timing is PAIRED with one of an anchor (the smallest batch at the first context) right
-        # before it, and a point's value is the median of its pairs' ratios times the anchor's
-        # median over all pairs: the VM's speed moves +-20% within seconds, alike for both calls
-        # of a pair, so the ratios keep the curve's shape where medians of 3-5 lone timings
-        # bent it (B = 2 / 3 at 1.03x / 1.23x of B = 1 where paired timing and the engine give
-        # 1.055x / 1.137x, docs/fidelity.md). Slot c holds context contexts[c] (filled once);
-        # the last slot takes the prefills (from an empty cache, logits on the last token only,
-        # as the engine runs them).
-        slots_ctx = {ctx: i for i, ctx in enumerate(contexts)}
-        pre_slot = len(contexts)
-        for ctx, slot in slots_ctx.items():
-            _fill(ft, slot, ctx, gen, vocab)
-        points = [(ctx, b) for ctx in contexts for b in batch_tokens]
-        points += [(-1, p) for p in prefill_tokens]  # context -1: a prefill
-        anchor = (contexts[0], min(batch_tokens))  # one of the points
-        toks = {pt: _ids(gen, vocab, pt[1]).tolist() for pt in points}
+        if table is None:
+            # Interleaved passes: every pass times every point once, in a shuffled order. Each
+            # timing is PAIRED with one of an anchor (the smallest batch at the first context) right
+            # before it, and a point's value is the median of its pairs' ratios times the anchor's
+            # median over all pairs: the VM's speed moves +-20% within seconds, alike for both calls
+            # of a pair, so the ratios keep the curve's shape where medians of 3-5 lone timings
+            # bent it (B = 2 / 3 at 1.03x / 1.23x of B = 1 where paired timing and the engine give
+            # 1.055x / 1.137x, docs/fidelity.md). Slot c holds context contexts[c] (filled once);
+            # the last slot takes the prefills (from an empty cache, logits on the last token only,
+            # as the engine runs them).
+            slots_ctx = {ctx: i for i, ctx in enumerate(contexts)}
+            pre_slot = len(contexts)
+            for ctx, slot in slots_ctx.items():
+                _fill(ft, slot, ctx, gen, vocab)
+            points = [(ctx, b) for ctx in contexts for b in batch_tokens]
+            points += [(-1, p) for p in prefill_tokens]  # context -1: a prefill
+            anchor = (contexts[0], min(batch_tokens))  # one of the points
+            toks = {pt: _ids(gen, vocab, pt[1]).tolist() for pt in points}
 
-        def point_call(pt: tuple[int, int]):  # type: ignore[no-untyped-def]
-            ctx, tok = pt[0], toks[pt]
-            if ctx < 0:
+            def point_call(pt: tuple[int, int]):  # type: ignore[no-untyped-def]
+                ctx, tok = pt[0], toks[pt]
+                if ctx < 0:
 
-                def call() -> None:
-                    ft.reset(pre_slot)
-                    ft.forward([pre_slot], [tok], [1])
-                    _sync(model)
-            else:
-                slot = slots_ctx[ctx]
+                    def call() -> None:
+                        ft.reset(pre_slot)
+                        ft.forward([pre_slot], [tok], [1])
+                        _sync(model)
+                else:
+                    slot = slots_ctx[ctx]
 
-                def call() -> None:
-                    ft.forward([slot], [tok])
-                    _sync(model)
-                    ft.truncate(slot, ctx)
+                    def call() -> None:
+                        ft.forward([slot], [tok])
+                        _sync(model)
+                        ft.truncate(slot, ctx)
 
-            return call
+                return call
 
-        calls = {pt: point_call(pt) for pt in toks}
-        ratios: dict[tuple[int, int], list[tuple[float, float]]] = {pt: [] for pt in points}
-        anchor_t: list[tuple[float, float]] = []
-        for rep in range(repeats + 1):  # pass 0 is a warm-up
-            for k in gen.permutation(len(points)):
-                pt = points[int(k)]
-                for _ in range(SMALL_PAIRS if 0 <= pt[0] and pt[1] <= SMALL_B else 1):
-                    ta = _timed(calls[anchor])
-                    tp = _timed(calls[pt], calibrate=False)  # the pair shares one speed factor
-                    if rep:
-                        anchor_t.append(ta)
-                        ratios[pt].append((tp[0] / ta[0], tp[1] / ta[1]))
-            bar.update(len(points) / (repeats + 1))
-        med = _anchor_scaled(anchor, anchor_t, ratios)
-        rows = [(ctx, b, med[(ctx, b)][ci], *med[(ctx, b)]) for ctx, b in points if ctx >= 0]
-        cols = ["context_tokens", "batch_tokens", "step_ms", "step_ms_cpu", "step_ms_wall"]
-        steps = pd.DataFrame(rows, columns=cols)
-        pre_pts = [(p, *med[(-1, p)]) for p in prefill_tokens]
+            calls = {pt: point_call(pt) for pt in toks}
+            ratios: dict[tuple[int, int], list[tuple[float, float]]] = {pt: [] for pt in points}
+            anchor_t: list[tuple[float, float]] = []
+            for rep in range(table_repeats + 1):  # pass 0 is a warm-up
+                for k in gen.permutation(len(points)):
+                    pt = points[int(k)]
+                    for _ in range(SMALL_PAIRS if 0 <= pt[0] and pt[1] <= SMALL_B else 1):
+                        ta = _timed(calls[anchor])
+                        tp = _timed(calls[pt], calibrate=False)  # the pair shares one speed factor
+                        if rep:
+                            anchor_t.append(ta)
+                            ratios[pt].append((tp[0] / ta[0], tp[1] / ta[1]))
+                bar.update(len(points) / (table_repeats + 1))
+            med = _anchor_scaled(anchor, anchor_t, ratios)
+            rows = [(ctx, b, med[(ctx, b)][ci], *med[(ctx, b)]) for ctx, b in points if ctx >= 0]
+            cols = ["context_tokens", "batch_tokens", "step_ms", "step_ms_cpu", "step_ms_wall"]
+            steps = pd.DataFrame(rows, columns=cols)
+            pre_pts = [(p, *med[(-1, p)]) for p in prefill_tokens]
+        else:  # the table of an earlier profile of the same target (see measure_profile)
+            steps = table.steps.copy()
+            pre_pts = list(table.prefill_points)
         ft = FlatTarget(model, max(r_max, 1), cap, proposer.feature_layers, layout)
         # The table stays jagged: on this CPU a forward of 16 tokens was measured FASTER than
         # one of 12 or 14 (GEMM kernel shapes), and the engine showed the same; smoothing it
@@ -461,7 +490,10 @@ def _measure(  # type: ignore[no-untyped-def]
     ratio = float(np.median(steps[other_col] / steps["step_ms"]))
     other = model_on(piv2, ratio, other_clk)
     other.meta["scalars_scaled_from"] = f"{clock} clock x {ratio:.4f}"
-    return EngineProfile(cost=cost, steps=steps, per_request=per_req, other=other, terms=terms_df)
+    return EngineProfile(
+        cost=cost, steps=steps, per_request=per_req, other=other, terms=terms_df,
+        prefill_points=pre_pts,
+    )  # fmt: skip
 
 
 def _draft_contexts(draft_context: int, window: int) -> tuple[int, ...]:
