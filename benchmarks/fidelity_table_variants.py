@@ -26,9 +26,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from specsim.analysis.validate import cell_metrics
+from specsim.analysis.fidelity_report import replay_cell
 from specsim.sim.profiles import read_profile_csv
-from specsim.sim.simulate import replay
 from specsim.trace.io import read_trace
 
 ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -36,7 +35,6 @@ ap.add_argument("report", type=Path, help="a fidelity report directory (two draf
 out = ap.parse_args().report
 table = pd.read_csv(out / "fidelity.csv")
 cfg = json.loads((out / "config.json").read_text())
-rates = cfg.get("rates_req_s", {})
 costs = {
     d: read_profile_csv(out / f"profile-{d.replace(':', '')}.csv") for d in table.drafter.unique()
 }
@@ -66,23 +64,10 @@ for d, grp in table.groupby("drafter", sort=False):
     trace = read_trace(cfg["traces"][d])
     for name, v in variants[d].items():
         for r in grp.itertuples():
-            kw = {"requests": int(r.jobs), "seed": int(cfg.get("seed", 0)), "record_tokens": False}
-            if r.concurrency > 0:
-                kw["concurrency"] = int(r.concurrency)
-            else:
-                kw["rate"] = float(rates[f"{d} {r.policy} {r.load}"])
-            res = replay(trace, r.policy, profile=v, **kw)
-            m = cell_metrics(res.summary, res.requests)
-            rows.append(
-                {
-                    "variant": name,
-                    "drafter": d,
-                    "policy": r.policy,
-                    "load": r.load,
-                    "thr": m["throughput_tok_s"] / r.real_throughput_tok_s - 1,
-                    "tpot": m["tpot_ms_mean"] / r.real_tpot_ms_mean - 1,
-                }
-            )
+            m = replay_cell(trace, r, cfg, v)
+            thr = m["throughput_tok_s"] / r.real_throughput_tok_s - 1
+            tpot = m["tpot_ms_mean"] / r.real_tpot_ms_mean - 1
+            rows.append({"variant": name, "policy": r.policy, "thr": thr, "tpot": tpot})
 df = pd.DataFrame(rows)
 for name, g in df.groupby("variant", sort=False):
     both = ((g.thr.abs() < 0.05) & (g.tpot.abs() < 0.05)).sum()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -310,31 +311,36 @@ def term_variants(cost):  # type: ignore[no-untyped-def]
     return out
 
 
+def replay_cell(trace: Any, cell: Any, cfg: dict, cost: Any) -> dict[str, float]:
+    """The simulated side of one row of a report's ``fidelity.csv`` (``cell``: its
+    itertuple) under ``cost``: the same jobs, seed, load and policy as the grid replayed."""
+    from specsim.analysis.validate import cell_metrics
+    from specsim.sim.simulate import replay
+
+    kw = {"requests": int(cell.jobs), "seed": int(cfg.get("seed", 0)), "record_tokens": False}
+    if cell.concurrency > 0:
+        kw["concurrency"] = int(cell.concurrency)
+    else:
+        kw["rate"] = float(cfg.get("rates_req_s", {})[f"{cell.drafter} {cell.policy} {cell.load}"])
+    res = replay(trace, cell.policy, profile=cost, **kw)
+    return cell_metrics(res.summary, res.requests)
+
+
 def term_ablation(out_dir: Path) -> pd.DataFrame:
     """Replays every cell of a finished grid with each term removed (torch-free, seconds) and
     scores it against the same real runs: ``terms.csv``."""
-    from specsim.analysis.validate import cell_metrics
     from specsim.sim.profiles import read_profile_csv
-    from specsim.sim.simulate import replay
     from specsim.trace.io import read_trace
 
     table = pd.read_csv(out_dir / "fidelity.csv")
     cfg = json.loads((out_dir / "config.json").read_text())
-    seed = int(cfg.get("seed", 0))
-    rates = cfg.get("rates_req_s", {})
     rows = []
     for drafter, grp in table.groupby("drafter", sort=False):
         trace = read_trace(cfg["traces"][drafter])
         cost = read_profile_csv(out_dir / f"profile-{str(drafter).replace(':', '')}.csv")
         for name, variant in term_variants(cost).items():
             for r in grp.itertuples():
-                kw = {"requests": int(r.jobs), "seed": seed, "record_tokens": False}
-                if r.concurrency > 0:
-                    kw["concurrency"] = int(r.concurrency)
-                else:
-                    kw["rate"] = float(rates[f"{drafter} {r.policy} {r.load}"])
-                res = replay(trace, r.policy, profile=variant, **kw)
-                m = cell_metrics(res.summary, res.requests)
+                m = replay_cell(trace, r, cfg, variant)
                 slow = float(getattr(r, "slowdown_vs_profile", 1.0))
                 slow = slow if np.isfinite(slow) else 1.0
                 rows.append(
