@@ -210,66 +210,14 @@ def _measure(  # type: ignore[no-untyped-def]
     d_ctxs = _draft_contexts(draft_context, window)
     cap = max(max(contexts), draft_context, max(d_ctxs), max(prefill_tokens)) + max(batch_tokens)
     cap += 16
-    n_slots = max(r_max, len(contexts) + 1)
-    ft = FlatTarget(model, n_slots, cap, proposer.feature_layers, layout)
     total = 0 if table is not None else len(contexts) * len(batch_tokens) + len(prefill_tokens)
     total += 3 * len(requests) + len(d_ctxs) + 2
     with Progress(total, f"profile engine ({clock} clock)", " points") as bar:
         if table is None:
-            # Interleaved passes: every pass times every point once, in a shuffled order. Each
-            # timing is PAIRED with one of an anchor (the smallest batch at the first context) right
-            # before it, and a point's value is the median of its pairs' ratios times the anchor's
-            # median over all pairs: the VM's speed moves +-20% within seconds, alike for both calls
-            # of a pair, so the ratios keep the curve's shape where medians of 3-5 lone timings
-            # bent it (B = 2 / 3 at 1.03x / 1.23x of B = 1 where paired timing and the engine give
-            # 1.055x / 1.137x, docs/fidelity.md). Slot c holds context contexts[c] (filled once);
-            # the last slot takes the prefills (from an empty cache, logits on the last token only,
-            # as the engine runs them).
-            slots_ctx = {ctx: i for i, ctx in enumerate(contexts)}
-            pre_slot = len(contexts)
-            for ctx, slot in slots_ctx.items():
-                _fill(ft, slot, ctx, gen, vocab)
-            points = [(ctx, b) for ctx in contexts for b in batch_tokens]
-            points += [(-1, p) for p in prefill_tokens]  # context -1: a prefill
-            anchor = (contexts[0], min(batch_tokens))  # one of the points
-            toks = {pt: _ids(gen, vocab, pt[1]).tolist() for pt in points}
-
-            def point_call(pt: tuple[int, int]):  # type: ignore[no-untyped-def]
-                ctx, tok = pt[0], toks[pt]
-                if ctx < 0:
-
-                    def call() -> None:
-                        ft.reset(pre_slot)
-                        ft.forward([pre_slot], [tok], [1])
-                        _sync(model)
-                else:
-                    slot = slots_ctx[ctx]
-
-                    def call() -> None:
-                        ft.forward([slot], [tok])
-                        _sync(model)
-                        ft.truncate(slot, ctx)
-
-                return call
-
-            calls = {pt: point_call(pt) for pt in toks}
-            ratios: dict[tuple[int, int], list[tuple[float, float]]] = {pt: [] for pt in points}
-            anchor_t: list[tuple[float, float]] = []
-            for rep in range(table_repeats + 1):  # pass 0 is a warm-up
-                for k in gen.permutation(len(points)):
-                    pt = points[int(k)]
-                    for _ in range(SMALL_PAIRS if 0 <= pt[0] and pt[1] <= SMALL_B else 1):
-                        ta = _timed(calls[anchor])
-                        tp = _timed(calls[pt], calibrate=False)  # the pair shares one speed factor
-                        if rep:
-                            anchor_t.append(ta)
-                            ratios[pt].append((tp[0] / ta[0], tp[1] / ta[1]))
-                bar.update(len(points) / (table_repeats + 1))
-            med = _anchor_scaled(anchor, anchor_t, ratios)
-            rows = [(ctx, b, med[(ctx, b)][ci], *med[(ctx, b)]) for ctx, b in points if ctx >= 0]
-            cols = ["context_tokens", "batch_tokens", "step_ms", "step_ms_cpu", "step_ms_wall"]
-            steps = pd.DataFrame(rows, columns=cols)
-            pre_pts = [(p, *med[(-1, p)]) for p in prefill_tokens]
+            steps, pre_pts = _time_table(
+                model, proposer, contexts, batch_tokens, prefill_tokens, cap, layout, gen, vocab,
+                table_repeats, ci, bar,
+            )  # fmt: skip
         else:  # the table of an earlier profile of the same target (see measure_profile)
             steps = table.steps.copy()
             pre_pts = list(table.prefill_points)
@@ -494,6 +442,72 @@ def _measure(  # type: ignore[no-untyped-def]
         cost=cost, steps=steps, per_request=per_req, other=other, terms=terms_df,
         prefill_points=pre_pts,
     )  # fmt: skip
+
+
+def _time_table(  # type: ignore[no-untyped-def]
+    model, proposer, contexts, batch_tokens, prefill_tokens, cap, layout, gen, vocab, passes, ci,
+    bar,
+):  # fmt: skip
+    """The step table and the prefill points, timed in ``passes`` interleaved passes:
+    (steps DataFrame, [(prompt tokens, cpu ms, wall ms)])."""
+    import pandas as pd
+
+    ft = FlatTarget(model, len(contexts) + 1, cap, proposer.feature_layers, layout)
+    # Interleaved passes: every pass times every point once, in a shuffled order. Each
+    # timing is PAIRED with one of an anchor (the smallest batch at the first context) right
+    # before it, and a point's value is the median of its pairs' ratios times the anchor's
+    # median over all pairs: the VM's speed moves +-20% within seconds, alike for both calls
+    # of a pair, so the ratios keep the curve's shape where medians of 3-5 lone timings
+    # bent it (B = 2 / 3 at 1.03x / 1.23x of B = 1 where paired timing and the engine give
+    # 1.055x / 1.137x, docs/fidelity.md). Slot c holds context contexts[c] (filled once);
+    # the last slot takes the prefills (from an empty cache, logits on the last token only,
+    # as the engine runs them).
+    slots_ctx = {ctx: i for i, ctx in enumerate(contexts)}
+    pre_slot = len(contexts)
+    for ctx, slot in slots_ctx.items():
+        _fill(ft, slot, ctx, gen, vocab)
+    points = [(ctx, b) for ctx in contexts for b in batch_tokens]
+    points += [(-1, p) for p in prefill_tokens]  # context -1: a prefill
+    anchor = (contexts[0], min(batch_tokens))  # one of the points
+    toks = {pt: _ids(gen, vocab, pt[1]).tolist() for pt in points}
+
+    def point_call(pt: tuple[int, int]):  # type: ignore[no-untyped-def]
+        ctx, tok = pt[0], toks[pt]
+        if ctx < 0:
+
+            def call() -> None:
+                ft.reset(pre_slot)
+                ft.forward([pre_slot], [tok], [1])
+                _sync(model)
+        else:
+            slot = slots_ctx[ctx]
+
+            def call() -> None:
+                ft.forward([slot], [tok])
+                _sync(model)
+                ft.truncate(slot, ctx)
+
+        return call
+
+    calls = {pt: point_call(pt) for pt in toks}
+    ratios: dict[tuple[int, int], list[tuple[float, float]]] = {pt: [] for pt in points}
+    anchor_t: list[tuple[float, float]] = []
+    for rep in range(passes + 1):  # pass 0 is a warm-up
+        for k in gen.permutation(len(points)):
+            pt = points[int(k)]
+            for _ in range(SMALL_PAIRS if 0 <= pt[0] and pt[1] <= SMALL_B else 1):
+                ta = _timed(calls[anchor])
+                tp = _timed(calls[pt], calibrate=False)  # the pair shares one speed factor
+                if rep:
+                    anchor_t.append(ta)
+                    ratios[pt].append((tp[0] / ta[0], tp[1] / ta[1]))
+        bar.update(len(points) / (passes + 1))
+    med = _anchor_scaled(anchor, anchor_t, ratios)
+    rows = [(ctx, b, med[(ctx, b)][ci], *med[(ctx, b)]) for ctx, b in points if ctx >= 0]
+    cols = ["context_tokens", "batch_tokens", "step_ms", "step_ms_cpu", "step_ms_wall"]
+    steps = pd.DataFrame(rows, columns=cols)
+    pre_pts = [(p, *med[(-1, p)]) for p in prefill_tokens]
+    return steps, pre_pts
 
 
 def _draft_contexts(draft_context: int, window: int) -> tuple[int, ...]:
