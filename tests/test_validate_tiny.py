@@ -15,7 +15,7 @@ pytest.importorskip("torch")
 from specsim.analysis.validate import METRICS, compare, parse_grid  # noqa: E402
 from specsim.cli import main  # noqa: E402
 from specsim.errors import SpecsimError  # noqa: E402
-from specsim.sim.profiles import read_profile_csv  # noqa: E402
+from specsim.sim.profiles import parse_curve, read_profile_csv  # noqa: E402
 
 # simulated / real timing allowed on the tiny model (steps of ~2 ms), either way: loose on
 # purpose, see test_cpu_clock_timing_within_a_loose_bound. Seen: here 0.53x (sim too fast), on a
@@ -150,8 +150,10 @@ def test_term_ablation_scores_each_term(report):
     table = pd.read_csv(out / "fidelity.csv")
     # the full model, the three terms and v1, the draft curve's line, the overhead's v3 split,
     # residual and v2 line
-    assert terms["variant"].nunique() == 9
-    assert len(terms) == 9 * len(table)
+    # (and v5's loop at 4 tokens a request when the per-token term came out above 0)
+    n_var = 9 + bool(read_profile_csv(out / "profile-ngram.csv").accept_per_token_ms)
+    assert terms["variant"].nunique() == n_var
+    assert len(terms) == n_var * len(table)
     full = terms[terms.variant == "full model"].reset_index(drop=True)
     np.testing.assert_allclose(full["err_throughput_tok_s"], table["err_throughput_tok_s"],
                                rtol=1e-4, atol=1e-5)  # fmt: skip
@@ -178,6 +180,13 @@ def test_report_files(report):
     want = per["verify_extra_ms"].clip(lower=0) + per["loop_ms"].clip(lower=0)
     np.testing.assert_allclose([m for _, m in cost.overhead_curve], want, atol=1e-3)
     assert all(m >= 0 for _, m in cost.draft_curve) and "overhead_engine_curve" in cost.meta
+    # the loop's per-token part, fitted over both calibration passes (4 and gamma + 1 tokens a
+    # request), and v5's form (the loop at 4 tokens a request) kept for the ablation
+    assert cost.accept_per_token_ms >= 0 and (per["loop_k4_ms"] >= 0).all()
+    k4 = per["verify_extra_ms"].clip(lower=0) + per["loop_k4_ms"].clip(lower=0)
+    np.testing.assert_allclose(
+        [m for _, m in parse_curve(cost.meta["overhead_k4_curve"], "k4")], k4, atol=1e-3
+    )
     twin = read_profile_csv(out / "profile-ngram-wall.csv")
     assert twin.meta["clock"] == "wall" and twin.is_2d == cost.is_2d
     steps = pd.read_parquet(out / "engine_steps.parquet")

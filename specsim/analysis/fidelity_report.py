@@ -295,6 +295,12 @@ def term_variants(cost):  # type: ignore[no-untyped-def]
         ):  # fmt: skip
             if cost.meta.get(key, ""):
                 out[label] = replace(cost, overhead_curve=parse_curve(cost.meta[key], cost.name))
+        if cost.accept_per_token_ms and cost.meta.get("overhead_k4_curve", ""):
+            out["loop per request only, at 4 tokens a request (v5: no per-token term)"] = replace(
+                cost,
+                accept_per_token_ms=0.0,
+                overhead_curve=parse_curve(cost.meta["overhead_k4_curve"], cost.name),
+            )
         out["loop overhead as a straight line (v2: step_overhead + verify_per_request R)"] = (
             replace(cost, overhead_curve=(), step_overhead_ms=base, verify_per_request_ms=slope)
         )

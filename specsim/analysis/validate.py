@@ -785,7 +785,7 @@ def _decompose(c: Cell, steps: pd.DataFrame, cost: Any, trace: Any) -> dict[str,
     )
     m_table = np.array([cost.step_time(int(x), float(y)) for x, y in zip(b, ctx, strict=True)])
     m_table *= 1000.0
-    m_over = cost.overhead_ms(n)
+    m_over = cost.overhead_ms(n) + cost.accept_per_token_ms * b
     real_loop = st["duration_s"] - st["draft_s"] - st["sched_s"] - st["verify_s"]
     out.update(
         {

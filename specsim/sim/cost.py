@@ -18,7 +18,12 @@ layer, accepting, streaming), and per decoding request ``draft_per_context_us`` 
 the drafter attends to (a DSpark drafter reads up to ``draft_context_window`` target features).
 With ``prefill_token_ms`` > 0 a prompt token is charged at that cost instead of through the
 table (it needs no logits: an engine computes the LM head only where it samples), so the table
-covers the verified tokens only.
+covers the verified tokens only. ``accept_per_token_ms`` is the loop's cost per verified token
+beyond the forward (the argmax or the rejection sampling over the vocabulary at every verified
+row, committing, streaming): on the CPU engine 0.13 ms a token, so a step of 16 requests
+verifying 8 tokens each pays ~17 ms of it and one verifying 1 token each ~2 (v5 grid); v5
+folded it into the per-request curve measured at 4 tokens a request, which charged ``full``
+half and ``ar`` three times what their steps paid.
 
 ``overhead_curve`` ((R, ms) points, measured at R = 1, 2, 4, 8, 16 running requests) replaces
 ``step_overhead_ms + verify_per_request_ms * R`` when given: on the CPU engine that overhead is
@@ -66,6 +71,7 @@ COST_KEYS = (
     "verify_per_request_ms",
     "draft_per_context_us",
     "prefill_token_ms",
+    "accept_per_token_ms",
 )
 
 
@@ -121,6 +127,7 @@ class CostModel:
     draft_per_context_us: float = 0.0
     draft_context_window: int = 0  # 0: the drafter reads the whole context
     prefill_token_ms: float = 0.0
+    accept_per_token_ms: float = 0.0  # the loop's cost per verified token (accept, stream)
     overhead_curve: tuple[tuple[int, float], ...] = ()  # (requests, ms): replaces the linear
     draft_curve: tuple[tuple[int, float], ...] = ()  # (requests, ms): replaces base + per-request
     max_running: int = 256
@@ -207,6 +214,7 @@ class CostModel:
             or self.verify_per_request_ms
             or self.draft_per_context_us
             or self.prefill_token_ms
+            or self.accept_per_token_ms
         )
 
     def policy_step_fn(self, step_fn, prefill_tokens: int):  # type: ignore[no-untyped-def]
@@ -238,7 +246,7 @@ class CostModel:
             t = float(step_fn(decode_tokens)) + self.prefill_token_ms * 1e-3 * prefill_tokens
         else:
             t = float(step_fn(decode_tokens + prefill_tokens))
-        return t + self.overhead_ms(n_requests) * 1e-3
+        return t + (self.overhead_ms(n_requests) + self.accept_per_token_ms * decode_tokens) * 1e-3
 
     def overhead_ms(self, n_requests):  # type: ignore[no-untyped-def]
         """The engine loop's own ms per step at ``n_requests`` requests (scalar or array):
@@ -320,6 +328,7 @@ class CostModel:
             "draft_per_context_us": self.draft_per_context_us,
             "draft_context_window": self.draft_context_window,
             "prefill_token_ms": self.prefill_token_ms,
+            "accept_per_token_ms": self.accept_per_token_ms,
             "max_running": self.max_running,
             "kv_tokens": self.kv_tokens,
             "prefill_budget": self.prefill_budget,

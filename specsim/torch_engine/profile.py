@@ -346,7 +346,7 @@ def _measure(  # type: ignore[no-untyped-def]
         sched_base_us=float(max(s_base, 0.0)),
         sched_us_per_request=float(max(s_slope, 0.0)),
     )
-    over = _loop_overhead(
+    over, per_tok = _loop_overhead(
         model,
         proposer,
         table_only,
@@ -358,6 +358,7 @@ def _measure(  # type: ignore[no-untyped-def]
         draft_model,
         prompt=draft_context,
         draft_phase=draft_phase,
+        gamma=g,
     )
     per_req = per_req.merge(over, on="requests")
     o_slope, o_base = np.polyfit(rr, per_req["loop_overhead_ms"].to_numpy(), 1)
@@ -383,6 +384,10 @@ def _measure(  # type: ignore[no-untyped-def]
     resid_curve = [
         (int(r), max(float(m), 0.0)) for r, m in zip(rr, per_req["loop_overhead_ms"], strict=True)
     ]
+    k4_curve = [  # v5's loop: one number per R at 4 tokens a request (term ablation)
+        (int(r), max(float(v), 0.0) + max(float(lp), 0.0))
+        for r, v, lp in zip(rr, per_req["verify_extra_ms"], per_req["loop_k4_ms"], strict=True)
+    ]
     piv = steps.pivot_table(index="context_tokens", columns="batch_tokens", values="step_ms")
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     meta = {
@@ -400,6 +405,8 @@ def _measure(  # type: ignore[no-untyped-def]
         "overhead_residual_curve": ",".join(f"{r}:{m:.4f}" for r, m in resid_curve),
         # the step less the engine's drafting, the modelled policy and the table, at each R
         "overhead_engine_curve": ",".join(f"{r}:{m:.4f}" for r, m in engine_curve),
+        # v5's overhead curve (the loop at 4 tokens a request, no per-token term)
+        "overhead_k4_curve": ",".join(f"{r}:{m:.4f}" for r, m in k4_curve),
         "repeats": str(repeats),
     }
     lim = limits or {}
@@ -413,6 +420,7 @@ def _measure(  # type: ignore[no-untyped-def]
         "step_overhead_ms": 0.0,  # the loop overhead is the measured curve below
         "verify_per_request_ms": 0.0,
         "prefill_token_ms": round(pre_ms, 5),
+        "accept_per_token_ms": round(per_tok, 5),
     }
 
     def model_on(table: Any, scale: float, clk: str) -> Any:
@@ -552,7 +560,8 @@ def _loop_overhead(
     prompt: int = 32,
     out: int = 48,  # ~12 decode steps of 4 tokens each per request, twice: a stable median
     draft_phase: str = "draft",
-) -> Any:
+    gamma: int = 3,
+) -> tuple[Any, float]:
     """Median per-step time the engine spends outside the target forward's table cost, the
     drafting and the policy, at R decoding requests (``static:3``: 4 tokens each), at a context
     the table covers (``prompt``: the workload's typical context; a context below the table's
@@ -565,7 +574,16 @@ def _loop_overhead(
     table (kept as a term-ablation variant). ``engine_draft_ms`` is what the cost model's
     ``draft_curve`` is made from, ``loop_ms`` part of its ``overhead_curve``. Measured in the
     engine, a draft pays for following a forward of another shape (caches, allocator: up to
-    ~10% more than back to back) and a forward of R requests for their R attention calls."""
+    ~10% more than back to back) and a forward of R requests for their R attention calls.
+
+    The second pass verifies full blocks (``static:gamma``, gamma + 1 tokens a request), so the
+    loop's timers can be split into a part per request and a part per verified token (the
+    argmax or sampling at every verified row, committing, streaming): a least-squares fit of
+    every step's loop time on R and the verified tokens B gives ``accept_per_token_ms`` (the
+    second value returned), and ``loop_ms`` at each R is the median of the loop time less it.
+    In v5 the loop was one number per R measured at 4 tokens a request, which charged the
+    grid's full-block steps half of what they paid and its one-token steps three times.
+    ``loop_k4_ms`` keeps that form (the first pass's median) for the term ablation."""
     import pandas as pd
 
     from specsim.policies.base import get_policy
@@ -573,9 +591,12 @@ def _loop_overhead(
     from specsim.torch_engine.engine import EngineConfig, RealEngine
 
     steps = {r: [] for r in requests}
+    k_full = max(int(gamma), 1)
     # two passes, the second in the reverse order: a drift of the machine's speed during the
-    # calibration then moves the small and the large R alike
-    for r in list(requests) + list(reversed(requests)):
+    # calibration then moves the small and the large R alike; the second verifies full blocks
+    order = [(r, 0, "static:3") for r in requests]
+    order += [(r, 1, f"static:{k_full}") for r in reversed(requests)]
+    for r, pass_i, pol in order:
         prompts = [_ids(gen, vocab, prompt).tolist() for _ in range(r)]
         wl = Workload(
             kind="closed",
@@ -590,7 +611,7 @@ def _loop_overhead(
         res = RealEngine(
             model,
             proposer,
-            get_policy("static:3"),
+            get_policy(pol),
             table,
             prompts,
             wl,
@@ -599,7 +620,8 @@ def _loop_overhead(
             ),
         ).run()
         st = res.steps
-        steps[r].append(st[(st["prefilling"] == 0) & (st["decoding"] == r)])
+        steps[r].append(st[(st["prefilling"] == 0) & (st["decoding"] == r)].assign(pass_i=pass_i))
+    per_token = _accept_per_token(pd.concat([x for v in steps.values() for x in v]))
     rows = []
     for r in requests:
         st = pd.concat(steps[r], ignore_index=True)
@@ -625,12 +647,32 @@ def _loop_overhead(
         # else of the step beyond the table and the modelled policy (a variant, not used)
         e_draft = st["draft_s"].to_numpy() - ctx_s
         e_over = dur - st["draft_s"].to_numpy() - s_s - pred
+        own_req = own.to_numpy() - per_token * 1e-3 * st["batch_tokens"].to_numpy()
+        own_k4 = own[st["pass_i"] == 0].to_numpy()
         meds = [
-            float(np.median(x)) * 1000.0 if len(st) else 0.0 for x in (resid, own, e_draft, e_over)
+            float(np.median(x)) * 1000.0 if len(x) else 0.0
+            for x in (resid, own_req, e_draft, e_over, own_k4)
         ]
         rows.append((r, *meds, len(st)))
-    cols = ["loop_overhead_ms", "loop_ms", "engine_draft_ms", "engine_overhead_ms", "steps"]
-    return pd.DataFrame(rows, columns=["requests", *cols])
+    cols = [
+        "loop_overhead_ms", "loop_ms", "engine_draft_ms", "engine_overhead_ms", "loop_k4_ms",
+        "steps",
+    ]  # fmt: skip
+    return pd.DataFrame(rows, columns=["requests", *cols]), per_token
+
+
+def _accept_per_token(steps: Any) -> float:
+    """ms of the engine loop per verified token: the least-squares slope in B of every
+    calibration step's loop time (duration less drafting, policy and forward) on ``1, R, B``
+    (decode-only steps, so B is the verified tokens). 0 when B does not vary apart from R
+    (one block length) or the slope comes out negative."""
+    own = (steps["duration_s"] - steps["draft_s"] - steps["sched_s"] - steps["verify_s"]) * 1e3
+    r, b = steps["decoding"].to_numpy(float), steps["batch_tokens"].to_numpy(float)
+    x = np.column_stack([np.ones(len(steps)), r, b])
+    if len(steps) < 4 or np.linalg.matrix_rank(x) < 3:
+        return 0.0
+    coef, *_ = np.linalg.lstsq(x, own.to_numpy(float), rcond=None)
+    return max(float(coef[2]), 0.0)
 
 
 def probe_ms(
