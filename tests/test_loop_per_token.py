@@ -7,13 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from test_engine_terms import TABLE, trace  # noqa: F401, F811  (its trace fixture)
 
 from specsim.sim.cost import CostModel
 from specsim.sim.profiles import parse_profile_csv, write_profile_csv
 from specsim.sim.simulate import replay
-from specsim.trace.synth import LogNormal, synth_trace
 
-TABLE = {"batch_tokens": np.array([1, 4, 8, 16, 64, 256]), "step_ms": [5, 5.5, 6, 8, 12, 40.0]}
 CURVE = ((1, 0.2), (4, 0.9), (16, 3.0))
 
 
@@ -48,19 +47,8 @@ def test_fit_recovers_the_per_token_cost():
     assert _accept_per_token(calibration_steps(-0.2, seed=3)) == 0.0
 
 
-@pytest.fixture(scope="module")
-def trace():
-    return synth_trace(
-        n_requests=12,
-        accept_profile=[0.8, 0.6, 0.5, 0.4],
-        prompt_len=LogNormal(40, 0.5, 8, 120),
-        output_len=LogNormal(30, 0.4, 8, 80),
-        seed=3,
-    )
-
-
 @pytest.mark.parametrize("policy", ["static:1", "static:3"])
-def test_each_step_pays_per_verified_token(trace, policy):
+def test_each_step_pays_per_verified_token(trace, policy):  # noqa: F811
     """duration with the term = duration without it + accept_per_token_ms x (anchors +
     verified drafts), step by step (static policies: no decision depends on cost)."""
     kw = {"profile": None, "concurrency": 4, "seed": 0, "record_tokens": False}
