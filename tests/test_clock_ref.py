@@ -98,6 +98,75 @@ def test_a_twice_slower_probe_halves_the_clock(monkeypatch, kind):
     assert clk.raw_cpu_s == pytest.approx(raw_t + raw_d, rel=0.05)
 
 
+def test_a_large_probe_times_large_forwards_at_its_own_speed(monkeypatch):
+    """``--ref-large``: the large probe's factor over the small one's is carried between its
+    (less frequent) re-timings, and a forward's factor is blended by its tokens in log space:
+    4 tokens at the small probe's, 64 and more at the large one's, 16 half-way. Exact on a CPU
+    clock that only the probes advance."""
+    import math
+
+    import specsim.torch_engine.clock as clock_mod
+    from specsim.torch_engine.clock import LARGE
+
+    cpu = {"s": 0.0}
+    work = {"target": 4.0, LARGE: 40.0}
+    calls = {"target": 0, LARGE: 0}
+
+    def probe(phase: str):  # type: ignore[no-untyped-def]
+        def run() -> None:
+            calls[phase] += 1
+            cpu["s"] += work[phase] / 1000.0
+
+        return run
+
+    with monkeypatch.context() as m:
+        m.setattr(clock_mod.time, "thread_time", lambda: cpu["s"])
+        probes = {"target": probe("target"), LARGE: probe(LARGE)}
+        sizes = {"target": 4, LARGE: 64}
+        ref = SpeedRef(probes, every_s=1e9, probe="cold", sizes=sizes, large_every=2)
+        ref.reference(repeats=3)
+        work["target"], work[LARGE] = 8.0, 60.0  # small forwards 2x slower, large ones 1.5x
+        before = dict(calls)
+        ref.calibrate()  # calibration 0: both probes
+        assert {p: calls[p] - before[p] for p in calls} == {"target": 1, LARGE: 1}
+        assert ref.large_ratio == pytest.approx(0.75)
+        assert ref.speed("target") == pytest.approx(2.0)  # no size: the small probe's
+        assert ref.speed("target", 4) == pytest.approx(2.0)
+        assert ref.speed("target", 1) == pytest.approx(2.0)  # clipped below
+        assert ref.speed("target", 64) == pytest.approx(1.5)
+        assert ref.speed("target", 300) == pytest.approx(1.5)  # clipped above
+        assert ref.speed("target", 16) == pytest.approx(2.0 * math.sqrt(0.75))
+        assert ref.factor[LARGE] == pytest.approx(1.5)
+        work["target"], work[LARGE] = 4.0, 80.0  # the small probe back to 1x
+        before = dict(calls)
+        ref.calibrate()  # calibration 1: the small probe only; the ratio carries
+        assert {p: calls[p] - before[p] for p in calls} == {"target": 1, LARGE: 0}
+        assert ref.speed("target", 64) == pytest.approx(0.75)
+        ref.calibrate()  # calibration 2: both again
+        assert ref.speed("target", 64) == pytest.approx(2.0)
+        assert ref.speed("draft:x", 64) == pytest.approx(1.0)  # other phases: no blend
+    clk = EngineClock("ref", ref)
+    ref.calibrate = lambda phases=None: (0.0, 0.0)  # keep the factors just measured
+    clk.start()
+    t0 = clk.mark("target", 64)
+    raw_l = cpu_s(lambda: burn(6))
+    t1 = clk.mark("target")
+    raw_s = cpu_s(lambda: burn(6))
+    t2 = clk.now()
+    assert (t1 - t0) == pytest.approx(raw_l / 2.0, rel=0.05)
+    assert (t2 - t1) == pytest.approx(raw_s / 1.0, rel=0.05)
+    use_reference(ref)
+    try:
+        assert ref_cpu_ms(100.0, "target", 64) == pytest.approx(50.0)
+        assert ref_cpu_ms(100.0, "target", 4) == pytest.approx(100.0)
+    finally:
+        use_reference(None)
+    with pytest.raises(SpecsimError, match="sizes"):
+        SpeedRef(probes, sizes={"target": 4, LARGE: 4})
+    with pytest.raises(SpecsimError, match="large_every"):
+        SpeedRef(probes, sizes=sizes, large_every=0)
+
+
 def test_calibration_is_off_both_clocks():
     ref = SpeedRef({"target": lambda: burn(10)}, every_s=0.0)  # due at every tick
     ref.reference(repeats=1)

@@ -24,6 +24,7 @@ A GPU's work is not the host thread's CPU time, so the CPU clocks refuse CUDA mo
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections import deque
@@ -60,6 +61,14 @@ def timer(kind: str):  # type: ignore[no-untyped-def]
 # against 9.8%) at half the probes' cost, and costs 1.007x a warm call (bench_speed_ref.py).
 PROBE_KINDS = ("cold", "warm")
 
+# The second target probe (``--ref-large``): a large forward, for the forwards that a 4-token
+# probe does not stand for. In v6's grid a verification of 32-64 tokens came out 6% over the
+# model, and more so in the runs whose small probe said the core was fast: within a cell, the
+# repeat with the lower speed factor had the larger error (slope -0.58 per unit of factor at
+# 32-64 tokens, -0.27 at 8-32, +0.11 at <= 8; docs/fidelity.md). Large forwards do not speed up
+# as much as a small one, so dividing them by the small probe's factor over-corrects.
+LARGE = "target:large"
+
 
 class SpeedRef:
     """The machine's current speed for each kind of work, against a reference taken once.
@@ -67,8 +76,17 @@ class SpeedRef:
     ``probes`` maps a phase name ("target", "draft", ...) to a fixed piece of that work. Each
     calibration times every probe once on the thread's CPU clock (``probe="cold"``, right after
     the engine's work) or runs it twice and times the second call (``"warm"``); a phase's
-    factor is the median of its last ``window`` ratios to the reference. :meth:`calibrate`
-    returns the CPU and wall seconds it spent, which the clocks exclude. The defaults re-time
+    factor is the median of its last ``window`` ratios to the reference.
+
+    With a :data:`LARGE` probe (``sizes`` gives both target probes' tokens), a target forward of
+    ``tokens`` tokens runs at ``f * r ** w``: ``f`` the small probe's factor, ``r`` the large
+    probe's factor over the small one's at the same calibration (the median of the last
+    ``window``), ``w`` = log(tokens / small) / log(large / small) clipped to [0, 1]. The large
+    probe is re-timed at every ``large_every``-th calibration only (it costs several small
+    ones); between those the ratio carries, so large forwards still follow the small probe.
+
+    :meth:`calibrate` returns the CPU and wall seconds it spent, which the clocks exclude. The
+    defaults re-time
     every engine CPU second and use the latest ratio because the shared VM's speed moved by up
     to 25% within seconds: a 5-second cadence with a median of 5 lagged it and corrected a 15-s
     mean worse than no correction at all (``benchmarks/bench_speed_ref.py``, docs/fidelity.md).
@@ -80,11 +98,22 @@ class SpeedRef:
         every_s: float = 1.0,
         window: int = 1,
         probe: str = "warm",
+        sizes: dict[str, int] | None = None,
+        large_every: int = 4,
     ) -> None:
         if "target" not in probes:
             raise SpecsimError("a speed reference needs a 'target' probe")
         if probe not in PROBE_KINDS:
             raise SpecsimError(f"probe kind {probe!r} is not one of: {', '.join(PROBE_KINDS)}")
+        self.sizes = dict(sizes or {})
+        if LARGE in probes and not (1 <= self.sizes.get("target", 0) < self.sizes.get(LARGE, 0)):
+            raise SpecsimError(
+                f"a {LARGE!r} probe needs sizes with more tokens than the 'target' probe's"
+            )
+        if large_every < 1:
+            raise SpecsimError(f"large_every must be at least 1, got {large_every}")
+        self.large_every = int(large_every)
+        self.large_ratio = 1.0  # the large probe's factor over the small one's
         self.probe = probe
         self.probes = dict(probes)
         self.every_s = float(every_s)
@@ -110,6 +139,7 @@ class SpeedRef:
         c0 = time.thread_time()
         self.ref_ms = {p: self._time(fn, repeats) for p, fn in self.probes.items()}
         self.factor = {p: 1.0 for p in self.probes}
+        self.large_ratio = 1.0
         self._next = time.thread_time() + self.every_s
         self.spent_cpu_s += time.thread_time() - c0
         return dict(self.ref_ms)
@@ -125,6 +155,11 @@ class SpeedRef:
         c0, w0 = time.thread_time(), time.perf_counter()
         # in the probes' own order (a set's order would vary between processes)
         todo = [p for p in self.probes if phases is None or p == "target" or p in phases]
+        if LARGE in self.probes and LARGE not in todo and self.calibrations % self.large_every == 0:
+            todo.append(LARGE)
+        elif LARGE in todo and self.calibrations % self.large_every:
+            todo.remove(LARGE)
+        small = None  # the small target probe's ratio at this calibration
         for p in todo:
             fn = self.probes[p]
             if self.probe == "cold":  # one call right after the engine's own work
@@ -133,18 +168,32 @@ class SpeedRef:
                 ms = (time.thread_time() - c1) * 1000.0
             else:
                 ms = self._time(fn, 1)
+            if p == LARGE:  # kept as its ratio to the small probe, timed just before it
+                self._hist[p].append(ms / self.ref_ms[p] / small)
+                self.large_ratio = statistics.median(self._hist[p])
+                continue
+            if p == "target":
+                small = ms / self.ref_ms[p]
             self._hist[p].append(ms / self.ref_ms[p])
             self.factor[p] = statistics.median(self._hist[p])
+        if LARGE in self.probes:
+            self.factor[LARGE] = self.factor["target"] * self.large_ratio
         self.calibrations += 1
         cpu, wall = time.thread_time() - c0, time.perf_counter() - w0
         self._next = time.thread_time() + self.every_s
         self.spent_cpu_s += cpu
         return cpu, wall
 
-    def speed(self, phase: str) -> float:
+    def speed(self, phase: str, tokens: int | None = None) -> float:
         """The current factor of ``phase`` (> 1: slower than at the reference); a phase without
-        a probe of its own runs at the target's."""
-        return self.factor.get(phase, self.factor["target"])
+        a probe of its own runs at the target's. A target forward of ``tokens`` tokens is
+        blended towards the large probe's factor (class docstring)."""
+        f = self.factor.get(phase, self.factor["target"])
+        if tokens is None or phase != "target" or LARGE not in self.probes:
+            return f
+        lo, hi = self.sizes["target"], self.sizes[LARGE]
+        w = min(max(math.log(max(tokens, 1) / lo) / math.log(hi / lo), 0.0), 1.0)
+        return f * self.large_ratio**w
 
 
 _ACTIVE: list[SpeedRef] = []
@@ -162,10 +211,11 @@ def active_reference() -> SpeedRef | None:
     return _ACTIVE[0] if _ACTIVE else None
 
 
-def ref_cpu_ms(cpu_ms: float, phase: str = "target") -> float:
-    """CPU ms at the active reference's speed (unchanged without one)."""
+def ref_cpu_ms(cpu_ms: float, phase: str = "target", tokens: int | None = None) -> float:
+    """CPU ms at the active reference's speed for ``phase`` (a target forward: of ``tokens``
+    tokens); unchanged without one."""
     ref = active_reference()
-    return cpu_ms / ref.speed(phase) if ref is not None else cpu_ms
+    return cpu_ms / ref.speed(phase, tokens) if ref is not None else cpu_ms
 
 
 class EngineClock:
@@ -192,6 +242,7 @@ class EngineClock:
         self._acc = 0.0  # ref: normalised seconds up to the current segment
         self._seg = 0.0  # ref: raw thread time at which the current segment began
         self._phase = "target"
+        self._tokens: int | None = None  # a target forward's tokens (the large probe's blend)
         self._excl_w = 0.0
         self.raw_cpu_s = 0.0  # ref: raw CPU seconds counted (for the run's mean factor)
         self.calibrations = 0
@@ -203,15 +254,17 @@ class EngineClock:
         self._w0 = time.perf_counter()
         self._skew = self._acc = self.raw_cpu_s = self._excl_w = 0.0
         self._seg = self._t0
+        self._tokens = None
 
     def now(self) -> float:
         if self.ref is None:
             return self._count() - self._t0 + self._skew
         raw = self._count() - self._seg
-        return self._acc + raw / self.ref.speed(self._phase) + self._skew
+        return self._acc + raw / self.ref.speed(self._phase, self._tokens) + self._skew
 
-    def mark(self, phase: str) -> float:
-        """Now, and from here on time ``phase``'s work (ref clock; a plain read otherwise)."""
+    def mark(self, phase: str, tokens: int | None = None) -> float:
+        """Now, and from here on time ``phase``'s work (ref clock; a plain read otherwise): for
+        a target forward, of ``tokens`` tokens (``SpeedRef.speed``)."""
         t = self.now()
         if self.ref is not None:
             c = self._count()
@@ -219,13 +272,14 @@ class EngineClock:
             self._acc = t - self._skew
             self._seg = c
             self._phase = phase
+            self._tokens = tokens
         return t
 
     def tick(self) -> None:
         """Between steps: re-time the probes when due, outside both clocks."""
         if self.ref is None or not self.ref.due():
             return
-        self.mark(self._phase)
+        self.mark(self._phase, self._tokens)
         _, wall = self.ref.calibrate(self._phases)
         self.calibrations += 1
         self._seg = self._count()

@@ -366,10 +366,11 @@ class RealEngine:
             ctx_mean = float(np.mean(self.target.lengths[np.asarray(slots_f)]))  # before the step
             # logits where the engine samples: every verified row, a prompt's last token only
             n_logits = [len(t) for t in toks_f[:n_dec]] + [1] * n_new
+            eclock.mark("target", sum(len(t) for t in toks_f))  # ref: the forward's own speed
             out = self.target.forward(slots_f, toks_f, n_logits)
             batch = int(out.offsets[-1])
             max_b = max(max_b, batch)
-            t_ver = clock()
+            t_ver = eclock.mark("target")
             # -- accept, commit, stream
             n_ver = int(lens.sum()) if n_dec else 0
             n_acc = 0

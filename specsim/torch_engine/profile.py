@@ -75,18 +75,21 @@ class EngineProfile:
     prefill_points: Any = None  # [(prompt tokens, cpu ms, wall ms)]: the prefills (reusable)
 
 
-def _timed(fn, phase: str = "target", calibrate: bool = True) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+def _timed(  # type: ignore[no-untyped-def]
+    fn, phase: str = "target", calibrate: bool = True, tokens: int | None = None
+) -> tuple[float, float]:
     """(cpu ms, wall ms) of one call: the thread's CPU time and the wall clock, together. With a
     speed reference active (``--clock ref``) the CPU ms are at its reference speed for
-    ``phase``, and the probes are re-timed first when due (outside the call) unless
-    ``calibrate`` is False (the second call of a pair: both at the same speed factor)."""
+    ``phase`` (a target forward: of ``tokens`` tokens, as the engine times its own), and the
+    probes are re-timed first when due (outside the call) unless ``calibrate`` is False (the
+    second call of a pair: both at the same speed factor)."""
     ref = active_reference()
     if calibrate and ref is not None and ref.due():
         ref.calibrate(("target", phase))
     c0, w0 = time.thread_time(), time.perf_counter()
     fn()
     cpu, wall = (time.thread_time() - c0) * 1000.0, (time.perf_counter() - w0) * 1000.0
-    return ref_cpu_ms(cpu, phase), wall
+    return ref_cpu_ms(cpu, phase, tokens), wall
 
 
 def _median_ms(fn, repeats: int, clock: str = "wall") -> float:  # type: ignore[no-untyped-def]
@@ -100,15 +103,18 @@ def _median2(fn, repeats: int, phase: str = "target") -> tuple[float, float]:  #
     return statistics.median(v[0] for v in vals), statistics.median(v[1] for v in vals)
 
 
-def _paired_diff(a, b, repeats: int, ci: int) -> float:  # type: ignore[no-untyped-def]
+def _paired_diff(  # type: ignore[no-untyped-def]
+    a, b, repeats: int, ci: int, tokens: int | None = None
+) -> float:
     """Median over ``repeats`` alternating pairs of (time of ``a`` - time of ``b``), in ms on
-    the clock ``ci`` indexes (0: the CPU or reference clock, 1: wall), after one warm-up pair."""
+    the clock ``ci`` indexes (0: the CPU or reference clock, 1: wall), after one warm-up pair;
+    both are target forwards of ``tokens`` tokens."""
     a()
     b()
     diffs = []
     for _ in range(repeats):
-        ta = _timed(a)[ci]
-        diffs.append(ta - _timed(b, calibrate=False)[ci])  # one speed factor a pair
+        ta = _timed(a, tokens=tokens)[ci]
+        diffs.append(ta - _timed(b, calibrate=False, tokens=tokens)[ci])  # one factor a pair
     return float(statistics.median(diffs))
 
 
@@ -272,7 +278,7 @@ def _measure(  # type: ignore[no-untyped-def]
             # per-request attention calls the table (one request) does not pay; 0 at R = 1
             # (the same call). Timed as alternating pairs, the median of the pairs'
             # differences: the machine's drift moves both calls of a pair alike
-            extra = _paired_diff(many, one, max(repeats, 9), ci) if r > 1 else 0.0
+            extra = _paired_diff(many, one, max(repeats, 9), ci, 4 * r) if r > 1 else 0.0
             bar.update()
             conf = gen.uniform(0.2, 0.95, (r, g))
             lut = CostModel(
@@ -504,8 +510,9 @@ def _time_table(  # type: ignore[no-untyped-def]
         for k in gen.permutation(len(points)):
             pt = points[int(k)]
             for _ in range(SMALL_PAIRS if 0 <= pt[0] and pt[1] <= SMALL_B else 1):
-                ta = _timed(calls[anchor])
-                tp = _timed(calls[pt], calibrate=False)  # the pair shares one speed factor
+                ta = _timed(calls[anchor], tokens=anchor[1])
+                # the pair shares one calibration; each call at its own size's factor
+                tp = _timed(calls[pt], calibrate=False, tokens=pt[1])
                 if rep:
                     anchor_t.append(ta)
                     ratios[pt].append((tp[0] / ta[0], tp[1] / ta[1]))

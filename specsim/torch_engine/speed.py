@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from specsim.torch_engine.clock import SpeedRef
+from specsim.torch_engine.clock import LARGE, SpeedRef
 from specsim.torch_engine.target import FlatTarget
 
 
@@ -41,13 +41,17 @@ def speed_reference(
     tokens: int = 4,
     seed: int = 7,
     probe: str = "warm",
+    large_tokens: int = 0,
+    large_every: int = 4,
 ) -> SpeedRef:
     """A :class:`SpeedRef` with a target probe (one forward of ``tokens`` tokens at
     ``context``, a typical verification) and one probe per drafter phase (its proposal for 2
     requests at the same anchor; a cheap drafter's call repeated to ~20 ms so that a timer
     tick is noise), the reference taken now. ``every_s`` (engine CPU seconds between
     re-timings) and ``window`` (probes in the median) set how fast it follows the machine;
-    ``probe`` how each re-timing times a probe (``SpeedRef``).
+    ``probe`` how each re-timing times a probe (``SpeedRef``). ``large_tokens`` > 0 adds a
+    second target probe, one forward of that many tokens at ``context``, re-timed every
+    ``large_every``-th calibration, towards which larger forwards are timed.
     The probes own their caches and buffers: they never touch an engine's state."""
     gen = np.random.default_rng(seed)
     vocab = int(model.config.vocab_size)
@@ -61,6 +65,19 @@ def speed_reference(
         _sync(model)
 
     probes = {"target": target}
+    sizes = {"target": tokens}
+    if large_tokens:
+        ft_l = FlatTarget(model, 1, context + large_tokens + 1)
+        _fill(ft_l, 0, context, gen, vocab)
+        toks_l = _ids(gen, vocab, large_tokens).tolist()
+
+        def large() -> None:
+            ft_l.forward([0], [toks_l])
+            ft_l.truncate(0, context)
+            _sync(model)
+
+        probes[LARGE] = large
+        sizes[LARGE] = large_tokens
     for phase, proposer in drafters.items():
         n_feat = max(len(proposer.feature_layers) * int(model.config.hidden_size), 1)
         seq = torch.from_numpy(_ids(gen, vocab, (2, context + 1)))
@@ -81,6 +98,8 @@ def speed_reference(
                 once()
 
         probes[phase] = draft
-    ref = SpeedRef(probes, every_s=every_s, window=window, probe=probe)
+    ref = SpeedRef(
+        probes, every_s=every_s, window=window, probe=probe, sizes=sizes, large_every=large_every
+    )
     ref.reference()
     return ref
