@@ -274,7 +274,10 @@ def test_ref_clock_grid(report, setup):
     assert "ref_throughput_tok_s" in runs and np.all(np.isfinite(runs["speed_factor"]))
     assert ((runs["speed_factor"] > 0.2) & (runs["speed_factor"] < 5)).all()
     cfg = json.loads((out / "config.json").read_text())
-    assert cfg["clock"] == "ref" and set(cfg["speed_reference_ms"]) == {"target", "draft:ngram"}
+    assert cfg["clock"] == "ref" and cfg["speed_probe"] == "cold"  # the defaults since v7
+    assert set(cfg["speed_reference_ms"]) == {"target", "target:large", "draft:ngram"}
+    assert cfg["speed_probe_tokens"] == {"target": 4, "target:large": 64}
+    assert cfg["speed_large_every"] == 4 and cfg["speed_large_ratio_last"] > 0
     assert read_profile_csv(out / "profile-ngram.csv").meta["clock"] == "ref"
     hog = pd.read_csv(out / "hog.csv")
     assert set(hog["clock"]) == {"ref", "cpu", "wall"}
@@ -282,14 +285,15 @@ def test_ref_clock_grid(report, setup):
 
 
 def test_shared_table_is_timed_once_and_reused(setup):
-    """--shared-table: the second drafter's profile reuses the first one's step table and
-    prefill points (the same rows, bit for bit) while its drafting terms are its own."""
+    """--shared-table (the default): the second drafter's profile reuses the first one's step
+    table and prefill points (the same rows, bit for bit) while its drafting terms are its
+    own."""
     out = setup["dir"] / "shared"
     trace = setup["dir"] / "t-{drafter}.parquet"
     args = base_args(setup, out, trace, "--policies", "ar", "--concurrency", "1")
     args[args.index("--drafter")] = "--drafters"
     args[args.index("--drafters") + 1] = "ngram,ngram:2"
-    assert main([*args, "--shared-table"]) == 0
+    assert main(args) == 0
     a = pd.read_csv(out / "profile-ngram-points.csv")
     b = pd.read_csv(out / "profile-ngram2-points.csv")
     pd.testing.assert_frame_equal(a, b)

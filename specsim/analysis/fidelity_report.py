@@ -404,6 +404,19 @@ def terms_markdown(df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def _large_probe(cfg: dict) -> str:
+    """The large target probe's part of the speed reference, in words ('' without one)."""
+    sizes = cfg.get("speed_probe_tokens", {})
+    if len(sizes) < 2:
+        return ""
+    small, large = sizes["target"], sizes["target:large"]
+    return (
+        f"; target forwards of {small} to {large} tokens timed at a blend of a {small}-token "
+        f"and a {large}-token probe's speed, in log tokens, the large one re-timed at one "
+        f"calibration in {cfg.get('speed_large_every', 1)}"
+    )
+
+
 def render(out_dir: Path, command: str, load_note: str = "") -> str:
     """README.md of a finished grid (written next to its tables); returns its text."""
     from specsim.outputs import write_text
@@ -477,7 +490,8 @@ def render(out_dir: Path, command: str, load_note: str = "") -> str:
             f"taken; probes re-timed every {cfg.get('speed_every_s', 5):g} s of engine time, "
             f"the factor the median of the last {cfg.get('speed_window', 5)}, "
             f"{cfg.get('speed_calibrations', 'n/a')} calibrations, "
-            f"{cfg.get('speed_reference_cpu_s', 'n/a')} CPU-s off both clocks): cell means "
+            f"{cfg.get('speed_reference_cpu_s', 'n/a')} CPU-s off both clocks"
+            f"{_large_probe(cfg)}): cell means "
             f"{f.min():.3f} to {f.max():.3f}. On the raw CPU clock the same runs (times x "
             f"their factor) against the same simulation: throughput within 5% in "
             f"{int((raw_t <= 0.05).sum())} of {n} cells, mean TPOT in "

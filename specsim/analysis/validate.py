@@ -378,8 +378,10 @@ def _run_validation(
     clock: str = "cpu",
     ref_every_s: float = 1.0,
     ref_window: int = 1,
-    ref_probe: str = "warm",
-    shared_table: bool = False,
+    ref_probe: str = "cold",
+    ref_large: int = 64,
+    ref_large_every: int = 4,
+    shared_table: bool = True,
     hogs: int = 0,
     force: bool = False,
     device: str = "cpu",
@@ -420,6 +422,8 @@ def _run_validation(
             every_s=ref_every_s,
             window=ref_window,
             probe=ref_probe,
+            large_tokens=ref_large,
+            large_every=ref_large_every,
         )
         use_reference(ref)
     prompts = load_many(prompt_specs)
@@ -571,7 +575,9 @@ def _run_validation(
         "clock": clock,
         "max_new_tokens": max_new_tokens,
         "profile": profile or "measured (profile-<drafter>.csv)",
-        "profile_table": "shared by the drafters" if shared_table else "one per drafter",
+        "profile_table": (
+            "shared by the drafters" if shared_table and len(drafters) > 1 else "one per drafter"
+        ),
         "layout": layout,
         "seed": seed,
         "torch_threads": threads_in_use(),
@@ -588,6 +594,10 @@ def _run_validation(
         config["speed_every_s"] = ref.every_s
         config["speed_window"] = ref_window
         config["speed_probe"] = ref.probe
+        config["speed_probe_tokens"] = ref.sizes
+        if len(ref.sizes) > 1:
+            config["speed_large_every"] = ref.large_every
+            config["speed_large_ratio_last"] = round(ref.large_ratio, 4)
     (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     return table
 

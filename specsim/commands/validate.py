@@ -100,17 +100,33 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--ref-probe",
         choices=("cold", "warm"),
-        default="warm",
-        help="--clock ref: time each probe after a warm-up call (warm, the default: the "
-        "committed grids) or once, right after the engine's work (cold: follows this VM better "
-        "at half the probes' cost, benchmarks/README.md)",
+        default="cold",
+        help="--clock ref: time each probe once, right after the engine's work (cold, the "
+        "default: follows this VM better at half the probes' cost, benchmarks/README.md) or "
+        "after a warm-up call (warm: the grids up to v5)",
+    )
+    p.add_argument(
+        "--ref-large",
+        type=int,
+        default=64,
+        help="--clock ref: tokens of a second, large target probe towards whose speed larger "
+        "forwards are timed (64; 0: one 4-token probe for every forward, as up to v6: "
+        "docs/fidelity.md)",
+    )
+    p.add_argument(
+        "--ref-large-every",
+        type=int,
+        default=4,
+        help="--clock ref: re-time the large probe at every N-th calibration only (4)",
     )
     p.add_argument(
         "--shared-table",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=True,
         help="time the target's step table once, with the passes of every drafter's profile "
-        "pooled, and reuse it in each (the forward does not depend on the drafter; more passes "
-        "narrow a large point's scatter between profiles: benchmarks/README.md)",
+        "pooled, and reuse it in each (the default: the forward does not depend on the "
+        "drafter; more passes narrow a large point's scatter between profiles: "
+        "benchmarks/README.md); --no-shared-table times one table per drafter",
     )
     p.add_argument(
         "--hog-check",
@@ -144,6 +160,13 @@ def run(args: argparse.Namespace) -> int:
             raise SpecsimError(f"{flag} must be at least 1, got {v}")
     if not args.ref_every > 0:
         raise SpecsimError(f"--ref-every must be positive seconds, got {args.ref_every}")
+    if args.ref_large < 0 or 0 < args.ref_large <= 4:
+        raise SpecsimError(
+            f"--ref-large must be 0 (off) or more tokens than the small probe's 4, e.g. 64; "
+            f"got {args.ref_large}"
+        )
+    if args.ref_large_every < 1:
+        raise SpecsimError(f"--ref-large-every must be at least 1, got {args.ref_large_every}")
     if args.ref_window < 1:
         raise SpecsimError(f"--ref-window must be at least 1, got {args.ref_window}")
     if args.open_repeats is not None and args.open_repeats < 1:
@@ -182,6 +205,8 @@ def run(args: argparse.Namespace) -> int:
         ref_every_s=args.ref_every,
         ref_window=args.ref_window,
         ref_probe=args.ref_probe,
+        ref_large=args.ref_large,
+        ref_large_every=args.ref_large_every,
         shared_table=args.shared_table,
         hogs=(os.cpu_count() or 1) if args.hog_check else 0,
         force=args.force,
