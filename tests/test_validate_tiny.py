@@ -278,6 +278,11 @@ def test_ref_clock_grid(report, setup):
     assert set(cfg["speed_reference_ms"]) == {"target", "target:large", "draft:ngram"}
     assert cfg["speed_probe_tokens"] == {"target": 4, "target:large": 64}
     assert cfg["speed_large_every"] == 4 and cfg["speed_large_ratio_last"] > 0
+    phases = cfg["phases_s"]  # where the grid's time went, in the order it went there
+    assert list(phases)[:3] == ["loading the models", "speed reference", "traces and profiles"]
+    assert "hog check" in phases and list(phases)[-1] == "4 real runs"  # 4 cells, 1 repeat
+    assert min(phases.values()) >= 0 and sum(phases.values()) <= cfg["elapsed_s"] + 0.5
+    assert "4 real runs" in (out / "README.md").read_text()
     assert read_profile_csv(out / "profile-ngram.csv").meta["clock"] == "ref"
     hog = pd.read_csv(out / "hog.csv")
     assert set(hog["clock"]) == {"ref", "cpu", "wall"}

@@ -404,6 +404,17 @@ def terms_markdown(df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def _phases(cfg: dict) -> str:
+    """Where the grid's time went, in words ('' for a report made before phases_s)."""
+    ph = cfg.get("phases_s") or {}
+    if not ph:
+        return ""
+    parts = ", ".join(f"{k} {v:.0f} s" for k, v in ph.items())
+    probes = cfg.get("speed_reference_cpu_s")
+    tail = f"; the speed probes {probes} CPU-s of it" if probes is not None else ""
+    return f" ({parts}{tail})"
+
+
 def _large_probe(cfg: dict) -> str:
     """The large target probe's part of the speed reference, in words ('' without one)."""
     sizes = cfg.get("speed_probe_tokens", {})
@@ -440,7 +451,7 @@ def render(out_dir: Path, command: str, load_note: str = "") -> str:
         f"Machine: {cfg.get('cpu_count')} CPU cores; torch threads {cfg.get('torch_threads')}; "
         f"clock: **{clock}**; cells run one after another; 1-min load average "
         f"{cfg.get('loadavg_start')} at the start, {cfg.get('loadavg_end')} at the end; "
-        f"{cfg.get('elapsed_s', 0):.0f} s in all. {load_note}",
+        f"{cfg.get('elapsed_s', 0):.0f} s in all{_phases(cfg)}. {load_note}",
         "",
         f"Target {cfg.get('target')}, drafters {', '.join(cfg.get('drafters', {}).values())}, "
         f"prompts {' '.join(cfg.get('prompts', []))}, {cfg.get('max_new_tokens')} new tokens "

@@ -410,6 +410,9 @@ def _run_validation(
     load_start = os.getloadavg()[0]
     _init_worker(target_spec, list(drafters), device, 1)
     target = _STATE["target"]
+    phases: dict[str, float] = {}  # wall seconds by part of the grid (config.json)
+    lap = _lap(phases)
+    lap("loading the models")
     ref = None
     if clock == "ref":  # one reference for the profiles and every run: the same units
         from specsim.torch_engine.clock import use_reference
@@ -426,6 +429,7 @@ def _run_validation(
             large_every=ref_large_every,
         )
         use_reference(ref)
+        lap("speed reference")
     prompts = load_many(prompt_specs)
     ids = [prompt_ids(target.tokenizer, p.text) for p in prompts]
     per: dict[str, dict[str, Any]] = {}
@@ -490,6 +494,7 @@ def _run_validation(
             "cost": cost,
             "other": other,
         }
+    lap("traces and profiles")
     if not profile:
         say("timing flat against padded verification batches")
         longest_prompt = max(len(i) for i in ids)
@@ -540,6 +545,7 @@ def _run_validation(
     # repeat-major: every cell once, then every cell again, so that the machine's drift over
     # the grid's hour shows in each cell's spread instead of hiding between cells
     specs.sort(key=lambda s: s.repeat)
+    lap("layouts and the simulated side")
     hog_df = None
     if hogs:
         probe = next(
@@ -550,7 +556,9 @@ def _run_validation(
         hog_df = hog_check(probe, hogs, say)
         hog_df.insert(0, "cell", f"{probe.cell.drafter} {probe.cell.policy} {probe.cell.load}")
         _atomic_csv(hog_df, out_dir / "hog.csv")
+        lap("hog check")
     results = _execute(specs, say)
+    lap(f"{len(specs)} real runs")
     runs, rows, step_frames, decomp = _assemble(grid, specs, results, sims, per, repeats, clock)
     table = pd.DataFrame(rows)
     _atomic_csv(table, table_path)
@@ -585,6 +593,7 @@ def _run_validation(
         "loadavg_start": round(load_start, 2),
         "loadavg_end": round(os.getloadavg()[0], 2),
         "elapsed_s": round(time.perf_counter() - t_start, 1),
+        "phases_s": phases,
         "finished_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     if ref is not None:
@@ -685,6 +694,19 @@ def _simulate_grid(grid: list[Cell], per: dict, requests: int | None, seed: int)
             entry["wall_metrics"] = cell_metrics(res_w.summary, res_w.requests)
         sims[c] = entry
     return sims, rates
+
+
+def _lap(phases: dict[str, float]) -> Any:
+    """``lap(name)``: record the wall seconds since the last lap under ``name`` (where a grid's
+    time goes: the 45-minute aim of issue 15)."""
+    last = [time.perf_counter()]
+
+    def lap(name: str) -> None:
+        now = time.perf_counter()
+        phases[name] = round(now - last[0], 1)
+        last[0] = now
+
+    return lap
 
 
 def _execute(specs: list[RunSpec], say: Any) -> dict[int, dict[str, Any]]:
