@@ -167,6 +167,59 @@ def test_a_large_probe_times_large_forwards_at_its_own_speed(monkeypatch):
         SpeedRef(probes, sizes=sizes, large_every=0)
 
 
+def test_a_mid_probe_makes_the_blend_piecewise(monkeypatch):
+    """``--ref-mid``: with probes at 4, 16 and 64 tokens the log ratio is interpolated
+    piecewise in log tokens: exact at each probe's size, half-way at 8 and 32 tokens."""
+    import math
+
+    import specsim.torch_engine.clock as clock_mod
+    from specsim.torch_engine.clock import LARGE, MID
+
+    cpu = {"s": 0.0}
+    work = {"target": 4.0, MID: 16.0, LARGE: 40.0}
+
+    def probe(phase: str):  # type: ignore[no-untyped-def]
+        def run() -> None:
+            cpu["s"] += work[phase] / 1000.0
+
+        return run
+
+    with monkeypatch.context() as m:
+        m.setattr(clock_mod.time, "thread_time", lambda: cpu["s"])
+        probes = {"target": probe("target"), LARGE: probe(LARGE), MID: probe(MID)}
+        sizes = {"target": 4, MID: 16, LARGE: 64}
+        ref = SpeedRef(probes, every_s=1e9, probe="cold", sizes=sizes, large_every=1)
+        assert ref.sized == [MID, LARGE]  # by size, whatever the probes' order
+        ref.reference(repeats=3)
+        work["target"], work[MID], work[LARGE] = 8.0, 24.0, 80.0  # 2x, 1.5x, 2x slower
+        ref.calibrate()
+    assert ref.ratio == pytest.approx({MID: 0.75, LARGE: 1.0})
+    assert ref.large_ratio == pytest.approx(1.0)
+    assert ref.speed("target", 4) == pytest.approx(2.0)
+    assert ref.speed("target", 16) == pytest.approx(1.5)
+    assert ref.speed("target", 64) == pytest.approx(2.0)
+    assert ref.speed("target", 8) == pytest.approx(2.0 * math.sqrt(0.75))
+    assert ref.speed("target", 32) == pytest.approx(2.0 * math.sqrt(0.75))
+    assert ref.speed("target", 1000) == pytest.approx(2.0)
+    with pytest.raises(SpecsimError, match="sizes"):
+        SpeedRef(probes, sizes={"target": 4, MID: 64, LARGE: 64})
+
+
+def test_sized_probes_on_a_real_model():
+    """speed_reference with a mid and a large probe on a tiny real model: both timed at the
+    reference and at the first calibration, their ratios finite and positive."""
+    from specsim.torch_engine.clock import LARGE, MID
+    from specsim.torch_engine.speed import speed_reference
+
+    model = tiny_model(seed=3)
+    ref = speed_reference(model, {}, context=16, probe="cold", large_tokens=32, mid_tokens=8)
+    assert ref.sizes == {"target": 4, LARGE: 32, MID: 8} and ref.sized == [MID, LARGE]
+    assert set(ref.ref_ms) == {"target", MID, LARGE} and min(ref.ref_ms.values()) > 0
+    ref.calibrate()
+    assert all(0 < r < 100 for r in ref.ratio.values())
+    assert ref.speed("target", 8) == pytest.approx(ref.factor["target"] * ref.ratio[MID])
+
+
 def test_calibration_is_off_both_clocks():
     ref = SpeedRef({"target": lambda: burn(10)}, every_s=0.0)  # due at every tick
     ref.reference(repeats=1)

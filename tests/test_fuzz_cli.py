@@ -335,6 +335,7 @@ HELD_OUT = [  # each one a traceback or a hang before the reliability work
     ["validate", "--trace", "{trace}", "--prompts", "humaneval[:1]", "--ref-large", "3"],
     ["validate", "--trace", "{trace}", "--prompts", "humaneval[:1]", "--ref-large", "-1"],
     ["validate", "--trace", "{trace}", "--prompts", "humaneval[:1]", "--ref-large-every", "0"],
+    ["validate", "--trace", "{trace}", "--prompts", "humaneval[:1]", "--ref-mid", "64"],
 ]  # fmt: skip
 
 

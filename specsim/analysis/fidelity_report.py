@@ -420,11 +420,19 @@ def _large_probe(cfg: dict) -> str:
     sizes = cfg.get("speed_probe_tokens", {})
     if len(sizes) < 2:
         return ""
-    small, large = sizes["target"], sizes["target:large"]
+    toks = sorted(sizes.values())
+    every = cfg.get("speed_large_every", 1)
+    if len(toks) == 2:
+        return (
+            f"; target forwards of {toks[0]} to {toks[1]} tokens timed at a blend of a "
+            f"{toks[0]}-token and a {toks[1]}-token probe's speed, in log tokens, the large one "
+            f"re-timed at one calibration in {every}"
+        )
+    names = " / ".join(str(t) for t in toks)
     return (
-        f"; target forwards of {small} to {large} tokens timed at a blend of a {small}-token "
-        f"and a {large}-token probe's speed, in log tokens, the large one re-timed at one "
-        f"calibration in {cfg.get('speed_large_every', 1)}"
+        f"; target forwards of {toks[0]} to {toks[-1]} tokens timed at a blend of the {names}"
+        f"-token probes' speeds, piecewise in log tokens, the larger ones re-timed at one "
+        f"calibration in {every}"
     )
 
 

@@ -381,6 +381,7 @@ def _run_validation(
     ref_probe: str = "cold",
     ref_large: int = 64,
     ref_large_every: int = 4,
+    ref_mid: int = 0,
     shared_table: bool = True,
     hogs: int = 0,
     force: bool = False,
@@ -427,6 +428,7 @@ def _run_validation(
             probe=ref_probe,
             large_tokens=ref_large,
             large_every=ref_large_every,
+            mid_tokens=ref_mid,
         )
         use_reference(ref)
         lap("speed reference")
@@ -607,6 +609,7 @@ def _run_validation(
         if len(ref.sizes) > 1:
             config["speed_large_every"] = ref.large_every
             config["speed_large_ratio_last"] = round(ref.large_ratio, 4)
+            config["speed_ratios_last"] = {p: round(r, 4) for p, r in ref.ratio.items()}
     (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     return table
 

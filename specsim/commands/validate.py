@@ -114,6 +114,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "docs/fidelity.md)",
     )
     p.add_argument(
+        "--ref-mid",
+        type=int,
+        default=0,
+        help="--clock ref: tokens of a third target probe between the small and the large one "
+        "(0, the default: none; e.g. 16)",
+    )
+    p.add_argument(
         "--ref-large-every",
         type=int,
         default=4,
@@ -165,6 +172,11 @@ def run(args: argparse.Namespace) -> int:
             f"--ref-large must be 0 (off) or more tokens than the small probe's 4, e.g. 64; "
             f"got {args.ref_large}"
         )
+    if args.ref_mid and not (4 < args.ref_mid < args.ref_large):
+        raise SpecsimError(
+            f"--ref-mid must be 0 (off) or between the small probe's 4 tokens and --ref-large "
+            f"({args.ref_large}), e.g. 16; got {args.ref_mid}"
+        )
     if args.ref_large_every < 1:
         raise SpecsimError(f"--ref-large-every must be at least 1, got {args.ref_large_every}")
     if args.ref_window < 1:
@@ -207,6 +219,7 @@ def run(args: argparse.Namespace) -> int:
         ref_probe=args.ref_probe,
         ref_large=args.ref_large,
         ref_large_every=args.ref_large_every,
+        ref_mid=args.ref_mid,
         shared_table=args.shared_table,
         hogs=(os.cpu_count() or 1) if args.hog_check else 0,
         force=args.force,

@@ -68,6 +68,7 @@ PROBE_KINDS = ("cold", "warm")
 # 32-64 tokens, -0.27 at 8-32, +0.11 at <= 8; docs/fidelity.md). Large forwards do not speed up
 # as much as a small one, so dividing them by the small probe's factor over-corrects.
 LARGE = "target:large"
+MID = "target:mid"  # an optional third, between the two (``--ref-mid``)
 
 
 class SpeedRef:
@@ -78,18 +79,21 @@ class SpeedRef:
     the engine's work) or runs it twice and times the second call (``"warm"``); a phase's
     factor is the median of its last ``window`` ratios to the reference.
 
-    With a :data:`LARGE` probe (``sizes`` gives both target probes' tokens), a target forward of
-    ``tokens`` tokens runs at ``f * r ** w``: ``f`` the small probe's factor, ``r`` the large
-    probe's factor over the small one's at the same calibration (the median of the last
-    ``window``), ``w`` = log(tokens / small) / log(large / small) clipped to [0, 1]. The large
-    probe is re-timed at every ``large_every``-th calibration only (it costs several small
-    ones); between those the ratio carries, so large forwards still follow the small probe.
+    Sized target probes (``"target:<name>"``, e.g. :data:`LARGE`; ``sizes`` gives every target
+    probe's tokens, the plain ``"target"`` the smallest) time target forwards by their size:
+    each keeps ``r``, its factor over the small probe's at the same calibration (the median of
+    the last ``window``), and a forward of ``tokens`` tokens runs at ``f * exp(g)``, ``f`` the
+    small probe's factor and ``g`` the log ``r`` interpolated in log tokens between the probes'
+    sizes (0 at the small probe's, clipped beyond the largest). With one large probe that is
+    ``f * r ** w``, ``w = log(tokens / small) / log(large / small)`` in [0, 1]. The sized
+    probes are re-timed at every ``large_every``-th calibration only (each costs several small
+    ones); between those their ratios carry, so large forwards still follow the small probe.
 
     :meth:`calibrate` returns the CPU and wall seconds it spent, which the clocks exclude. The
-    defaults re-time
-    every engine CPU second and use the latest ratio because the shared VM's speed moved by up
-    to 25% within seconds: a 5-second cadence with a median of 5 lagged it and corrected a 15-s
-    mean worse than no correction at all (``benchmarks/bench_speed_ref.py``, docs/fidelity.md).
+    defaults re-time every engine CPU second and use the latest ratio because the shared VM's
+    speed moved by up to 25% within seconds: a 5-second cadence with a median of 5 lagged it
+    and corrected a 15-s mean worse than no correction at all (``benchmarks/bench_speed_ref.py``,
+    docs/fidelity.md).
     """
 
     def __init__(
@@ -106,14 +110,20 @@ class SpeedRef:
         if probe not in PROBE_KINDS:
             raise SpecsimError(f"probe kind {probe!r} is not one of: {', '.join(PROBE_KINDS)}")
         self.sizes = dict(sizes or {})
-        if LARGE in probes and not (1 <= self.sizes.get("target", 0) < self.sizes.get(LARGE, 0)):
+        self.sized = sorted(
+            (p for p in probes if p.startswith("target:")), key=lambda p: self.sizes.get(p, 0)
+        )  # the sized target probes, smallest first
+        small = self.sizes.get("target", 0)
+        toks = [self.sizes.get(p, 0) for p in self.sized]
+        if self.sized and not (1 <= small < toks[0] and len(set(toks)) == len(toks)):
             raise SpecsimError(
-                f"a {LARGE!r} probe needs sizes with more tokens than the 'target' probe's"
+                f"sized target probes {self.sized} need sizes with more tokens than the "
+                "'target' probe's, each a different count"
             )
         if large_every < 1:
             raise SpecsimError(f"large_every must be at least 1, got {large_every}")
         self.large_every = int(large_every)
-        self.large_ratio = 1.0  # the large probe's factor over the small one's
+        self.ratio = {p: 1.0 for p in self.sized}  # each sized probe's factor over the small's
         self.probe = probe
         self.probes = dict(probes)
         self.every_s = float(every_s)
@@ -123,6 +133,11 @@ class SpeedRef:
         self.calibrations = 0
         self._next = 0.0
         self.spent_cpu_s = 0.0
+
+    @property
+    def large_ratio(self) -> float:
+        """The largest sized probe's factor over the small one's (1 without one)."""
+        return self.ratio[self.sized[-1]] if self.sized else 1.0
 
     @staticmethod
     def _time(fn: Callable[[], None], repeats: int) -> float:
@@ -139,7 +154,7 @@ class SpeedRef:
         c0 = time.thread_time()
         self.ref_ms = {p: self._time(fn, repeats) for p, fn in self.probes.items()}
         self.factor = {p: 1.0 for p in self.probes}
-        self.large_ratio = 1.0
+        self.ratio = {p: 1.0 for p in self.sized}
         self._next = time.thread_time() + self.every_s
         self.spent_cpu_s += time.thread_time() - c0
         return dict(self.ref_ms)
@@ -148,18 +163,22 @@ class SpeedRef:
         return time.thread_time() >= self._next
 
     def calibrate(self, phases: tuple[str, ...] | None = None) -> tuple[float, float]:
-        """Re-time the probes of ``phases`` (default: all; the target's always) once and update
-        their factors. Returns the (cpu s, wall s) spent."""
+        """Re-time the probes of ``phases`` (default: all; the target's always, the sized ones
+        at every ``large_every``-th call) once and update their factors. Returns the (cpu s,
+        wall s) spent."""
         if not self.ref_ms:
             self.reference()
         c0, w0 = time.thread_time(), time.perf_counter()
-        # in the probes' own order (a set's order would vary between processes)
-        todo = [p for p in self.probes if phases is None or p == "target" or p in phases]
-        if LARGE in self.probes and LARGE not in todo and self.calibrations % self.large_every == 0:
-            todo.append(LARGE)
-        elif LARGE in todo and self.calibrations % self.large_every:
-            todo.remove(LARGE)
-        small = None  # the small target probe's ratio at this calibration
+        # in the probes' own order (a set's order would vary between processes), the small
+        # target probe before the sized ones (their ratios are to it)
+        todo = [
+            p
+            for p in self.probes
+            if p not in self.sized and (phases is None or p == "target" or p in phases)
+        ]
+        if self.calibrations % self.large_every == 0:
+            todo += self.sized
+        small = 1.0  # the small target probe's ratio at this calibration
         for p in todo:
             fn = self.probes[p]
             if self.probe == "cold":  # one call right after the engine's own work
@@ -168,16 +187,16 @@ class SpeedRef:
                 ms = (time.thread_time() - c1) * 1000.0
             else:
                 ms = self._time(fn, 1)
-            if p == LARGE:  # kept as its ratio to the small probe, timed just before it
+            if p in self.ratio:  # kept as its ratio to the small probe, timed just before it
                 self._hist[p].append(ms / self.ref_ms[p] / small)
-                self.large_ratio = statistics.median(self._hist[p])
+                self.ratio[p] = statistics.median(self._hist[p])
                 continue
             if p == "target":
                 small = ms / self.ref_ms[p]
             self._hist[p].append(ms / self.ref_ms[p])
             self.factor[p] = statistics.median(self._hist[p])
-        if LARGE in self.probes:
-            self.factor[LARGE] = self.factor["target"] * self.large_ratio
+        for p in self.sized:
+            self.factor[p] = self.factor["target"] * self.ratio[p]
         self.calibrations += 1
         cpu, wall = time.thread_time() - c0, time.perf_counter() - w0
         self._next = time.thread_time() + self.every_s
@@ -187,13 +206,20 @@ class SpeedRef:
     def speed(self, phase: str, tokens: int | None = None) -> float:
         """The current factor of ``phase`` (> 1: slower than at the reference); a phase without
         a probe of its own runs at the target's. A target forward of ``tokens`` tokens is
-        blended towards the large probe's factor (class docstring)."""
+        blended towards the sized probes' factors (class docstring)."""
         f = self.factor.get(phase, self.factor["target"])
-        if tokens is None or phase != "target" or LARGE not in self.probes:
+        if tokens is None or phase != "target" or not self.sized:
             return f
-        lo, hi = self.sizes["target"], self.sizes[LARGE]
-        w = min(max(math.log(max(tokens, 1) / lo) / math.log(hi / lo), 0.0), 1.0)
-        return f * self.large_ratio**w
+        xs = [math.log(self.sizes["target"])] + [math.log(self.sizes[p]) for p in self.sized]
+        gs = [0.0] + [math.log(self.ratio[p]) for p in self.sized]
+        x = math.log(max(tokens, 1))
+        if x <= xs[0]:
+            return f
+        for i in range(1, len(xs)):
+            if x <= xs[i]:
+                w = (x - xs[i - 1]) / (xs[i] - xs[i - 1])
+                return f * math.exp(gs[i - 1] + w * (gs[i] - gs[i - 1]))
+        return f * math.exp(gs[-1])
 
 
 _ACTIVE: list[SpeedRef] = []

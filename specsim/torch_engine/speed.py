@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from specsim.torch_engine.clock import LARGE, SpeedRef
+from specsim.torch_engine.clock import LARGE, MID, SpeedRef
 from specsim.torch_engine.target import FlatTarget
 
 
@@ -43,6 +43,7 @@ def speed_reference(
     probe: str = "warm",
     large_tokens: int = 0,
     large_every: int = 4,
+    mid_tokens: int = 0,
 ) -> SpeedRef:
     """A :class:`SpeedRef` with a target probe (one forward of ``tokens`` tokens at
     ``context``, a typical verification) and one probe per drafter phase (its proposal for 2
@@ -51,7 +52,8 @@ def speed_reference(
     re-timings) and ``window`` (probes in the median) set how fast it follows the machine;
     ``probe`` how each re-timing times a probe (``SpeedRef``). ``large_tokens`` > 0 adds a
     second target probe, one forward of that many tokens at ``context``, re-timed every
-    ``large_every``-th calibration, towards which larger forwards are timed.
+    ``large_every``-th calibration, towards which larger forwards are timed; ``mid_tokens`` > 0
+    a third one of that many tokens, in between.
     The probes own their caches and buffers: they never touch an engine's state."""
     gen = np.random.default_rng(seed)
     vocab = int(model.config.vocab_size)
@@ -66,18 +68,20 @@ def speed_reference(
 
     probes = {"target": target}
     sizes = {"target": tokens}
-    if large_tokens:
-        ft_l = FlatTarget(model, 1, context + large_tokens + 1)
-        _fill(ft_l, 0, context, gen, vocab)
-        toks_l = _ids(gen, vocab, large_tokens).tolist()
+    for name, n in ((LARGE, large_tokens), (MID, mid_tokens)):
+        if not n:
+            continue
+        ft_n = FlatTarget(model, 1, context + n + 1)
+        _fill(ft_n, 0, context, gen, vocab)
+        toks_n = _ids(gen, vocab, n).tolist()
 
-        def large() -> None:
-            ft_l.forward([0], [toks_l])
-            ft_l.truncate(0, context)
+        def sized(ft_n=ft_n, toks_n=toks_n) -> None:
+            ft_n.forward([0], [toks_n])
+            ft_n.truncate(0, context)
             _sync(model)
 
-        probes[LARGE] = large
-        sizes[LARGE] = large_tokens
+        probes[name] = sized
+        sizes[name] = n
     for phase, proposer in drafters.items():
         n_feat = max(len(proposer.feature_layers) * int(model.config.hidden_size), 1)
         seq = torch.from_numpy(_ids(gen, vocab, (2, context + 1)))
