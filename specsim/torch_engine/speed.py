@@ -6,6 +6,7 @@ forward and each drafter's proposal, on buffers of their own. Kept apart from :m
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -30,6 +31,22 @@ def _fill(ft: FlatTarget, slot: int, ctx: int, gen: np.random.Generator, vocab: 
     ft.reset(slot)
     for s in range(0, ctx, 256):
         ft.forward([slot], [_ids(gen, vocab, min(256, ctx - s)).tolist()])
+
+
+def _forward_probe(
+    model: Any, context: int, n: int, gen: np.random.Generator, vocab: int
+) -> Callable[[], None]:
+    """One target forward of ``n`` random tokens at ``context``, on a cache of its own."""
+    ft = FlatTarget(model, 1, context + n + 1)
+    _fill(ft, 0, context, gen, vocab)
+    toks = _ids(gen, vocab, n).tolist()
+
+    def forward() -> None:
+        ft.forward([0], [toks])
+        ft.truncate(0, context)
+        _sync(model)
+
+    return forward
 
 
 def speed_reference(
@@ -57,31 +74,12 @@ def speed_reference(
     The probes own their caches and buffers: they never touch an engine's state."""
     gen = np.random.default_rng(seed)
     vocab = int(model.config.vocab_size)
-    ft = FlatTarget(model, 1, context + tokens + 1)
-    _fill(ft, 0, context, gen, vocab)
-    toks = _ids(gen, vocab, tokens).tolist()
-
-    def target() -> None:
-        ft.forward([0], [toks])
-        ft.truncate(0, context)
-        _sync(model)
-
-    probes = {"target": target}
+    probes = {"target": _forward_probe(model, context, tokens, gen, vocab)}
     sizes = {"target": tokens}
     for name, n in ((LARGE, large_tokens), (MID, mid_tokens)):
-        if not n:
-            continue
-        ft_n = FlatTarget(model, 1, context + n + 1)
-        _fill(ft_n, 0, context, gen, vocab)
-        toks_n = _ids(gen, vocab, n).tolist()
-
-        def sized(ft_n=ft_n, toks_n=toks_n) -> None:
-            ft_n.forward([0], [toks_n])
-            ft_n.truncate(0, context)
-            _sync(model)
-
-        probes[name] = sized
-        sizes[name] = n
+        if n:
+            probes[name] = _forward_probe(model, context, n, gen, vocab)
+            sizes[name] = n
     for phase, proposer in drafters.items():
         n_feat = max(len(proposer.feature_layers) * int(model.config.hidden_size), 1)
         seq = torch.from_numpy(_ids(gen, vocab, (2, context + 1)))
