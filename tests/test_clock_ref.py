@@ -44,6 +44,22 @@ def cpu_s(fn) -> float:  # type: ignore[no-untyped-def]
     return time.thread_time() - c0
 
 
+def fake_probes(cpu: dict, work: dict, calls: dict | None = None) -> dict:
+    """Probes that only advance a fake CPU clock (``cpu["s"]``) by ``work[phase]`` ms, read
+    when called (so a test changes a kind of work's speed by editing ``work``), counting
+    their calls in ``calls``."""
+
+    def probe(phase: str):  # type: ignore[no-untyped-def]
+        def run() -> None:
+            if calls is not None:
+                calls[phase] += 1
+            cpu["s"] += work[phase] / 1000.0
+
+        return run
+
+    return {phase: probe(phase) for phase in work}
+
+
 @pytest.mark.parametrize("kind", ["cold", "warm"])
 def test_a_twice_slower_probe_halves_the_clock(monkeypatch, kind):
     """The factors' arithmetic on a CPU clock that only the probes advance (4 ms of work each,
@@ -57,16 +73,9 @@ def test_a_twice_slower_probe_halves_the_clock(monkeypatch, kind):
     work = {"target": 4.0, "draft": 4.0}
     calls = {"target": 0, "draft": 0}
 
-    def probe(phase: str):  # type: ignore[no-untyped-def]
-        def run() -> None:
-            calls[phase] += 1
-            cpu["s"] += work[phase] / 1000.0
-
-        return run
-
     with monkeypatch.context() as m:
         m.setattr(clock_mod.time, "thread_time", lambda: cpu["s"])
-        probes = {"target": probe("target"), "draft": probe("draft")}
+        probes = fake_probes(cpu, work, calls)
         ref = SpeedRef(probes, every_s=1e9, window=5, probe=kind)
         assert ref.reference(repeats=5) == pytest.approx({"target": 4.0, "draft": 4.0})
         assert ref.speed("target") == 1.0 and ref.speed("anything else") == 1.0
@@ -112,16 +121,9 @@ def test_a_large_probe_times_large_forwards_at_its_own_speed(monkeypatch):
     work = {"target": 4.0, LARGE: 40.0}
     calls = {"target": 0, LARGE: 0}
 
-    def probe(phase: str):  # type: ignore[no-untyped-def]
-        def run() -> None:
-            calls[phase] += 1
-            cpu["s"] += work[phase] / 1000.0
-
-        return run
-
     with monkeypatch.context() as m:
         m.setattr(clock_mod.time, "thread_time", lambda: cpu["s"])
-        probes = {"target": probe("target"), LARGE: probe(LARGE)}
+        probes = fake_probes(cpu, work, calls)
         sizes = {"target": 4, LARGE: 64}
         ref = SpeedRef(probes, every_s=1e9, probe="cold", sizes=sizes, large_every=2)
         ref.reference(repeats=3)
@@ -176,17 +178,11 @@ def test_a_mid_probe_makes_the_blend_piecewise(monkeypatch):
     from specsim.torch_engine.clock import LARGE, MID
 
     cpu = {"s": 0.0}
-    work = {"target": 4.0, MID: 16.0, LARGE: 40.0}
-
-    def probe(phase: str):  # type: ignore[no-untyped-def]
-        def run() -> None:
-            cpu["s"] += work[phase] / 1000.0
-
-        return run
+    work = {"target": 4.0, LARGE: 40.0, MID: 16.0}  # the large probe first
 
     with monkeypatch.context() as m:
         m.setattr(clock_mod.time, "thread_time", lambda: cpu["s"])
-        probes = {"target": probe("target"), LARGE: probe(LARGE), MID: probe(MID)}
+        probes = fake_probes(cpu, work)
         sizes = {"target": 4, MID: 16, LARGE: 64}
         ref = SpeedRef(probes, every_s=1e9, probe="cold", sizes=sizes, large_every=1)
         assert ref.sized == [MID, LARGE]  # by size, whatever the probes' order
