@@ -187,7 +187,7 @@ class SpeedRef:
                 ms = (time.thread_time() - c1) * 1000.0
             else:
                 ms = self._time(fn, 1)
-            if p in self.ratio:  # kept as its ratio to the small probe, timed just before it
+            if p in self.ratio:  # kept as its ratio to the small probe of this calibration
                 self._hist[p].append(ms / self.ref_ms[p] / small)
                 self.ratio[p] = statistics.median(self._hist[p])
                 continue
