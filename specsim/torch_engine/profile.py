@@ -50,7 +50,7 @@ import torch
 from specsim.errors import SpecsimError
 from specsim.progress import Progress
 from specsim.torch_engine.clock import active_reference, ref_cpu_ms, use_reference
-from specsim.torch_engine.speed import _fill, _ids, _sync, speed_reference
+from specsim.torch_engine.speed import _fill, _forward_probe, _ids, _sync, speed_reference
 from specsim.torch_engine.target import FlatTarget
 
 DEFAULT_B = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384)
@@ -693,20 +693,9 @@ def probe_ms(
     validation to see how much faster or slower the (shared) machine is than at profiling."""
     gen = np.random.default_rng(seed)
     vocab = int(model.config.vocab_size)
-    cap = max(c for c, _ in points) + max(b for _, b in points) + 1
-    ft = FlatTarget(model, 1, cap)
-    out = []
-    for ctx, b in points:
-        _fill(ft, 0, ctx, gen, vocab)
-        toks = _ids(gen, vocab, b).tolist()
-
-        def step(toks=toks, ctx=ctx) -> None:
-            ft.forward([0], [toks])
-            ft.truncate(0, ctx)
-            _sync(model)
-
-        out.append(_median_ms(step, repeats, clock))
-    return out
+    return [
+        _median_ms(_forward_probe(model, ctx, b, gen, vocab), repeats, clock) for ctx, b in points
+    ]
 
 
 def compare_layouts(
