@@ -9,7 +9,8 @@ reference). Per forward size (verified tokens of the step) this prints the steps
 ratio, and the slope of each run's median ratio on its speed factor: across all runs, and
 within a cell (one repeat against the other: the cell's policy, load and requests cancel).
 A slope below 0 means large forwards speed up less than the probe: dividing them by the
-probe's factor over-corrects them on a fast core.
+probe's factor over-corrects them on a fast core. Then the same ratio for prefill-only steps
+(the largest forwards), by prompt size.
 
     python benchmarks/fidelity_forward_gap.py reports/fidelity
 """
@@ -78,6 +79,34 @@ def gap_table(report: Path) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def prefill_table(report: Path) -> pd.DataFrame:
+    """Prefill-only steps (no request decoding): real over modelled (the step less drafting
+    and policy against the cost model's verification of those prompt tokens), by prompt size."""
+    s = pd.read_parquet(report / "engine_steps.parquet")
+    s = s[(s.prefilling > 0) & (s.decoding == 0)]
+    rows = []
+    for d, g in s.groupby("drafter"):
+        cost = read_profile_csv(report / f"profile-{d}.csv")
+        model = [
+            cost.verify_s(0, int(r.prefill_tokens), int(r.running), cost.step_time_fn(r.ctx_mean))
+            for r in g.itertuples()
+        ]
+        real = g.duration_s - g.draft_s - g.sched_s
+        g = g.assign(ratio=real.to_numpy() / np.array(model))
+        for b, h in g.groupby(pd.cut(g.prefill_tokens, [0, 64, 128, 256, 4096]), observed=True):
+            rows.append(
+                {
+                    "report": str(report),
+                    "drafter": d,
+                    "prompt tokens": f"{b.left + 1}-{b.right}",
+                    "steps": len(h),
+                    "mean prompt tokens": round(float(h.prefill_tokens.mean()), 1),
+                    "median real / model": round(float(h.ratio.median()), 3),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("reports", nargs="+", type=Path, help="fidelity report directories")
@@ -85,6 +114,9 @@ def main() -> None:
     pd.set_option("display.width", 200)
     table = pd.concat([gap_table(r) for r in args.reports], ignore_index=True)
     print(table.to_string(index=False))
+    print("\nprefill-only steps")
+    pre = pd.concat([prefill_table(r) for r in args.reports], ignore_index=True)
+    print(pre.to_string(index=False))
 
 
 if __name__ == "__main__":
