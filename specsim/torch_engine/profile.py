@@ -690,12 +690,21 @@ def probe_ms(
     clock: str = "wall",
 ):
     """Median ms of single-request forwards at (context, batch) points: re-timed during a long
-    validation to see how much faster or slower the (shared) machine is than at profiling."""
-    gen = np.random.default_rng(seed)
-    vocab = int(model.config.vocab_size)
-    return [
-        _median_ms(_forward_probe(model, ctx, b, gen, vocab), repeats, clock) for ctx, b in points
-    ]
+    validation to see how much faster or slower the (shared) machine is than at profiling.
+    The probes (their caches filled once) are kept for the next call with the same model,
+    points and seed: a grid calls this before and after each of its ~140 runs, and filling the
+    128-token context took 0.55 s of the 1.25 s a call cost (1 Dec 2026)."""
+    key = (id(model), tuple(points), seed)
+    if _PROBES.get("key") != key:
+        gen = np.random.default_rng(seed)
+        vocab = int(model.config.vocab_size)
+        _PROBES.update(key=key, fns=[_forward_probe(model, c, b, gen, vocab) for c, b in points])
+    return [_median_ms(fn, repeats, clock) for fn in _PROBES["fns"]]
+
+
+# probe_ms's probes for one (model, points, seed): the last one asked for (the key's model id
+# stays valid while the probes, which hold the model, are kept)
+_PROBES: dict[str, Any] = {}
 
 
 def compare_layouts(
