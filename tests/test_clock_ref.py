@@ -216,6 +216,50 @@ def test_sized_probes_on_a_real_model():
     assert ref.speed("target", 8) == pytest.approx(ref.factor["target"] * ref.ratio[MID])
 
 
+def test_an_adopted_reference_times_in_the_parents_units(monkeypatch):
+    """A worker of ``validate --workers`` takes the parent's reference times instead of its
+    own: on a core 1.5x slower than the parent's at the reference, its first calibration
+    reads 1.5, not 1. A reference for other probes is refused."""
+    import specsim.torch_engine.clock as clock_mod
+
+    cpu = {"s": 0.0}
+    work = {"target": 4.0, "draft": 2.0}
+    with monkeypatch.context() as m:
+        m.setattr(clock_mod.time, "thread_time", lambda: cpu["s"])
+        parent = SpeedRef(fake_probes(cpu, work), probe="cold")
+        parent.reference(repeats=3)
+        work.update(target=6.0, draft=3.0)  # the worker's core
+        worker = SpeedRef(fake_probes(cpu, work), probe="cold")
+        worker.adopt(parent.ref_ms)
+        assert worker.due() and worker.ref_ms == parent.ref_ms
+        worker.calibrate()
+        assert worker.speed("target") == pytest.approx(1.5)
+        assert worker.speed("draft") == pytest.approx(1.5)
+        with pytest.raises(SpecsimError, match="does not fit"):
+            worker.adopt({"target": 4.0})
+
+
+def test_a_reference_rebuilt_like_another_is_the_same_work():
+    """``speed_reference(..., like=(ref_ms, repeat_k))`` on a tiny real model: the same probes,
+    the cheap drafter's call count taken from the parent (not re-measured), its reference
+    adopted, and its first calibration a factor near 1 on the same machine."""
+    from specsim.torch_engine.clock import LARGE
+    from specsim.torch_engine.speed import speed_reference
+
+    model = tiny_model(seed=3)
+    ngram = {"draft:ngram": NgramProposer(n=3, block_size=3)}
+    parent = speed_reference(model, ngram, context=16, probe="cold", large_tokens=32)
+    assert parent.repeat_k["draft:ngram"] >= 1
+    k = {"draft:ngram": parent.repeat_k["draft:ngram"] + 5}  # a count the worker must take
+    child = speed_reference(
+        model, ngram, context=16, probe="cold", large_tokens=32, like=(parent.ref_ms, k)
+    )
+    assert child.ref_ms == parent.ref_ms and child.repeat_k == k
+    assert set(child.probes) == {"target", LARGE, "draft:ngram"} and child.due()
+    child.calibrate()
+    assert 0.05 < child.speed("target") < 20  # the same machine: a factor, not a unit slip
+
+
 def test_calibration_is_off_both_clocks():
     ref = SpeedRef({"target": lambda: burn(10)}, every_s=0.0)  # due at every tick
     ref.reference(repeats=1)

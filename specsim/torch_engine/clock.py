@@ -133,6 +133,7 @@ class SpeedRef:
         self.calibrations = 0
         self._next = 0.0
         self.spent_cpu_s = 0.0
+        self.repeat_k: dict[str, int] = {}  # a cheap drafter probe's calls (speed_reference)
 
     @property
     def large_ratio(self) -> float:
@@ -158,6 +159,21 @@ class SpeedRef:
         self._next = time.thread_time() + self.every_s
         self.spent_cpu_s += time.thread_time() - c0
         return dict(self.ref_ms)
+
+    def adopt(self, ref_ms: dict[str, float]) -> None:
+        """Take another process's reference instead of timing one: a worker of a grid run on
+        several cores (``validate --workers``) times its runs in the units of the profile the
+        parent measured. Its probes must be the same work (same seeds and sizes,
+        ``speed_reference(..., like=...)``); its first calibration gives its own speed."""
+        if set(ref_ms) != set(self.probes):
+            raise SpecsimError(
+                f"a reference for probes {sorted(ref_ms)} does not fit probes {sorted(self.probes)}"
+            )
+        self.ref_ms = dict(ref_ms)
+        self.factor = {p: 1.0 for p in self.probes}
+        self.ratio = {p: 1.0 for p in self.sized}
+        self.calibrations = 0
+        self._next = 0.0  # due at once
 
     def due(self) -> bool:
         return time.thread_time() >= self._next

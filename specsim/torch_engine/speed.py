@@ -61,6 +61,7 @@ def speed_reference(
     large_tokens: int = 0,
     large_every: int = 4,
     mid_tokens: int = 0,
+    like: tuple[dict[str, float], dict[str, int]] | None = None,
 ) -> SpeedRef:
     """A :class:`SpeedRef` with a target probe (one forward of ``tokens`` tokens at
     ``context``, a typical verification) and one probe per drafter phase (its proposal for 2
@@ -71,7 +72,9 @@ def speed_reference(
     second target probe, one forward of that many tokens at ``context``, re-timed every
     ``large_every``-th calibration, towards which larger forwards are timed; ``mid_tokens`` > 0
     a third one of that many tokens, in between.
-    The probes own their caches and buffers: they never touch an engine's state."""
+    The probes own their caches and buffers: they never touch an engine's state.
+    ``like``: another process's ``(ref.ref_ms, ref.repeat_k)`` (same arguments): the same
+    probes, that reference adopted instead of a new one taken (``SpeedRef.adopt``)."""
     gen = np.random.default_rng(seed)
     vocab = int(model.config.vocab_size)
     probes = {"target": _forward_probe(model, context, tokens, gen, vocab)}
@@ -80,6 +83,7 @@ def speed_reference(
         if n:
             probes[name] = _forward_probe(model, context, n, gen, vocab)
             sizes[name] = n
+    repeat_k: dict[str, int] = {}
     for phase, proposer in drafters.items():
         n_feat = max(len(proposer.feature_layers) * int(model.config.hidden_size), 1)
         seq = torch.from_numpy(_ids(gen, vocab, (2, context + 1)))
@@ -94,6 +98,9 @@ def speed_reference(
         c0 = time.thread_time()
         once()
         k = max(1, int(np.ceil(0.02 / max(time.thread_time() - c0, 1e-6))))
+        if like is not None:  # the same work as the reference's probe
+            k = like[1].get(phase, k)
+        repeat_k[phase] = k
 
         def draft(once=once, k=k) -> None:
             for _ in range(k):
@@ -103,5 +110,9 @@ def speed_reference(
     ref = SpeedRef(
         probes, every_s=every_s, window=window, probe=probe, sizes=sizes, large_every=large_every
     )
-    ref.reference()
+    ref.repeat_k = repeat_k
+    if like is not None:
+        ref.adopt(like[0])
+    else:
+        ref.reference()
     return ref
