@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pandas as pd
 
-from specsim.analysis.fidelity_report import machine_verdict, misses_markdown
+from specsim.analysis.fidelity_report import (
+    machine_verdict,
+    misses_markdown,
+    ttft_misses_markdown,
+    ttft_parts,
+)
 
 
 def _table(errs):
@@ -67,3 +72,55 @@ def test_machine_verdict_on_a_quiet_host_and_without_repeats():
     text = machine_verdict(_spread_table([0.01, 0.03, 0.08]))
     assert "median 3.0%" in text and "below the 5% goal, so the grid can test it" in text
     assert machine_verdict(_spread_table([0.5, 0.5], repeats=1)) == ""
+
+
+def _requests(cell, side, queued_ms, prefill_ms, repeat=0):
+    """A cell's requests arriving 1 s apart, each queued and prefilled as given (ms)."""
+    rows = []
+    for i, (q, p) in enumerate(zip(queued_ms, prefill_ms, strict=True)):
+        a = float(i)
+        rows.append(
+            {"drafter": "dspark", "policy": cell, "load": "rate=0.9x", "side": side,
+             "repeat": repeat, "id": i, "prompt_len": 100, "arrival_s": a,
+             "admitted_s": a + q / 1000, "first_token_s": a + (q + p) / 1000,
+             "ttft_ms": q + p}
+        )  # fmt: skip
+    return rows
+
+
+def test_ttft_parts_are_medians_of_queued_and_prefill():
+    parts = ttft_parts(pd.DataFrame(_requests("ar", "real", [0, 10, 50], [300, 320, 310])))
+    assert parts["n"] == 3
+    assert abs(parts["queued_ms"] - 10) < 1e-9 and abs(parts["prefill_ms"] - 310) < 1e-9
+    assert abs(parts["ttft_ms"] - 330) < 1e-9
+
+
+def test_a_ttft_miss_names_the_part_that_differs(tmp_path):
+    table = pd.DataFrame(
+        [{"drafter": "dspark", "policy": p, "load": "rate=0.9x", "err_ttft_ms_p50": e}
+         for p, e in (("full", 0.40), ("zos", -0.15), ("ar", 0.05))]
+    )  # fmt: skip
+    rows = (
+        # full: the simulation queues 120 ms longer, prefills alike -> queued
+        _requests("full", "real", [0, 20, 40], [300, 300, 300])
+        + _requests("full", "real", [0, 20, 40], [300, 300, 300], repeat=1)
+        + _requests("full", "sim", [0, 140, 200], [305, 305, 305], repeat=-1)
+        # zos: queued alike, the simulation prefills 50 ms shorter -> prefill
+        + _requests("zos", "real", [0, 0, 0], [350, 350, 350])
+        + _requests("zos", "sim", [0, 0, 0], [300, 300, 300], repeat=-1)
+        + _requests("ar", "real", [0, 0, 0], [300, 300, 300])
+        + _requests("ar", "sim", [0, 0, 0], [300, 300, 300], repeat=-1)
+    )
+    pd.DataFrame(rows).to_parquet(tmp_path / "requests.parquet")
+    text = ttft_misses_markdown(table, tmp_path / "requests.parquet")
+    lines = [r for r in text.splitlines() if r.startswith("| dspark")]
+    assert len(lines) == 2  # ar meets the goal
+    assert "| 6 / 3 |" in lines[0] and "queued: sim +120.0 ms (+37.5% of the real TTFT)" in lines[0]
+    assert "prefill: sim -50.0 ms" in lines[1]
+
+
+def test_no_ttft_section_without_timelines(tmp_path):
+    table = pd.DataFrame(
+        [{"drafter": "dspark", "policy": "ar", "load": "C=1", "err_ttft_ms_p50": 0.3}]
+    )
+    assert ttft_misses_markdown(table, tmp_path / "requests.parquet") == ""

@@ -4,6 +4,7 @@ seconds), their refusals, and the pure comparison helpers."""
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pandas as pd
@@ -166,7 +167,7 @@ def test_report_files(report):
     out, trace = report
     assert trace.exists()
     for name in ("README.md", "fidelity.png", "engine_steps.parquet", "config.json",
-                 "decomposition.csv", "runs.csv"):  # fmt: skip
+                 "decomposition.csv", "runs.csv", "requests.parquet"):  # fmt: skip
         assert (out / name).exists(), name
     cost = read_profile_csv(out / "profile-ngram.csv")
     assert cost.b_max >= 64 and cost.draft_per_request_ms >= 0
@@ -200,6 +201,16 @@ def test_report_files(report):
         "verify_s",
     } <= set(steps.columns)
     assert "| ngram | hw-aware | C=3 |" in (out / "README.md").read_text()
+    # every request's timeline, real (each repeat) and simulated (repeat -1), per cell
+    req = pd.read_parquet(out / "requests.parquet")
+    table = pd.read_csv(out / "fidelity.csv")
+    for r in table.itertuples():
+        cell = req[(req.policy == r.policy) & (req.load == r.load)]
+        assert (cell.side == "real").sum() == r.jobs * r.repeats, r
+        sim = cell[cell.side == "sim"]
+        assert len(sim) == r.jobs and (sim.repeat == -1).all()
+    np.testing.assert_allclose(req.ttft_ms, 1000 * (req.first_token_s - req.arrival_s), rtol=1e-9)
+    assert (req.admitted_s >= req.arrival_s).all() and (req.first_token_s > req.admitted_s).all()
     assert json.loads((out / "config.json").read_text())["drafter"] == "ngram:3"
 
 
@@ -287,6 +298,41 @@ def test_ref_clock_grid(report, setup):
     hog = pd.read_csv(out / "hog.csv")
     assert set(hog["clock"]) == {"ref", "cpu", "wall"}
     assert "ref clock" in (out / "README.md").read_text()
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="two workers need two cores")
+def test_two_workers_on_the_ref_clock(report, setup):
+    """``--workers 2``: the runs in two spawned processes, each with the parent's reference;
+    greedy lengths and tau still exact, timing within the loose bound, every run's speed factor
+    its own worker's, and the workers' re-timings counted in config.json."""
+    out = setup["dir"] / "rep-workers"
+    _, trace = report
+    args = base_args(setup, out, trace, "--policies", "ar,full", "--concurrency", "1,2")
+    args[args.index("--clock") + 1] = "ref"
+    assert main([*args, "--repeats", "2", "--workers", "2"]) == 0
+    table = pd.read_csv(out / "fidelity.csv")
+    assert len(table) == 4 and (table["length_mismatch"] == 0).all()
+    assert np.allclose(table["real_tau"], table["sim_tau"], rtol=1e-9)
+    assert_within_factor(table)
+    runs = pd.read_csv(out / "runs.csv")
+    assert len(runs) == 8 and ((runs["speed_factor"] > 0.2) & (runs["speed_factor"] < 5)).all()
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["workers"] == 2 and cfg["speed_calibrations"] >= 8  # one at each run's start
+    assert "2 at a time" in (out / "README.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (("--workers", "0"), "--workers must be between 1"),
+        (("--workers", "2"), "needs --clock ref"),
+    ],
+)
+def test_workers_refusals(report, setup, capsys, extra, needle):
+    _, trace = report
+    rc = main(base_args(setup, setup["dir"] / "rep-bad-workers", trace, *extra))
+    err = capsys.readouterr().err
+    assert rc == 2 and needle in err and "Traceback" not in err
 
 
 def test_shared_table_is_timed_once_and_reused(setup):

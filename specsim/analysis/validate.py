@@ -194,8 +194,15 @@ def retime(raw: Any, steps: pd.DataFrame) -> Any:
 _STATE: dict[str, Any] = {}
 
 
-def _init_worker(target_spec: str, drafters: list[str], device: str, threads: int) -> None:
-    """Load the target and every proposer once per process."""
+def _init_worker(
+    target_spec: str,
+    drafters: list[str],
+    device: str,
+    threads: int,
+    ref: dict[str, Any] | None = None,
+) -> None:
+    """Load the target and every proposer once per process; in a worker of ``--workers`` > 1
+    on the ref clock, ``ref`` (:func:`_ref_spec`) gives it the parent's speed reference."""
     from specsim.record.models import load_target, set_threads
     from specsim.torch_engine.proposers import make_proposer
 
@@ -203,6 +210,24 @@ def _init_worker(target_spec: str, drafters: list[str], device: str, threads: in
     target = load_target(target_spec, device)
     _STATE["target"] = target
     _STATE["proposers"] = {d: make_proposer(d, target)[0] for d in drafters}
+    if ref is not None:
+        from specsim.torch_engine.clock import use_reference
+        from specsim.torch_engine.speed import speed_reference
+
+        use_reference(
+            speed_reference(
+                target.model,
+                {f"draft:{d}": _STATE["proposers"][d] for d in drafters},
+                like=(ref["ref_ms"], ref["repeat_k"]),
+                **ref["kw"],
+            )
+        )
+
+
+def _ref_spec(ref: Any, kw: dict[str, Any]) -> dict[str, Any]:
+    """What a worker process needs to rebuild the parent's speed reference: the reference
+    times, the cheap drafters' call counts and ``speed_reference``'s arguments."""
+    return {"ref_ms": dict(ref.ref_ms), "repeat_k": dict(ref.repeat_k), "kw": dict(kw)}
 
 
 def run_real(spec: RunSpec) -> dict[str, Any]:
@@ -233,8 +258,11 @@ def run_real(spec: RunSpec) -> dict[str, Any]:
         clock=spec.clock,
         draft_phase=spec.draft_phase,
     )
+    from specsim.torch_engine.clock import active_reference
     from specsim.torch_engine.profile import probe_ms
 
+    ref = active_reference()
+    n0, p0 = (ref.calibrations, ref.spent_cpu_s) if ref is not None else (0, 0.0)
     before = probe_ms(target.model, PROBE_POINTS, clock=spec.clock)
     c0, w0 = time.thread_time(), time.perf_counter()
     real = RealEngine(
@@ -255,7 +283,11 @@ def run_real(spec: RunSpec) -> dict[str, Any]:
         "job_trace": real.raw.job_trace,
         "output_len": real.raw.output_len,
         "steps": real.steps,
+        "requests": real.requests,
         "engine_steps": int(real.summary["engine_steps"]),
+        # the speed reference's re-timings during the run (ref clock), for config.json
+        "calibrations": (ref.calibrations - n0) if ref is not None else 0,
+        "probe_cpu_s": (ref.spent_cpu_s - p0) if ref is not None else 0.0,
     }
     if c.concurrency is not None and spec.clock != "wall":
         raw_w = retime(real.raw, real.steps)
@@ -384,6 +416,7 @@ def _run_validation(
     ref_mid: int = 0,
     shared_table: bool = True,
     hogs: int = 0,
+    workers: int = 1,
     force: bool = False,
     device: str = "cpu",
     log: Any = None,
@@ -420,15 +453,16 @@ def _run_validation(
         from specsim.torch_engine.speed import speed_reference
 
         say("taking the speed reference (a target forward, each drafter's proposal)")
+        ref_kw = {
+            "every_s": ref_every_s,
+            "window": ref_window,
+            "probe": ref_probe,
+            "large_tokens": ref_large,
+            "large_every": ref_large_every,
+            "mid_tokens": ref_mid,
+        }
         ref = speed_reference(
-            target.model,
-            {f"draft:{d}": _STATE["proposers"][d] for d in drafters},
-            every_s=ref_every_s,
-            window=ref_window,
-            probe=ref_probe,
-            large_tokens=ref_large,
-            large_every=ref_large_every,
-            mid_tokens=ref_mid,
+            target.model, {f"draft:{d}": _STATE["proposers"][d] for d in drafters}, **ref_kw
         )
         use_reference(ref)
         lap("speed reference")
@@ -559,14 +593,19 @@ def _run_validation(
         hog_df.insert(0, "cell", f"{probe.cell.drafter} {probe.cell.policy} {probe.cell.load}")
         _atomic_csv(hog_df, out_dir / "hog.csv")
         lap("hog check")
-    results = _execute(specs, say)
+    ref_spec = _ref_spec(ref, ref_kw) if ref is not None else None
+    init = (target_spec, list(drafters), device, 1, ref_spec)
+    results = _execute(specs, say, workers, init)
     lap(f"{len(specs)} real runs")
-    runs, rows, step_frames, decomp = _assemble(grid, specs, results, sims, per, repeats, clock)
+    runs, rows, step_frames, decomp, reqs = _assemble(
+        grid, specs, results, sims, per, repeats, clock
+    )
     table = pd.DataFrame(rows)
     _atomic_csv(table, table_path)
     _atomic_csv(pd.DataFrame(runs), out_dir / "runs.csv")
     _atomic_csv(pd.DataFrame(decomp), out_dir / "decomposition.csv")
     _atomic_parquet(pd.concat(step_frames, ignore_index=True), out_dir / "engine_steps.parquet")
+    _atomic_parquet(pd.concat(reqs, ignore_index=True), out_dir / "requests.parquet")
     from specsim.record.models import threads_in_use
 
     config = {
@@ -590,6 +629,7 @@ def _run_validation(
         ),
         "layout": layout,
         "seed": seed,
+        "workers": workers,
         "torch_threads": threads_in_use(),
         "cpu_count": os.cpu_count(),
         "loadavg_start": round(load_start, 2),
@@ -600,8 +640,13 @@ def _run_validation(
     }
     if ref is not None:
         config["speed_reference_ms"] = {k: round(v, 3) for k, v in ref.ref_ms.items()}
-        config["speed_calibrations"] = ref.calibrations
-        config["speed_reference_cpu_s"] = round(ref.spent_cpu_s, 1)
+        # with workers, their runs' re-timings are counted by the runs (this process's ref
+        # did the profiles' and the hog check's)
+        away = [r for r in results.values()] if workers > 1 else []
+        config["speed_calibrations"] = ref.calibrations + sum(r["calibrations"] for r in away)
+        config["speed_reference_cpu_s"] = round(
+            ref.spent_cpu_s + sum(r["probe_cpu_s"] for r in away), 1
+        )
         config["speed_every_s"] = ref.every_s
         config["speed_window"] = ref_window
         config["speed_probe"] = ref.probe
@@ -690,7 +735,11 @@ def _simulate_grid(grid: list[Cell], per: dict, requests: int | None, seed: int)
             rates[c] = round(c.rate_frac * cap.summary["throughput_tok_s"] / per_job, 4)
             kw["rate"] = rates[c]
         res = replay(tr, c.policy, profile=info["cost"], **kw)
-        entry = {"metrics": cell_metrics(res.summary, res.requests), "sim_time_s": 0.0}
+        entry = {
+            "metrics": cell_metrics(res.summary, res.requests),
+            "requests": res.requests,
+            "sim_time_s": 0.0,
+        }
         entry["sim_time_s"] = float(res.summary["sim_time_s"])
         if info["other"] is not None and c.concurrency is not None:
             res_w = replay(tr, c.policy, profile=info["other"], **kw)
@@ -712,18 +761,37 @@ def _lap(phases: dict[str, float]) -> Any:
     return lap
 
 
-def _execute(specs: list[RunSpec], say: Any) -> dict[int, dict[str, Any]]:
-    """Run every spec here, one after another, with a progress bar and ETA. Not in parallel:
-    beside a neighbour even the CPU clock moves by 3-8% (shared caches and memory bandwidth;
-    ``--hog-check`` measures it), more than the errors this grid is after."""
+def _execute(
+    specs: list[RunSpec], say: Any, workers: int = 1, init: tuple | None = None
+) -> dict[int, dict[str, Any]]:
+    """Run every spec, with a progress bar and ETA: here, one after another (``workers`` 1),
+    or in ``workers`` processes, one run each at a time (``init``: :func:`_init_worker`'s
+    arguments). Beside a neighbour the CPU clock moves by 3-15% (shared caches and memory
+    bandwidth; ``--hog-check`` measures it), more than the errors this grid is after, so
+    several workers are for the ref clock only, whose probes feel the neighbour too: each
+    worker adopts the parent's reference and times its runs in the profile's units."""
     from specsim.progress import Progress
 
     results: dict[int, dict[str, Any]] = {}
     with Progress(sum(s.jobs for s in specs), "validate", " requests") as bar:
-        for i, s in enumerate(specs):
-            results[i] = run_real(s)
-            bar.update(s.jobs)
-            say(_run_line(s, results[i]))
+        if workers <= 1:
+            done: Any = (run_real(s) for s in specs)
+            pool = None
+        else:
+            import multiprocessing as mp
+
+            # spawn: a fresh interpreter per worker (forking a process that holds torch's
+            # thread pools is unsafe); each loads the models and adopts the parent's reference
+            pool = mp.get_context("spawn").Pool(workers, _init_worker, init)
+            done = pool.imap(run_real, specs, chunksize=1)  # in order, as each finishes
+        try:
+            for i, (s, r) in enumerate(zip(specs, done, strict=True)):
+                results[i] = r
+                bar.update(s.jobs)
+                say(_run_line(s, r))
+        finally:
+            if pool is not None:
+                pool.terminate()
     return results
 
 
@@ -739,9 +807,9 @@ def _run_line(s: RunSpec, r: dict) -> str:
 
 
 def _assemble(grid, specs, results, sims, per, repeats, clock):  # type: ignore[no-untyped-def]
-    """Per-run rows, per-cell rows (real mean and spread against sim, both clocks), step logs
-    and the per-step decomposition."""
-    runs, rows, frames, decomp = [], [], [], []
+    """Per-run rows, per-cell rows (real mean and spread against sim, both clocks), step logs,
+    the per-step decomposition and every request's timeline (real runs and simulation)."""
+    runs, rows, frames, decomp, reqs = [], [], [], [], []
     by_cell: dict[Cell, list[int]] = {}
     for i, s in enumerate(specs):
         by_cell.setdefault(s.cell, []).append(i)
@@ -773,6 +841,7 @@ def _assemble(grid, specs, results, sims, per, repeats, clock):  # type: ignore[
             st.insert(0, "policy", c.policy)
             st.insert(0, "drafter", c.drafter)
             frames.append(st)
+            reqs.append(_request_rows(c, "real", specs[i].repeat, r.get("requests")))
         real = {m: float(np.mean([r["metrics"][m] for r in res])) for m in METRICS}
         row: dict[str, Any] = {
             "drafter": c.drafter,
@@ -800,7 +869,24 @@ def _assemble(grid, specs, results, sims, per, repeats, clock):  # type: ignore[
         row["cpu_over_wall"] = float(np.mean([r["cpu_s"] / r["wall_s"] for r in res]))
         rows.append(row)
         decomp.append(_decompose(c, res[0]["steps"], info["cost"], info["trace"]))
-    return runs, rows, frames, decomp
+        reqs.append(_request_rows(c, "sim", -1, sims[c].get("requests")))
+    return runs, rows, frames, decomp, reqs
+
+
+REQUEST_COLS = ("id", "prompt_len", "arrival_s", "admitted_s", "first_token_s", "ttft_ms")
+
+
+def _request_rows(c: Cell, side: str, repeat: int, frame: Any) -> pd.DataFrame:
+    """A run's (or the simulation's, ``repeat`` -1) requests, tagged with their cell: where a
+    request's TTFT went, queued (arrival to admission) or prefilling (admission to its first
+    token), real against simulated (``fidelity_report.ttft_misses_markdown``)."""
+    if frame is None:
+        return pd.DataFrame()
+    out = frame[list(REQUEST_COLS)].copy()
+    for k, v in (("repeat", repeat), ("side", side), ("load", c.load), ("policy", c.policy)):
+        out.insert(0, k, v)
+    out.insert(0, "drafter", c.drafter)
+    return out
 
 
 def _decompose(c: Cell, steps: pd.DataFrame, cost: Any, trace: Any) -> dict[str, Any]:

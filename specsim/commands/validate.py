@@ -85,6 +85,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--open-repeats", type=int, default=None, help="real runs per open-loop cell (--repeats)"
     )
     p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="real runs at a time, each in its own process on its own core (1; more only with "
+        "--clock ref, whose probes feel the neighbouring run: docs/fidelity.md)",
+    )
+    p.add_argument(
         "--ref-every",
         type=float,
         default=1.0,
@@ -179,6 +186,16 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.ref_large_every < 1:
         raise SpecsimError(f"--ref-large-every must be at least 1, got {args.ref_large_every}")
+    if not 1 <= args.workers <= (os.cpu_count() or 1):
+        raise SpecsimError(
+            f"--workers must be between 1 and this machine's {os.cpu_count()} cores, got "
+            f"{args.workers}"
+        )
+    if args.workers > 1 and args.clock != "ref":
+        raise SpecsimError(
+            f"--workers {args.workers} needs --clock ref: on the {args.clock} clock each run "
+            "would time its neighbour too; pass --clock ref or --workers 1"
+        )
     if args.ref_window < 1:
         raise SpecsimError(f"--ref-window must be at least 1, got {args.ref_window}")
     if args.open_repeats is not None and args.open_repeats < 1:
@@ -222,6 +239,7 @@ def run(args: argparse.Namespace) -> int:
         ref_mid=args.ref_mid,
         shared_table=args.shared_table,
         hogs=(os.cpu_count() or 1) if args.hog_check else 0,
+        workers=args.workers,
         force=args.force,
         device=args.device,
         log=lambda m: print(m, file=sys.stderr, flush=True),
