@@ -97,8 +97,9 @@ def test_ttft_parts_are_medians_of_queued_and_prefill():
 
 def test_a_ttft_miss_names_the_part_that_differs(tmp_path):
     table = pd.DataFrame(
-        [{"drafter": "dspark", "policy": p, "load": "rate=0.9x", "err_ttft_ms_p50": e}
-         for p, e in (("full", 0.40), ("zos", -0.15), ("ar", 0.05))]
+        [{"drafter": "dspark", "policy": p, "load": "rate=0.9x", "err_ttft_ms_p50": e,
+          "spread_ttft_ms_p50": sp}
+         for p, e, sp in (("full", 0.40, 0.1), ("zos", -0.15, 0.2), ("ar", 0.05, 0.0))]
     )  # fmt: skip
     rows = (
         # full: the simulation queues 120 ms longer, prefills alike -> queued
@@ -116,7 +117,9 @@ def test_a_ttft_miss_names_the_part_that_differs(tmp_path):
     lines = [r for r in text.splitlines() if r.startswith("| dspark")]
     assert len(lines) == 2  # ar meets the goal
     assert "| 6 / 3 |" in lines[0] and "queued: sim +120.0 ms (+37.5% of the real TTFT)" in lines[0]
-    assert "prefill: sim -50.0 ms" in lines[1]
+    assert "| 10.0% |" in lines[0]  # outside its repeats' spread
+    assert "prefill: sim -50.0 ms" in lines[1] and "| 20.0% (inside) |" in lines[1]
+    assert "1 of these 2 misses are inside" in text
 
 
 def test_no_ttft_section_without_timelines(tmp_path):
