@@ -336,6 +336,9 @@ HELD_OUT = [  # each one a traceback or a hang before the reliability work
     ["validate", "--trace", "{trace}", "--prompts", "humaneval[:1]", "--ref-large", "-1"],
     ["validate", "--trace", "{trace}", "--prompts", "humaneval[:1]", "--ref-large-every", "0"],
     ["validate", "--trace", "{trace}", "--prompts", "humaneval[:1]", "--ref-mid", "64"],
+    ["validate", "--trace", "{trace}", "--prompts", "humaneval[:1]", "--workers", "999"],
+    ["validate", "--trace", "{trace}", "--prompts", "humaneval[:1]", "--workers", "2",
+     "--clock", "wall"],
 ]  # fmt: skip
 
 

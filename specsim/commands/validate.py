@@ -89,7 +89,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=int,
         default=1,
         help="real runs at a time, each in its own process on its own core (1; more only with "
-        "--clock ref, whose probes feel the neighbouring run: docs/fidelity.md)",
+        "--clock ref). On the 2-core VM two workers' runs came out ~17%% slower on the ref "
+        "clock than the profile, unseen by the probes (docs/fidelity.md, v8): a report uses 1",
     )
     p.add_argument(
         "--ref-every",
@@ -209,6 +210,12 @@ def run(args: argparse.Namespace) -> int:
             raise SpecsimError(f"--open-drafters {bad[0]!r} is not one of --drafters")
     if (args.out / "fidelity.csv").exists() and not args.force:
         raise SpecsimError(f"{args.out / 'fidelity.csv'} exists; pass --force to overwrite it")
+    if args.workers > 1:
+        print(
+            f"warning: --workers {args.workers}: runs beside each other; on a 2-core VM they "
+            "came out ~17% slower on the ref clock than the profile (docs/fidelity.md, v8)",
+            file=sys.stderr,
+        )
     check_clock(args.clock, args.device, args.threads)
     set_threads(args.threads)
     load_before = os.getloadavg()[0]
