@@ -642,7 +642,7 @@ def _run_validation(
         config["speed_reference_ms"] = {k: round(v, 3) for k, v in ref.ref_ms.items()}
         # with workers, their runs' re-timings are counted by the runs (this process's ref
         # did the profiles' and the hog check's)
-        away = [r for r in results.values()] if workers > 1 else []
+        away = list(results.values()) if workers > 1 else []
         config["speed_calibrations"] = ref.calibrations + sum(r["calibrations"] for r in away)
         config["speed_reference_cpu_s"] = round(
             ref.spent_cpu_s + sum(r["probe_cpu_s"] for r in away), 1
