@@ -47,6 +47,25 @@ def test_fit_recovers_the_per_token_cost():
     assert _accept_per_token(calibration_steps(-0.2, seed=3)) == 0.0
 
 
+@pytest.mark.parametrize("gamma", [1, 2, 3, 4, 7, 8])
+def test_calibration_passes_verify_different_blocks(gamma):
+    """With 3 drafts or fewer, static:3 and static:gamma verify the same tokens and the fit
+    above returns 0; the first pass then verifies none. Checked through the policies
+    themselves: the tokens a request verifies (drafts + 1) differ between the two passes,
+    and the fit recovers the per-token cost from steps at those two block lengths."""
+    pytest.importorskip("torch")
+    from specsim.policies.base import StepInput, get_policy
+    from specsim.torch_engine.profile import _accept_per_token, calibration_policies
+
+    conf = np.full((2, gamma), 0.5)
+    inp = StepInput(conf=conf, step_time=lambda b: 0.01 + 0.0 * np.asarray(b))
+    ks = [int(get_policy(p).schedule(inp)[0]) + 1 for p in calibration_policies(gamma)]
+    assert ks[0] < ks[1] == gamma + 1
+    assert ks[0] == (4 if gamma > 3 else 1)
+    got = _accept_per_token(calibration_steps(0.13, seed=4, ks=tuple(ks)))
+    assert got == pytest.approx(0.13, abs=0.02)
+
+
 @pytest.mark.parametrize("policy", ["static:1", "static:3"])
 def test_each_step_pays_per_verified_token(trace, policy):  # noqa: F811
     """duration with the term = duration without it + accept_per_token_ms x (anchors +

@@ -590,7 +590,8 @@ def _loop_overhead(
     second value returned), and ``loop_ms`` at each R is the median of the loop time less it.
     In v5 the loop was one number per R measured at 4 tokens a request, which charged the
     grid's full-block steps half of what they paid and its one-token steps three times.
-    ``loop_k4_ms`` keeps that form (the first pass's median) for the term ablation."""
+    ``loop_k4_ms`` keeps that form (the first pass's median) for the term ablation; with 3
+    drafts or fewer the first pass verifies none (:func:`calibration_policies`)."""
     import pandas as pd
 
     from specsim.policies.base import get_policy
@@ -598,11 +599,11 @@ def _loop_overhead(
     from specsim.torch_engine.engine import EngineConfig, RealEngine
 
     steps = {r: [] for r in requests}
-    k_full = max(int(gamma), 1)
+    first, full = calibration_policies(gamma)
     # two passes, the second in the reverse order: a drift of the machine's speed during the
     # calibration then moves the small and the large R alike; the second verifies full blocks
-    order = [(r, 0, "static:3") for r in requests]
-    order += [(r, 1, f"static:{k_full}") for r in reversed(requests)]
+    order = [(r, 0, first) for r in requests]
+    order += [(r, 1, full) for r in reversed(requests)]
     for r, pass_i, pol in order:
         prompts = [_ids(gen, vocab, prompt).tolist() for _ in range(r)]
         wl = Workload(
@@ -666,6 +667,16 @@ def _loop_overhead(
         "steps",
     ]  # fmt: skip
     return pd.DataFrame(rows, columns=["requests", *cols]), per_token
+
+
+def calibration_policies(gamma: int) -> tuple[str, str]:
+    """The loop calibration's two passes: 4 tokens a request (``static:3``), then full blocks
+    (``static:gamma``). A block of 3 or fewer drafts would make the two passes verify the same
+    tokens, so that the per-token slope could not be told from the per-request part
+    (``_accept_per_token`` returns 0 when B does not vary apart from R); there the first pass
+    verifies no drafts (``static:0``, one token a request) instead."""
+    k_full = max(int(gamma), 1)
+    return ("static:3" if k_full > 3 else "static:0"), f"static:{k_full}"
 
 
 def _accept_per_token(steps: Any) -> float:
