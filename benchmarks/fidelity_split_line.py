@@ -10,8 +10,8 @@ grid with the split taken from that line (each drafter's own slope, or the two p
 with the two drafters' medians pooled, and scores each against the same real runs.
 
     python benchmarks/fidelity_split_line.py reports/fidelity
-    # an older grid: git archive 5934f5f reports/fidelity | tar -x -C /tmp/v7, then run this
-    # from /tmp/v7 (its config.json names the traces relative to the checkout)
+    # an older grid: mkdir v7 && git archive 5934f5f reports/fidelity | tar -x -C v7, then
+    # run this from inside v7 (its config.json names the traces relative to the checkout)
 """
 
 from __future__ import annotations
