@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from specsim.sim.profiles import PROFILES
+from specsim.sim.profiles import get_profile
 from specsim.sim.simulate import replay
 from specsim.trace.io import read_trace
 
@@ -40,22 +40,19 @@ FREE = {
 }
 
 
-def _profile(name: str):  # type: ignore[no-untyped-def]
-    p = PROFILES.get(name)
-    return p() if callable(p) else p
-
-
 def ar_points(report: Path) -> pd.DataFrame:
     """Every point of the auto sweeps: committed throughputs, and `ar` replayed both ways."""
-    rows = []
+    rows, traces = [], {}
     for path in sorted(report.glob("auto-*.parquet")):
         t = pd.read_parquet(path)
         prof = str(t["profile"].iloc[0])
-        cost = _profile(prof)
+        cost = get_profile(prof)
         free = replace(cost, **FREE)
         refs = t.groupby(["trace", "concurrency", "policy"])["throughput_tok_s"].mean().unstack()
         for row in t[t["policy"] == "ar"].itertuples():
-            trace = read_trace(row.trace_path)
+            if row.trace_path not in traces:
+                traces[row.trace_path] = read_trace(row.trace_path)
+            trace = traces[row.trace_path]
             kw = {"concurrency": int(row.concurrency), "requests": int(row.requests)}
             kw |= {"seed": int(row.seed), "record_tokens": False, "record_steps": False}
             again = replay(trace, "ar", profile=cost, **kw).summary["throughput_tok_s"]
