@@ -1,5 +1,5 @@
 """Would a straight line through the per-request verify split fit the real runs better than its
-per-R medians? Re-simulates every cell of a finished grid (torch-free, about a minute).
+per-R medians? Re-simulates every cell of a finished grid (torch-free, ~5 s).
 
 The profile's loop overhead at R (``overhead_curve``) is the engine loop's own time plus the
 "verify split": R requests' tokens in one forward against the same tokens as one request, the
@@ -17,35 +17,38 @@ with the two drafters' medians pooled, and scores each against the same real run
 from __future__ import annotations
 
 import argparse
-import json
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from specsim.analysis.fidelity_report import replay_cell
+from specsim.analysis.fidelity_report import score_variants
 from specsim.sim.profiles import read_profile_csv
-from specsim.trace.io import read_trace
+
+SLOPE = "verify_split_ms_per_request"  # the profile's line through the split's medians
 
 
-def variants(report: Path) -> dict[str, dict[str, object]]:
-    """{drafter: {variant name: cost model}} for the grid's profiles."""
-    per = {d: pd.read_csv(p) for d, p in _profiles(report, "-per-request.csv").items()}
-    costs = {d: read_profile_csv(p) for d, p in _profiles(report, ".csv").items()}
-    slopes = {d: float(c.meta["verify_split_ms_per_request"]) for d, c in costs.items()}
+def split_variants(report: Path):  # type: ignore[no-untyped-def]
+    """``(drafter, measured profile) -> {variant name: cost model}`` for
+    :func:`~specsim.analysis.fidelity_report.score_variants`."""
+    drafters = pd.read_csv(report / "fidelity.csv")["drafter"].unique()
+    per = {str(d): pd.read_csv(report / f"profile-{d}-per-request.csv") for d in drafters}
+    slopes = {
+        str(d): float(read_profile_csv(report / f"profile-{d}.csv").meta[SLOPE]) for d in drafters
+    }
     pooled_slope = float(np.mean(list(slopes.values())))
     pooled = pd.concat(per.values()).groupby("requests")["verify_extra_ms"].mean()
-    out = {}
-    for d, cost in costs.items():
+
+    def variants(d: str, cost):  # type: ignore[no-untyped-def]
         rr = per[d]["requests"].to_numpy()
         loop = per[d]["loop_ms"].clip(lower=0.0).to_numpy()
 
-        def curve(extra, rr=rr, loop=loop):  # type: ignore[no-untyped-def]
+        def curve(extra):  # type: ignore[no-untyped-def]
             pts = zip(rr, extra, loop, strict=True)
             return tuple((int(r), float(max(e, 0.0) + lp)) for r, e, lp in pts)
 
-        out[d] = {
+        return {
             "profile as measured (the split's median at each R)": cost,
             "split as a line, the drafter's own slope": replace(
                 cost, overhead_curve=curve(slopes[d] * (rr - 1))
@@ -57,35 +60,16 @@ def variants(report: Path) -> dict[str, dict[str, object]]:
                 cost, overhead_curve=curve(pooled.loc[rr].to_numpy())
             ),
         }
-    return out
 
-
-def _profiles(report: Path, suffix: str) -> dict[str, Path]:
-    table = pd.read_csv(report / "fidelity.csv")
-    return {str(d): report / f"profile-{d}{suffix}" for d in table["drafter"].unique()}
+    return variants
 
 
 def score(report: Path) -> pd.DataFrame:
     """One row per variant: cells with throughput and mean TPOT both within 5%, medians."""
-    table = pd.read_csv(report / "fidelity.csv")
-    cfg = json.loads((report / "config.json").read_text())
-    rows = []
-    for d, models in variants(report).items():
-        trace = read_trace(cfg["traces"][d])
-        for name, cost in models.items():
-            for r in table[table["drafter"] == d].itertuples():
-                m = replay_cell(trace, r, cfg, cost)
-                rows.append(
-                    {
-                        "variant": name,
-                        "t": m["throughput_tok_s"] / r.real_throughput_tok_s - 1,
-                        "p": m["tpot_ms_mean"] / r.real_tpot_ms_mean - 1,
-                    }
-                )
-    df = pd.DataFrame(rows)
+    df = score_variants(report, split_variants(report))
     out = []
     for name, g in df.groupby("variant", sort=False):
-        t, p = g["t"].abs(), g["p"].abs()
+        t, p = g["err_throughput_tok_s"].abs(), g["err_tpot_ms_mean"].abs()
         out.append(
             {
                 "overhead curve": name,

@@ -408,6 +408,18 @@ def replay_cell(trace: Any, cell: Any, cfg: dict, cost: Any) -> dict[str, float]
 def term_ablation(out_dir: Path) -> pd.DataFrame:
     """Replays every cell of a finished grid with each term removed (torch-free, seconds) and
     scores it against the same real runs: ``terms.csv``."""
+    df = score_variants(out_dir, lambda drafter, cost: term_variants(cost))
+    from specsim.outputs import atomic
+
+    with atomic(out_dir / "terms.csv") as tmp:
+        df.to_csv(tmp, index=False, float_format="%.6g")
+    return df
+
+
+def score_variants(out_dir: Path, variants) -> pd.DataFrame:  # type: ignore[no-untyped-def]
+    """Every cell of a finished grid replayed under each cost model that ``variants(drafter,
+    measured profile)`` returns ({name: CostModel}), scored against the same real runs: one
+    row per (variant, cell) with its relative errors (torch-free)."""
     from specsim.sim.profiles import read_profile_csv
     from specsim.trace.io import read_trace
 
@@ -417,7 +429,7 @@ def term_ablation(out_dir: Path) -> pd.DataFrame:
     for drafter, grp in table.groupby("drafter", sort=False):
         trace = read_trace(cfg["traces"][drafter])
         cost = read_profile_csv(out_dir / f"profile-{str(drafter).replace(':', '')}.csv")
-        for name, variant in term_variants(cost).items():
+        for name, variant in variants(str(drafter), cost).items():
             for r in grp.itertuples():
                 m = replay_cell(trace, r, cfg, variant)
                 slow = float(getattr(r, "slowdown_vs_profile", 1.0))
@@ -440,12 +452,7 @@ def term_ablation(out_dir: Path) -> pd.DataFrame:
                         "adj_err_tpot_ms_mean": m["tpot_ms_mean"] * slow / r.real_tpot_ms_mean - 1,
                     }
                 )
-    df = pd.DataFrame(rows)
-    from specsim.outputs import atomic
-
-    with atomic(out_dir / "terms.csv") as tmp:
-        df.to_csv(tmp, index=False, float_format="%.6g")
-    return df
+    return pd.DataFrame(rows)
 
 
 def _adj(g: pd.DataFrame) -> str:
