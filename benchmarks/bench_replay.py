@@ -76,7 +76,7 @@ def _bound(trace, policy: str, profile: str, load: dict, seed: int) -> tuple[flo
     from numpy_bound import bound_loop
 
     from specsim.policies.base import get_policy
-    from specsim.sim.profiles import get_profile
+    from specsim.sim.cost_profiles import get_profile
     from specsim.sim.workload import make_workload
 
     cost = get_profile(profile)
@@ -97,8 +97,8 @@ def _log_bytes_per_step(
     import sys as _sys
 
     from specsim.policies.base import get_policy
+    from specsim.sim.cost_profiles import get_profile
     from specsim.sim.engine import Engine, EngineLimits
-    from specsim.sim.profiles import get_profile
     from specsim.sim.workload import make_workload
 
     cost = get_profile(profile)

@@ -115,3 +115,12 @@ def bound_loop(trace, policy, cost, wl, max_running: int, kv_tokens: int, budget
             base, pos, out, prompt = base[keep], pos[keep], out[keep], prompt[keep]
             if arr is None:
                 arrived = min(arrived + int(done.sum()), n_jobs)
+
+
+if __name__ == "__main__":
+    import argparse
+
+    argparse.ArgumentParser(
+        description="The bare numpy loop bench_replay.py measures the simulator against; "
+        "run `python benchmarks/bench_replay.py` to use it."
+    ).parse_args()

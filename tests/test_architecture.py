@@ -21,12 +21,12 @@ ROOT = Path(__file__).resolve().parents[1] / "specsim"
 # Floors, bottom first. A module is placed by its first sub-package under specsim/ (or its own
 # name for a top-level module).
 LAYERS: list[set[str]] = [
-    {"errors", "rng", "registry", "progress", "outputs", "version"},
+    {"errors", "rng", "registry", "progress", "outputs", "version", "options"},
     {"trace", "policies"},
     {"sim", "lossless"},
-    {"record"},
+    {"record", "serve"},
     {"torch_engine"},
-    {"analysis"},
+    {"analysis", "fidelity"},
     {"commands", "cli", "__init__", "__main__"},
 ]
 TORCH_ROOMS = {"record", "torch_engine"}

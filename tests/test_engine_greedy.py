@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 from specsim.errors import SpecsimError  # noqa: E402
 from specsim.policies import get_policy  # noqa: E402
 from specsim.record.dspark import DSparkDrafter, config_for_target, init_from_target  # noqa: E402
-from specsim.sim.profiles import get_profile  # noqa: E402
+from specsim.sim.cost_profiles import get_profile  # noqa: E402
 from specsim.sim.workload import Workload  # noqa: E402
 from specsim.torch_engine.engine import EngineConfig, RealEngine  # noqa: E402
 from specsim.torch_engine.proposers import DSparkProposer, NgramProposer, Proposal  # noqa: E402
@@ -325,7 +325,7 @@ def test_cpu_clock_is_virtual(model, prompts, reference):
 def test_closed_loop_retimes_onto_the_wall_clock(model, prompts):
     """One closed-loop run on the CPU clock gives its wall-clock timeline: every time stamp
     maps to the wall clock of the step boundary it sits on."""
-    from specsim.analysis.validate import retime
+    from specsim.fidelity.metrics import retime
 
     cfg = EngineConfig(max_running=2, warmup_steps=0, clock="cpu")
     res = RealEngine(

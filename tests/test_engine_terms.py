@@ -8,7 +8,7 @@ import pytest
 
 from specsim.errors import SpecsimError
 from specsim.sim.cost import CostModel
-from specsim.sim.profiles import parse_profile_csv, write_profile_csv
+from specsim.sim.cost_profiles import parse_profile_csv, write_profile_csv
 from specsim.sim.simulate import replay
 from specsim.trace.synth import LogNormal, synth_trace
 

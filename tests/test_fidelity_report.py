@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from specsim.analysis.fidelity_report import (
+from specsim.fidelity.tables import (
     machine_verdict,
     misses_markdown,
     ttft_misses_markdown,

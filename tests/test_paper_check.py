@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from specsim.errors import SpecsimError
+from specsim.sim.cost_profiles import PROFILES, get_profile
 from specsim.sim.deployments import (
     FLASH_DEPLOYMENT,
     FLASH_FIT,
@@ -16,7 +17,6 @@ from specsim.sim.deployments import (
     V4_PRO,
     transfer,
 )
-from specsim.sim.profiles import PROFILES, get_profile
 
 
 def test_bytes_per_param_matches_download_over_params() -> None:
@@ -142,7 +142,7 @@ def test_paper_check_charges_the_floor_per_step_only_across_nodes() -> None:
 
 
 def test_kv_scale_scales_the_derived_capacity() -> None:
-    from specsim.sim.profiles import deployment_profile
+    from specsim.sim.cost_profiles import deployment_profile
 
     full = deployment_profile("x", PRO_DEPLOYMENT, FLASH_FIT)
     tenth = deployment_profile("x", PRO_DEPLOYMENT, FLASH_FIT, kv_scale=0.1)

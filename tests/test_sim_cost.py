@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from specsim.errors import SpecsimError
 from specsim.sim.cost import CostModel
-from specsim.sim.profiles import (
+from specsim.sim.cost_profiles import (
     PROFILES,
     cuda_graph_buckets,
     distinct_experts,
@@ -155,3 +155,18 @@ def test_builtin_profiles_are_calibrated():
     # MoE: touching more experts makes small batches grow fast before compute takes over
     assert v.step_time(64) / v.step_time(1) > 1.5
     assert {"h100-dense-8b", "v4-flash-like"} <= set(PROFILES.names())
+
+
+def test_sched_scaled_profile_is_a_profile_name():
+    """``NAME@sched-xS`` is parsed by get_profile itself (one place), so a sweep row's profile
+    string replays on its own; a bad scale is a one-line error."""
+    base = get_profile("v4-flash-like")
+    ten = get_profile("v4-flash-like@sched-x10")
+    assert ten.name == "v4-flash-like@sched-x10"
+    assert ten.sched_base_us == pytest.approx(10 * base.sched_base_us)
+    assert ten.sched_us_per_request == pytest.approx(10 * base.sched_us_per_request)
+    assert ten.step_time(64) == base.step_time(64)
+    assert get_profile("v4-flash-like@sched-x0").sched_s(64) == 0.0
+    for bad in ("v4-flash-like@sched-x", "v4-flash-like@sched-x-1", "v4-flash-like@sched-xinf"):
+        with pytest.raises(SpecsimError, match="must be a scale >= 0"):
+            get_profile(bad)

@@ -175,6 +175,9 @@ def run_scenario(kw: dict):
     from specsim.trace.io import read_trace
 
     kw = dict(kw)
+    # the golden closed loops at 64 and 256 are shorter than a steady window (3C requests):
+    # their tables predate the rule, and the whole-run numbers are what they guard
+    kw.setdefault("require_steady", False)
     name = kw.pop("trace")
     if name not in _TRACE_CACHE:
         v1 = TRACES_V1 / f"{name}.parquet"

@@ -13,10 +13,11 @@ from record_tiny import prompts_file, tiny_dir
 
 pytest.importorskip("torch")
 
-from specsim.analysis.validate import METRICS, compare, parse_grid  # noqa: E402
 from specsim.cli import main  # noqa: E402
 from specsim.errors import SpecsimError  # noqa: E402
-from specsim.sim.profiles import parse_curve, read_profile_csv  # noqa: E402
+from specsim.fidelity.config import parse_grid  # noqa: E402
+from specsim.fidelity.metrics import METRICS, compare  # noqa: E402
+from specsim.sim.cost_profiles import parse_curve, read_profile_csv  # noqa: E402
 
 # simulated / real timing allowed on the tiny model (steps of ~2 ms), either way: loose on
 # purpose, see test_cpu_clock_timing_within_a_loose_bound. Seen: here 0.53x (sim too fast), on a
@@ -124,8 +125,10 @@ def test_cpu_clock_timing_within_a_loose_bound(report):
 
 def test_hog_check_runs_the_cell_beside_hogs(setup):
     """The hog check: one run quiet, beside a CPU spinner, beside a memory streamer."""
-    from specsim.analysis.validate import RunSpec, _init_worker, hog_check, parse_grid
-    from specsim.sim.profiles import get_profile
+    from specsim.fidelity.config import RunSpec, parse_grid
+    from specsim.fidelity.real import hog_check
+    from specsim.fidelity.real import init_worker as _init_worker
+    from specsim.sim.cost_profiles import get_profile
 
     _init_worker(setup["target"], ["ngram"], "cpu", 1)
     prompts = [[5 + (i * 7 + k) % 80 for k in range(6 + i)] for i in range(4)]
@@ -360,7 +363,7 @@ def test_shared_table_is_timed_once_and_reused(setup):
 def test_a_reused_table_must_match():
     """A table of other contexts (or clock) is refused before anything is timed."""
     from specsim.sim.cost import CostModel
-    from specsim.torch_engine.profile import EngineProfile, measure_profile
+    from specsim.torch_engine.cost_calibration import EngineProfile, measure_profile
 
     steps = pd.DataFrame({"context_tokens": [32, 32], "batch_tokens": [1, 2],
                           "step_ms": [1.0, 1.5]})  # fmt: skip

@@ -327,7 +327,7 @@ def bound_table(
     the bound's policy replayed in the simulator on the same cell (same seed, same requests)."""
     import pandas as pd
 
-    from specsim.sim.profiles import get_profile
+    from specsim.sim.cost_profiles import get_profile
     from specsim.sim.simulate import replay
 
     rows = []

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import warnings
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from functools import lru_cache
@@ -48,28 +49,31 @@ def _load_trace(path: str):  # noqa: ANN202 - Trace, imported lazily
 def _builtin_profile(spec: str):  # noqa: ANN202 - CostModel, imported lazily
     """A built-in profile (a name, not a file) once per worker: a measured one is read from
     its CSV (~5 ms) on every call otherwise. Profiles are frozen; files are re-read."""
-    from specsim.analysis.variants import resolve_profile
+    from specsim.sim.cost_profiles import get_profile
 
-    return resolve_profile(spec)
+    return get_profile(spec)
 
 
 def _profile(spec: str):  # noqa: ANN202 - CostModel
-    from specsim.analysis.variants import resolve_profile
+    from specsim.sim.cost_profiles import get_profile
 
     if spec.endswith(".csv") or os.sep in spec or Path(spec).exists():
-        return resolve_profile(spec)
+        return get_profile(spec)
     return _builtin_profile(spec)
 
 
 def run_cell(cell: Cell) -> dict[str, Any]:
     """Replay one cell and return its row (knobs + summary). Top-level so it pickles."""
     from specsim.sim.simulate import replay
+    from specsim.sim.workload import UnsteadyWarning
 
     trace = _load_trace(cell.trace)
     kwargs = cell.replay_kwargs()
     kwargs["profile"] = _profile(cell.profile)
     # a sweep keeps the summary only: no per-token or per-step logs (same numbers, less memory)
-    result = replay(trace, cell.policy, record_tokens=False, record_steps=False, **kwargs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnsteadyWarning)  # build_cells warned once already
+        result = replay(trace, cell.policy, record_tokens=False, record_steps=False, **kwargs)
     row = cell.knobs()
     for k, v in result.summary.items():
         if k in row:
@@ -117,6 +121,19 @@ def sweep(
         options=replay_options,
     )
     return run_cells(cells, out=out, workers=workers, dask=dask, force=force, progress=progress)
+
+
+def _check_steady(traces: list[str], c_max: float, requests: int | None, options: dict) -> None:
+    """The closed-loop rule of ``replay`` (``check_steady_window``), once for the whole grid
+    at its highest concurrency, so a refused grid is refused before any cell runs and an
+    allowed short one warns once, not once per cell."""
+    from specsim.sim.workload import check_steady_window
+    from specsim.trace.io import read_trace
+
+    jobs = requests
+    if jobs is None:
+        jobs = min(read_trace(t).n_requests for t in traces)
+    check_steady_window(int(c_max), int(jobs), requests, bool(options.get("require_steady")))
 
 
 MAX_CELLS_ENV = "SPECSIM_MAX_CELLS"
@@ -179,6 +196,10 @@ def build_cells(
     for t in trace_list:
         if not Path(t).is_file():
             raise SpecsimError(f"trace file {t!r} does not exist; check the path")
+    if kind == "concurrency" and duration is not None:
+        pass  # bounded by time: each replay checks its own request count
+    elif kind == "concurrency":
+        _check_steady(trace_list, max(float(x) for x in loads), requests, options or {})  # type: ignore[union-attr]
     return make_grid(
         trace_list,
         pol_list,
@@ -189,7 +210,10 @@ def build_cells(
         base_seed=int(seed),
         requests=requests,
         duration=duration,
-        options={k: v for k, v in (options or {}).items() if v is not None},
+        # the closed-loop rule was applied above, to the whole grid: it is not a cell's input
+        options={
+            k: v for k, v in (options or {}).items() if v is not None and k != "require_steady"
+        },
         digests={t: file_digest(t) for t in trace_list},
     )
 

@@ -25,11 +25,17 @@ PROFILE_HELP = f"cost profile: {', '.join(PROFILE_NAMES)}, or a CSV file (docs/s
 
 
 def add_profile(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--profile", default="h100-dense-8b", help=PROFILE_HELP + " (h100-dense-8b)")
+    from specsim.sim.config import default  # light: dataclasses only
+
+    p.add_argument(
+        "--profile", default=default("profile"), help=f"{PROFILE_HELP} ({default('profile')})"
+    )
 
 
 def add_seed(p: argparse.ArgumentParser, what: str = "random seed") -> None:
-    p.add_argument("--seed", type=int, default=0, help=f"{what} (0)")
+    from specsim.sim.config import default
+
+    p.add_argument("--seed", type=int, default=default("seed"), help=f"{what} ({default('seed')})")
 
 
 def add_burstiness(p: argparse.ArgumentParser) -> None:

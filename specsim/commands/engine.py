@@ -18,14 +18,16 @@ from specsim.errors import SpecsimError
 from specsim.outputs import atomic as atomic_path
 
 
-def add_model_args(p: argparse.ArgumentParser) -> None:
-    """Target, drafter, device, threads and layout (shared with ``specsim validate``)."""
+def add_model_args(p: argparse.ArgumentParser, drafter: bool = True) -> None:
+    """Target, drafter, device, threads and layout (shared with ``specsim validate``, which
+    takes ``--drafters`` instead of ``--drafter``)."""
     p.add_argument("--target", default="smollm2", help="'smollm2', a .gguf file or an HF dir")
-    p.add_argument(
-        "--drafter",
-        default="dspark",
-        help=DRAFTER_HELP + ", or 'init' (an untrained DSpark drafter) (default: dspark)",
-    )
+    if drafter:
+        p.add_argument(
+            "--drafter",
+            default="dspark",
+            help=DRAFTER_HELP + ", or 'init' (an untrained DSpark drafter) (default: dspark)",
+        )
     p.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
     add_threads(p)
     p.add_argument(
@@ -96,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     from specsim.progress import Progress
     from specsim.record.models import load_target, prompt_ids
     from specsim.record.prompts import load_many
-    from specsim.sim.profiles import get_profile
+    from specsim.sim.cost_profiles import get_profile
     from specsim.sim.workload import TraceLengths, synthetic
     from specsim.torch_engine.engine import EngineConfig, RealEngine
     from specsim.torch_engine.proposers import make_proposer
@@ -108,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
     if args.profile:
         cost = get_profile(args.profile)
     else:
-        from specsim.torch_engine.profile import measure_profile
+        from specsim.torch_engine.cost_calibration import measure_profile
 
         cost = measure_profile(
             target.model,

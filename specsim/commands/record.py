@@ -192,7 +192,7 @@ def run_train(args: argparse.Namespace) -> int:
 def run_profile(args: argparse.Namespace) -> int:
     _threads(args)
     from specsim.record.models import load_target, threads_in_use
-    from specsim.record.profile import profile_target, write_profile
+    from specsim.record.step_timing import profile_target, write_profile
 
     try:
         batches = [int(x) for x in args.batch_tokens.split(",")]

@@ -26,6 +26,8 @@ from specsim.outputs import check_out, jsonable, write_table
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from specsim.sim.config import flag_help
+
     p = sub.add_parser(
         "replay",
         help="replay a trace in the serving simulator under a policy and a load",
@@ -34,30 +36,27 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("trace", metavar="TRACE", help="trace file (.parquet)")
     p.add_argument("--policy", default="hw-aware", help=POLICY_HELP + " (default: hw-aware)")
     load = p.add_mutually_exclusive_group()
-    load.add_argument("--rate", type=float, help="open-loop Poisson arrivals, requests/s")
-    load.add_argument(
-        "--concurrency", type=int, help="closed loop: C requests in flight (default: 1)"
-    )
-    load.add_argument(
-        "--arrivals",
-        metavar="CSV",
-        help="arrival times from a CSV (Azure format) or azure-conv / azure-code",
-    )
+    load.add_argument("--rate", type=float, help=flag_help("rate"))
+    load.add_argument("--concurrency", type=int, help=flag_help("concurrency"))
+    load.add_argument("--arrivals", metavar="CSV", help=flag_help("arrivals"))
     add_burstiness(p)
     bound = p.add_mutually_exclusive_group()
-    bound.add_argument("--requests", type=int, help="stop after N requests")
-    bound.add_argument("--duration", type=float, help="no arrivals after S simulated seconds")
+    bound.add_argument("--requests", type=int, help=flag_help("requests"))
+    bound.add_argument("--duration", type=float, help=flag_help("duration"))
     add_profile(p)
     add_seed(p)
-    p.add_argument("--sla-tps", type=float, help="per-user tok/s SLA for sla_attainment")
+    p.add_argument("--sla-tps", type=float, help=flag_help("sla_tps"))
+    p.add_argument("--slo", metavar="ttft=MS,tpot=MS", help=flag_help("slo"))
+    p.add_argument("--calibrate", choices=["sts"], help=flag_help("calibrate"))
+    for name in ("max_running", "kv_tokens", "prefill_budget"):
+        p.add_argument("--" + name.replace("_", "-"), type=int, help=flag_help(name))
     p.add_argument(
-        "--slo",
-        metavar="ttft=MS,tpot=MS",
-        help="SLOs in ms (ttft, tpot, e2e): goodput = requests/s meeting all of them (DistServe)",
+        "--allow-unsteady",
+        dest="require_steady",
+        action="store_false",
+        default=True,  # the command refuses; replay() itself warns (ReplayConfig)
+        help="run a closed loop too short for a steady window (steady metrics NaN)",
     )
-    p.add_argument("--calibrate", choices=["sts"], help="STS-calibrate on a held-out 30%%")
-    p.add_argument("--max-running", type=int, help="max running requests (profile default)")
-    p.add_argument("--kv-tokens", type=int, help="KV cache capacity, tokens (profile default)")
     p.add_argument("--out", metavar="FILE", help="write the per-request table (.parquet)")
     p.add_argument("--force", action="store_true", help="overwrite --out")
     p.add_argument("--json", action="store_true", help="print one JSON object (summary+config)")
@@ -119,60 +118,18 @@ def table(summary: dict, config: dict) -> str:
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
 
-def _warn_static_beyond_block(policy: str, trace: str) -> None:
-    """``static:99`` on a 7-token block verifies 7: say so rather than run without a word."""
-    name, _, arg = policy.partition(":")
-    if name != "static" or not arg.isdigit():
-        return
-    from specsim.trace.io import load_meta
-
-    try:
-        block = int(load_meta(trace).get("block_size", 0))
-    except (SpecsimError, ValueError):
-        return  # the replay reports an unreadable trace in its own words
-    if block and int(arg) > block:
-        sys.stderr.write(
-            f"specsim: warning: {policy} asks for {arg} drafts a step but the trace's blocks "
-            f"hold {block}: it verifies {block}, the same as full\n"
-        )
-
-
-def _check_closed_loop(args: argparse.Namespace, n_trace: int) -> None:
-    """A closed loop must hold its concurrency for a measured window, or not run at all."""
-    if args.rate is not None or args.arrivals is not None or args.duration is not None:
-        return
-    from specsim.sim.metrics import closed_loop_requests_needed
-
-    c = args.concurrency if args.concurrency is not None else 1
-    if c < 1:
-        return  # the workload refuses it in its own words
-    jobs = args.requests if args.requests is not None else n_trace
-    need = closed_loop_requests_needed(c)
-    if jobs < need:
-        where = f"--requests {jobs}" if args.requests is not None else f"the trace's {n_trace}"
-        raise SpecsimError(
-            f"a closed loop at {c} concurrent needs at least {need} requests to hold {c} in "
-            f"flight for a measured window (warm-up, window and drain of {c} each); "
-            f"{where} are too few: pass --requests {need} (trace requests are reused in turn)"
-        )
-
-
 def run(args: argparse.Namespace) -> int:
     from specsim.progress import Progress
     from specsim.sim.simulate import replay
 
     out = None if args.out is None else check_out(args.out, force=args.force)
     cv = resolve_cv(args)
-    if cv is not None and args.rate is None:
-        raise SpecsimError("--cv/--burstiness shape open-loop arrivals; use them with --rate")
     if not os.path.isfile(args.trace):
         what = "is a directory" if os.path.isdir(args.trace) else "does not exist"
         raise SpecsimError(f"trace file {args.trace!r} {what}; give a .parquet trace")
-    _warn_static_beyond_block(args.policy, args.trace)
     from specsim.trace.io import read_trace
 
     trace = read_trace(args.trace)
-    _check_closed_loop(args, trace.n_requests)
     total = args.requests or 0
     with Progress(total, "replay", " req") as bar, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -192,6 +149,8 @@ def run(args: argparse.Namespace) -> int:
             calibrate=args.calibrate,
             max_running=args.max_running,
             kv_tokens=args.kv_tokens,
+            prefill_budget=args.prefill_budget,
+            require_steady=args.require_steady,
             record_tokens=False,
             progress=bar,
         )

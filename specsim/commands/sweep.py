@@ -59,36 +59,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="bisect the highest load per policy meeting --sla-tps (range: min..max of the loads)",
     )
+    p.add_argument(
+        "--allow-unsteady",
+        dest="require_steady",
+        action="store_false",
+        default=True,  # the command refuses; sweep() itself warns (ReplayConfig)
+        help="run closed loops too short for a steady window (their steady metrics NaN)",
+    )
     p.set_defaults(func=run)
-
-
-def _check_closed_loop(
-    traces: list[str], c_max: float, requests: int | None, duration: float | None
-) -> None:
-    """Closed-loop cells must hold their concurrency for a measured window (see replay)."""
-    if duration is not None:
-        return
-    from specsim.sim.metrics import closed_loop_requests_needed
-    from specsim.trace.io import read_trace
-
-    need = closed_loop_requests_needed(int(c_max))
-    if requests is None:
-        try:
-            fewest = min(read_trace(t).n_requests for t in traces)
-        except SpecsimError:
-            return  # the sweep reports a bad trace in its own words
-        if fewest < need:
-            raise SpecsimError(
-                f"a closed loop at {c_max:g} concurrent needs at least {need} requests to hold "
-                f"its load for a measured window, and a trace here has {fewest}; pass "
-                f"--requests {need} (trace requests are reused in turn)"
-            )
-    elif requests < need:
-        sys.stderr.write(
-            f"specsim: warning: --requests {requests} is below the {need} a closed loop at "
-            f"{c_max:g} needs for a steady window; those cells' steady_throughput_tok_s and "
-            "achieved_concurrency are NaN (throughput_tok_s includes warm-up and drain)\n"
-        )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -98,6 +76,8 @@ def run(args: argparse.Namespace) -> int:
     conc = parse_numbers(args.concurrency, "--concurrency") if args.concurrency else None
     rates = parse_numbers(args.rates, "--rates") if args.rates else None
     opts = {"sla_tps": args.sla_tps, "cv": resolve_cv(args), "arrivals": args.arrivals}
+    if conc and not args.find_max_rate:  # the closed-loop rule (sim.workload), refusing
+        opts["require_steady"] = args.require_steady
     common = dict(
         concurrency=conc,
         rates=rates,
@@ -109,8 +89,6 @@ def run(args: argparse.Namespace) -> int:
         workers=args.workers,
         dask=args.dask,
     )
-    if conc and not args.find_max_rate:
-        _check_closed_loop(args.traces, max(conc), args.requests, args.duration)
     out = Path(args.out)
     if args.find_max_rate:
         if args.sla_tps is None:

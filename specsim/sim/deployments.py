@@ -8,7 +8,7 @@ V4-Flash is a prediction and not a second fit. Every number here is a :class:`Fa
 citation); :class:`FreeParams` are what physical facts leave open, fitted on V4-Flash only.
 
 This module is pure data and arithmetic: it imports nothing from the simulator, so
-``specsim.sim.profiles`` can build profiles from it (``deployment_profile``) without an import
+``specsim.sim.cost_profiles`` can build profiles from it (``deployment_profile``) without an import
 cycle.
 """
 
@@ -24,7 +24,10 @@ NEMO_FLASH = "NVIDIA NeMo AutoModel, DeepSeek-V4-Flash page / DeepseekV4Config d
 V4_REPORT = "DeepSeek-V4 technical report (compressed attention: KV at 1M ~10% of V3.2)"
 V32_CONFIG = "DeepSeek-V3.2 config.json: 61 layers, MLA latent 512 + rope 64, bf16"
 V3_REPORT = "DeepSeek-V3 technical report, section 5.4.3 (MTP second-token acceptance 85-90%)"
-DSPARK = "DSpark paper, production table (../shared/notes/dspark.md, Headline figures)"
+DSPARK = (
+    "DSpark paper, production results (DeepSeek, 2026: DSpark_paper.pdf in "
+    "github.com/deepseek-ai/DeepSpec)"
+)
 H20_SPEC = "NVIDIA H20 datasheet: 96 GB HBM3, 4.0 TB/s, 296 TFLOP/s FP8 dense"
 PROFILE_ASSUMPTION = "specsim v4-flash-like assumption (docs/simulator.md), not a public fact"
 DEEPEP = (

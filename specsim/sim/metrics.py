@@ -36,8 +36,8 @@ Definitions (stated once, here):
   runs from the C-th completion (every slot has turned over once) to the last admission (after
   it fewer than C are in flight); steady_throughput_tok_s = tokens emitted by steps that start
   in the window / its length, achieved_concurrency = time-average of requests in the system
-  over it (whole run for open loops). No window (too few requests): NaN, and ``specsim replay``
-  refuses such a run up front with the --requests it needs (``closed_loop_requests_needed``).
+  over it (whole run for open loops). No window (too few requests): NaN, and ``replay()`` refuses
+  such a run up front with the requests it needs (``sim.workload.check_steady_window``).
 Percentiles (p50/p90/p95/p99) are numpy's linear interpolation, as benchmark_serving computes
 them; means and percentiles skip undefined values (NaN TPOT of one-token outputs).
 """
@@ -153,12 +153,6 @@ def latency_summary(
         out["goodput_req_s"] = float("nan")
         out["slo_attainment"] = float("nan")
     return out
-
-
-def closed_loop_requests_needed(concurrency: int) -> int:
-    """Requests a closed loop at C needs for a steady window: C to warm up, C measured, C to
-    drain (the window must hold C completions for its throughput to mean something)."""
-    return 3 * int(concurrency)
 
 
 def steady_state(raw: RawLog, concurrency: int | None) -> dict[str, float]:

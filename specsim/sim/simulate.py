@@ -10,17 +10,25 @@ from __future__ import annotations
 import os
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
 
 from specsim.errors import SpecsimError
 from specsim.policies.base import Policy, get_policy
+from specsim.sim.config import ReplayConfig
 from specsim.sim.cost import CostModel
+from specsim.sim.cost_profiles import get_profile
 from specsim.sim.engine import Engine, EngineLimits
-from specsim.sim.metrics import parse_slo, request_frame, step_frame, summarize, token_frame
-from specsim.sim.profiles import get_profile
-from specsim.sim.workload import check_request_count, make_workload
+from specsim.sim.metrics import (
+    parse_slo,
+    request_frame,
+    step_frame,
+    summarize,
+    token_frame,
+)
+from specsim.sim.workload import check_request_count, check_steady_window, make_workload
 from specsim.trace.model import Trace
 
 
@@ -71,45 +79,65 @@ def _check_closed_duration(tr: Trace, cost: CostModel, c: int, duration: float) 
     check_request_count(est, f"--concurrency {c} for {duration:g} s")
 
 
+def _warn_static_beyond_block(policy: str, block: int) -> None:
+    """``static:99`` on a 7-token block verifies 7: say so rather than run without a word."""
+    name, _, arg = policy.partition(":")
+    if name == "static" and arg.isdigit() and int(arg) > block:
+        warnings.warn(
+            f"{policy} asks for {arg} drafts a step but the trace's blocks hold {block}: it "
+            f"verifies {block}, the same as full",
+            stacklevel=3,
+        )
+
+
 def replay(
     trace: Trace | str | os.PathLike,
     policy: str | Policy = "hw-aware",
     *,
-    rate: float | None = None,
-    concurrency: int | None = None,
-    arrivals: str | os.PathLike | None = None,
-    cv: float | None = None,
-    requests: int | None = None,
-    duration: float | None = None,
-    profile: str | CostModel = "h100-dense-8b",
-    seed: int = 0,
-    sla_tps: float | None = None,
-    slo: str | dict[str, float] | None = None,
-    calibrate: str | None = None,
-    max_running: int | None = None,
-    kv_tokens: int | None = None,
-    prefill_budget: int | None = None,
-    record_tokens: bool = True,
-    record_steps: bool = True,
     progress=None,
+    **options: Any,
 ) -> ReplayResult:
     """Replay ``trace`` through the simulated server and return tidy results.
 
-    ``max_running`` / ``kv_tokens`` / ``prefill_budget`` default to the profile's (header keys
-    of the same names).
-    ``calibrate="sts"`` fits STS on a held-out 30% of the trace's requests and replays the
-    rest with calibrated confidences. ``progress``: a :class:`specsim.progress.Progress` (or
-    anything with ``update(n)``), advanced per completed request. ``record_steps=False``
-    keeps only what the summary needs of the step log (16 bytes a step instead of 104; same
-    summary to the bit) and leaves ``steps`` None: for sweeps, which read the summary only.
+    ``options`` are the fields of :class:`specsim.sim.config.ReplayConfig` (load, server
+    capacity, measurement, what is kept), each with its default and meaning there:
+    ``rate`` / ``concurrency`` / ``arrivals`` (+ ``cv``), ``requests`` / ``duration``,
+    ``profile``, ``max_running`` / ``kv_tokens`` / ``prefill_budget`` (default: the profile's),
+    ``seed``, ``sla_tps``, ``slo``, ``calibrate="sts"`` (fit STS on a held-out 30% of the
+    trace's requests and replay the rest), ``require_steady``, ``record_steps``,
+    ``record_tokens``.
+
+    Memory: by default every step (104 bytes) and every request-step emission (~32 bytes per
+    output token: 1.3 GB at 100k requests of 400 tokens) is kept for the ``steps`` and
+    ``tokens`` tables; pass ``record_steps=False, record_tokens=False`` (what sweeps do) to keep
+    16 bytes a step and get the same summary to the bit.
+
+    A closed loop too short to hold its concurrency for a measured window (fewer than 3C
+    requests) runs with an :class:`~specsim.sim.workload.UnsteadyWarning` naming the
+    ``requests`` it needs (its steady-state metrics are NaN), or is refused with
+    ``require_steady=True`` (what the ``replay`` command does).
+    ``progress``: a :class:`specsim.progress.Progress` (or anything with ``update(n)``),
+    advanced per completed request.
     """
+    try:
+        cfg = ReplayConfig(**options)
+    except TypeError as exc:  # an unknown keyword: name the ones that exist
+        known = ", ".join(f.name for f in fields(ReplayConfig))
+        raise SpecsimError(f"replay(): {exc}; the options are: {known}") from None
+    return _replay(trace, policy, cfg, progress)
+
+
+def _replay(trace, policy, cfg: ReplayConfig, progress) -> ReplayResult:  # noqa: ANN001
+    rate, concurrency, arrivals, cv = cfg.rate, cfg.concurrency, cfg.arrivals, cfg.cv
+    requests, duration, seed, calibrate = cfg.requests, cfg.duration, cfg.seed, cfg.calibrate
+    sla_tps, record_steps, record_tokens = cfg.sla_tps, cfg.record_steps, cfg.record_tokens
+    max_running, kv_tokens, prefill_budget = cfg.max_running, cfg.kv_tokens, cfg.prefill_budget
     t0 = time.perf_counter()
     tr = _load_trace(trace)
     pol = get_policy(policy)
-    cost = get_profile(profile)
-    if sla_tps is not None and not (np.isfinite(sla_tps) and sla_tps > 0):
-        raise SpecsimError(f"--sla-tps must be a positive number, got {sla_tps}")
-    slo_ms = parse_slo(slo)
+    cost = get_profile(cfg.profile)
+    _warn_static_beyond_block(pol.name, tr.block_size)
+    slo_ms = parse_slo(cfg.slo)
     tr, cal = _calibrate(tr, calibrate, seed)
     wl = make_workload(
         tr,
@@ -123,15 +151,13 @@ def replay(
     )
     if wl.kind == "closed" and wl.max_jobs is None and duration is not None:
         _check_closed_duration(tr, cost, int(wl.concurrency), float(duration))
+    if wl.kind == "closed" and wl.max_jobs is not None:
+        check_steady_window(int(wl.concurrency), int(wl.max_jobs), requests, cfg.require_steady)
     limits = EngineLimits(
         max_running=int(max_running if max_running is not None else cost.max_running),
         kv_tokens=int(kv_tokens if kv_tokens is not None else cost.kv_tokens),
         prefill_budget=int(prefill_budget if prefill_budget is not None else cost.prefill_budget),
     )
-    if limits.prefill_budget < 1:
-        raise SpecsimError(f"prefill_budget must be a positive integer, got {prefill_budget}")
-    if limits.kv_tokens < 1:
-        raise SpecsimError(f"--kv-tokens must be a positive integer, got {limits.kv_tokens}")
     if progress is not None and not getattr(progress, "total", 1):
         known = wl.arrival_s.shape[0] if wl.open_loop else wl.max_jobs
         if known:  # a bar made before the load was known learns its total here

@@ -25,6 +25,7 @@ or every CSV row (replay).
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
@@ -345,4 +346,37 @@ def make_workload(
         requests=requests,
         duration=duration,
         seed=seed,
+    )
+
+
+class UnsteadyWarning(UserWarning):
+    """A closed loop run too short to hold its concurrency for a measured window."""
+
+
+def closed_loop_requests_needed(concurrency: int) -> int:
+    """Requests a closed loop at C needs for a steady window: C to warm up, C measured, C to
+    drain (the window must hold C completions for its throughput to mean something)."""
+    return 3 * int(concurrency)
+
+
+def check_steady_window(c: int, jobs: int, requests: int | None, require: bool) -> None:
+    """The one rule for closed loops (``replay`` and ``sweep`` both call it): a closed loop at
+    C must hold C in flight for a measured window (C to warm up, C measured, C to drain), or
+    not run at all (``require``), or run with an :class:`UnsteadyWarning`."""
+    need = closed_loop_requests_needed(c)
+    if c < 1 or jobs >= need:
+        return
+    where = f"--requests {jobs}" if requests is not None else f"the trace's {jobs} requests"
+    if require:
+        raise SpecsimError(
+            f"a closed loop at {c} concurrent needs at least {need} requests to hold {c} in "
+            f"flight for a measured window (warm-up, window and drain of {c} each); "
+            f"{where} are too few: pass --requests {need} (trace requests are reused in turn)"
+        )
+    warnings.warn(
+        f"{where} are below the {need} a closed loop at {c} needs for a steady window: "
+        "steady_throughput_tok_s and achieved_concurrency are NaN (throughput_tok_s includes "
+        "warm-up and drain)",
+        UnsteadyWarning,
+        stacklevel=3,
     )

@@ -92,7 +92,7 @@ class SpeedRef:
     :meth:`calibrate` returns the CPU and wall seconds it spent, which the clocks exclude. The
     defaults re-time every engine CPU second and use the latest ratio because the shared VM's
     speed moved by up to 25% within seconds: a 5-second cadence with a median of 5 lagged it
-    and corrected a 15-s mean worse than no correction at all (``benchmarks/bench_speed_ref.py``,
+    and corrected a 15-s mean worse than no correction at all (``studies/bench_speed_ref.py``,
     docs/fidelity.md).
     """
 

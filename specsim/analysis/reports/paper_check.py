@@ -71,7 +71,7 @@ class Job:
 
 
 def _buckets(kind: str) -> np.ndarray | None:
-    from specsim.sim.profiles import cuda_graph_buckets
+    from specsim.sim.cost_profiles import cuda_graph_buckets
 
     if kind == "vllm":
         return cuda_graph_buckets()
@@ -110,8 +110,8 @@ def profile_for(job: Job):  # noqa: ANN201 - CostModel, imported lazily
     nodes only, DeepEP's latency floor per MoE layer), so Pro's cross-node costs come from the
     fabric's facts and are not carried from single-node Flash.
     """
+    from specsim.sim.cost_profiles import deployment_profile
     from specsim.sim.deployments import DEPLOYMENTS, V4_FLASH, FreeParams, transfer
-    from specsim.sim.profiles import deployment_profile
 
     dep = DEPLOYMENTS[job.deployment]
     v = job.variant

@@ -1,0 +1,86 @@
+"""``ReplayConfig``: every knob of a replay besides the trace, in one frozen dataclass.
+
+One place per default: ``replay()`` reads its keyword arguments into this class, the ``replay``
+and ``sweep`` commands build their flags from its fields (help text and default from the
+field's metadata: :mod:`specsim.options`), and the result's ``config`` is its dict plus what the run
+resolved (the profile's capacity defaults, the load's description). Changing a default here
+changes it everywhere.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from specsim.errors import SpecsimError
+from specsim.options import default_of, help_text
+from specsim.options import option as _f
+
+
+@dataclass(frozen=True)
+class ReplayConfig:
+    """What a replay runs with (the trace and policy are given beside it)."""
+
+    # -- load: at most one of rate, concurrency, arrivals (none: a closed loop at 1)
+    rate: float | None = _f(None, "open-loop Poisson arrivals, requests/s")
+    concurrency: int | None = _f(None, "closed loop: C requests in flight (default: 1)")
+    arrivals: str | None = _f(
+        None, "arrival times from a CSV (Azure format) or azure-conv / azure-code"
+    )
+    cv: float | None = _f(None, "with --rate: Gamma gaps of this CV (> 1: bursts)")
+    requests: int | None = _f(None, "stop after N requests")
+    duration: float | None = _f(None, "no arrivals after S simulated seconds")
+    # -- the server
+    profile: str = _f("h100-dense-8b", "cost profile")
+    max_running: int | None = _f(None, "max running requests (profile default)")
+    kv_tokens: int | None = _f(None, "KV cache capacity, tokens (profile default)")
+    prefill_budget: int | None = _f(None, "prompt tokens admitted per step (profile default)")
+    # -- measurement
+    seed: int = _f(0, "random seed")
+    sla_tps: float | None = _f(None, "per-user tok/s SLA for sla_attainment")
+    slo: str | None = _f(
+        None,
+        "SLOs in ms (ttft, tpot, e2e): goodput = requests/s meeting all of them (DistServe)",
+    )
+    calibrate: str | None = _f(None, "STS-calibrate on a held-out 30%")
+    require_steady: bool = _f(
+        False,
+        "refuse a closed loop too short to hold its concurrency for a measured window (3C "
+        "requests); False (the library's default) runs it with an UnsteadyWarning and NaN "
+        "steady-state metrics. The replay command and the reports refuse.",
+    )
+    # -- what is kept (memory): the per-token log is ~32 bytes per output token
+    record_steps: bool = _f(True, "keep the per-step table (104 bytes a step)")
+    record_tokens: bool = _f(True, "keep the per-token emission table (~32 bytes a token)")
+
+    def __post_init__(self) -> None:
+        loads = [n for n in ("rate", "concurrency", "arrivals") if getattr(self, n) is not None]
+        if len(loads) > 1:
+            raise SpecsimError(f"give at most one load, not {' and '.join(loads)}")
+        if self.cv is not None and self.rate is None:
+            raise SpecsimError("--cv/--burstiness shape open-loop arrivals; use them with --rate")
+        if self.requests is not None and self.duration is not None:
+            raise SpecsimError("give --requests or --duration, not both")
+        if self.sla_tps is not None and not (math.isfinite(self.sla_tps) and self.sla_tps > 0):
+            raise SpecsimError(f"--sla-tps must be a positive number, got {self.sla_tps}")
+        for name in ("max_running", "kv_tokens", "prefill_budget"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or int(v) != v or v < 1):
+                flag = "--" + name.replace("_", "-")
+                raise SpecsimError(f"{flag} must be a positive integer, got {v}")
+        if self.calibrate not in (None, "sts"):
+            raise SpecsimError(f"unknown calibration {self.calibrate!r}; the only one is 'sts'")
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def flag_help(name: str) -> str:
+    """A field's help text with its default, for argparse (``--name``'s help)."""
+    return help_text(ReplayConfig, name)
+
+
+def default(name: str) -> Any:
+    """A field's default (argparse ``default=``)."""
+    return default_of(ReplayConfig, name)
