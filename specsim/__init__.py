@@ -56,7 +56,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "policy_style": ("specsim.analysis.palette", "policy_style"),
     "run_report": ("specsim.analysis.report", "run_report"),
     # recording (needs the record extra; torch is imported only when called)
-    "record_trace": ("specsim.analysis.recording", "record_trace"),
+    "record_trace": ("specsim.record.api", "record_trace"),
     # losslessness
     "check_lossless": ("specsim.analysis.lossless", "check_lossless"),
     "is_lossless": ("specsim.analysis.lossless", "is_lossless"),

@@ -36,7 +36,7 @@ def calibration_steps(per_token: float, seed: int, ks=(4, 8)) -> pd.DataFrame:  
 
 def test_fit_recovers_the_per_token_cost():
     pytest.importorskip("torch")
-    from specsim.torch_engine.cost_calibration import _accept_per_token
+    from specsim.torch_engine.overhead import _accept_per_token
 
     for per_token in (0.0, 0.13, 0.5):
         got = _accept_per_token(calibration_steps(per_token, seed=1))
@@ -55,7 +55,7 @@ def test_calibration_passes_verify_different_blocks(gamma):
     and the fit recovers the per-token cost from steps at those two block lengths."""
     pytest.importorskip("torch")
     from specsim.policies.base import StepInput, get_policy
-    from specsim.torch_engine.cost_calibration import _accept_per_token, calibration_policies
+    from specsim.torch_engine.overhead import _accept_per_token, calibration_policies
 
     conf = np.full((2, gamma), 0.5)
     inp = StepInput(conf=conf, step_time=lambda b: 0.01 + 0.0 * np.asarray(b))

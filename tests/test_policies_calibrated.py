@@ -18,7 +18,7 @@ from specsim.policies.calibrated import (
 )
 from specsim.policies.hw_aware import global_budget
 from specsim.sim.cost import CostModel
-from specsim.sim.engine import HIST_BINS
+from specsim.sim.history import HIST_BINS
 from specsim.sim.simulate import replay
 from specsim.sim.toy import iid_trace
 
@@ -225,17 +225,18 @@ def test_history_counted_in_python_equals_the_array_path(monkeypatch):
     """The engine counts a few requests' outcomes in plain Python: same table as the arrays."""
     import dataclasses
 
-    import specsim.sim.engine as eng
+    import specsim.sim.history as hist_mod
+    from specsim.sim.engine import Engine
 
     tr = iid_trace(6, 40, gamma=5, seed=3)
     conf = np.random.default_rng(4).random(tr.conf.shape).astype(np.float32)
     tr = dataclasses.replace(tr, conf=conf)
     hists = []
     for limit in (0, 8):
-        monkeypatch.setattr(eng, "_HIST_PY_MAX_R", limit)
+        monkeypatch.setattr(hist_mod, "_HIST_PY_MAX_R", limit)
         res = []
         for zos in (False, True):
-            e = eng.Engine.__new__(eng.Engine)
+            e = Engine.__new__(Engine)
             e.trace, e.gamma, e.offsets = tr, tr.block_size, tr.offsets.astype(np.int64)
             e.policy = Policy(name="x", schedule=lambda inp: None, zos=zos)
             e._init_hist()

@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from specsim.torch_engine.cost_calibration import _anchor_scaled  # noqa: E402
+from specsim.torch_engine.timing import _anchor_scaled  # noqa: E402
 
 COST = {(64, 1): 66.0, (64, 2): 69.6, (64, 3): 75.0, (256, 1): 71.0, (-1, 32): 140.0}
 ANCHOR = (64, 1)

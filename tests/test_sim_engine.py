@@ -237,7 +237,8 @@ def test_2d_step_time_in_python_floats_is_the_cost_models():
     model's own numbers, bit for bit, at any batch and context (extrapolation included)."""
     from specsim.sim.cost import CostModel
     from specsim.sim.cost_profiles import get_profile
-    from specsim.sim.engine import _STEP2D_ROWS, _Step2D
+    from specsim.sim.steptime import STEP2D_ROWS as _STEP2D_ROWS
+    from specsim.sim.steptime import Step2D as _Step2D
 
     b = np.array([1, 8, 64, 128, 256, 512, 1024])
     base = np.array([7.0, 7.1, 7.8, 8.6, 10.2, 14.9, 28.7])

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from specsim.sim.engine import _Sums
+from specsim.sim.steplog import RunningSums as _Sums
 
 
 def test_steps_started_before_counts_a_trailing_group_of_equal_starts():

@@ -126,9 +126,9 @@ def _threads(args: argparse.Namespace) -> None:
 
 
 def run_record(args: argparse.Namespace) -> int:
-    from specsim.record.api import record_trace
+    from specsim.record.api import record_run
 
-    summary = record_trace(
+    summary = record_run(
         args.prompts,
         args.out,
         target=args.target,

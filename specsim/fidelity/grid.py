@@ -224,7 +224,7 @@ def simulated_side(g: _Grid) -> None:
     """The simulated side first (cheap: it sets the open-loop rates), then the real runs'
     specs, repeat-major: every cell once, then every cell again, so that the machine's drift
     over the grid's hour shows in each cell's spread instead of hiding between cells."""
-    from specsim.torch_engine.cost_calibration import probe_ms
+    from specsim.torch_engine.timing import probe_ms
 
     c = g.cfg
     open_set = set(c.open_drafters if c.open_drafters is not None else c.drafters[:1])

@@ -86,7 +86,7 @@ def run_real(spec: RunSpec) -> dict[str, Any]:
         draft_phase=spec.draft_phase,
     )
     from specsim.torch_engine.clock import active_reference
-    from specsim.torch_engine.cost_calibration import probe_ms
+    from specsim.torch_engine.timing import probe_ms
 
     ref = active_reference()
     n0, p0 = (ref.calibrations, ref.spent_cpu_s) if ref is not None else (0, 0.0)
@@ -192,7 +192,7 @@ def hog_check(spec: RunSpec, hogs: int, log: Any = None) -> pd.DataFrame:
 
 def layouts_table(model: Any, prompt_len: int, repeats: int, clock: str = "wall") -> pd.DataFrame:
     """Flat against padded verification: decode-only batches and a batch with a prefill."""
-    from specsim.torch_engine.cost_calibration import compare_layouts
+    from specsim.torch_engine.timing import compare_layouts
 
     shapes = {
         "8 decodes, 1-8 tokens": (1, 3, 5, 8, 2, 6, 1, 4),

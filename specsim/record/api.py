@@ -1,7 +1,9 @@
 """Recording as functions: what ``specsim record`` does, callable from a notebook.
 
-The command (``specsim.commands.record``) only parses flags and calls ``record_trace``; so does
-``specsim.analysis.recording``. One code path, one set of one-line errors.
+The command (``specsim.commands.record``) only parses flags and calls :func:`record_run`, which
+returns the recorder's summary for the terminal; a notebook calls :func:`record_trace` (the
+public ``specsim.record_trace``), the same run returning the written :class:`Trace`. One code
+path, one set of defaults, one set of one-line errors.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ def load_drafter_spec(spec: str, target: Any, block_size: int | None) -> tuple[A
     return drafter, f"dspark:{path.name}"
 
 
-def record_trace(
+def record_run(
     prompts: str | list[str],
     out: str | Path,
     *,
@@ -58,7 +60,8 @@ def record_trace(
     command: str | None = None,
 ) -> dict[str, Any]:
     """Record ``prompts`` with a real target and drafter into the trace ``out``; return the
-    recorder's summary (timings, counts). Checks its arguments before loading anything."""
+    recorder's summary (timings, counts). Checks its arguments before loading anything.
+    The arguments are :func:`record_trace`'s."""
     from specsim.outputs import check_out
     from specsim.record.models import load_target, set_threads
     from specsim.record.prompts import load_many
@@ -88,3 +91,20 @@ def record_trace(
         extra["confidence"] = "sts"
         extra["sts_temperatures"] = json.dumps(list(drf.cfg.sts_temperatures))
     return record(tgt, drf, name, loaded, out, cfg, force, extra)
+
+
+def record_trace(prompts: str | list[str], out: str | Path, **options: Any) -> Any:
+    """Record ``prompts`` (bundled sets such as ``"gsm8k[:4]"`` or JSONL files) with a real
+    target and drafter, write the trace to ``out`` and return it as a :class:`Trace`.
+
+    Options (the ``specsim record`` flags, same defaults): ``target`` (``"smollm2"``:
+    SmolLM2-135M-Instruct, a .gguf file or a Hugging Face folder), ``drafter`` (``"dspark"``:
+    the drafter shipped for the target; a checkpoint folder; ``"ngram[:N]"``, prompt lookup),
+    ``device``, ``threads``, ``category``, ``max_new_tokens`` (256), ``temperature`` (0:
+    greedy), ``batch_size``, ``limit``, ``block_size``, ``seed``, ``force``. Needs the
+    ``record`` extra (torch, transformers), imported only when called.
+    """
+    from specsim.trace.io import read_trace
+
+    record_run(prompts, out, **options)
+    return read_trace(out)

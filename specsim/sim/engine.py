@@ -47,10 +47,7 @@ ZOS, whose decision for step t runs during step t-1, the outcomes of step t-1 ar
 from __future__ import annotations
 
 import math
-import weakref
-import zlib
 from array import array
-from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass
 
@@ -62,35 +59,36 @@ from specsim.policies.base import (
     Policy,
     StepInput,
     TableStepTime,
-    check_lengths,
     checked_lengths,
-    lengths_ok,
 )
 from specsim.rng import stream
+from specsim.sim.admission import fits, reservation
 from specsim.sim.cost import CostModel
+from specsim.sim.history import History
+from specsim.sim.jobs import ACC as _ACC
+from specsim.sim.jobs import BASE as _BASE
+from specsim.sim.jobs import H1 as _H1
+from specsim.sim.jobs import H2 as _H2
+from specsim.sim.jobs import JOB as _JOB
+from specsim.sim.jobs import NF as _NF
+from specsim.sim.jobs import OUT as _OUT
+from specsim.sim.jobs import PROMPT as _PROMPT
+from specsim.sim.jobs import RES as _RES
+from specsim.sim.jobs import STEPS as _STEPS
+from specsim.sim.jobs import VER as _VER
+from specsim.sim.jobs import Jobs as _Jobs
+from specsim.sim.jobs import N as _N
+from specsim.sim.steplog import STEP_COLUMNS, RawLog
+from specsim.sim.steplog import RunningSums as _Sums
+from specsim.sim.steptime import row_table
+from specsim.sim.steptime import shifted as _shifted
+from specsim.sim.steptime import step2d as _step2d
+from specsim.sim.walks import _ROWWISE_MAX_R, Walks
 from specsim.sim.workload import Workload
 from specsim.trace.model import Trace
 
 PRIOR_RATE = 0.5
 PRIOR_WEIGHT = 2.0
-HIST_BINS = 20
-
-# Columns of the step log, in order.
-STEP_COLUMNS = (
-    "time_s",
-    "duration_s",
-    "batch_tokens",
-    "running",
-    "decoding",
-    "prefilling",
-    "queued",
-    "prefill_tokens",
-    "verified_drafts",
-    "accepted_drafts",
-    "emitted_tokens",
-    "sched_wait_s",
-    "finished",
-)
 
 
 @dataclass(frozen=True)
@@ -102,369 +100,7 @@ class EngineLimits:
     prefill_budget: int = 1 << 62  # prompt tokens admitted per step (the first always goes)
 
 
-@dataclass(frozen=True, eq=False)
-class RawLog:
-    """Raw arrays of one run; metrics are derived from these by pure functions."""
-
-    job_trace: np.ndarray  # (J,) trace request of each job
-    arrival_s: np.ndarray
-    admitted_s: np.ndarray
-    first_token_s: np.ndarray
-    finish_s: np.ndarray
-    prompt_len: np.ndarray
-    output_len: np.ndarray  # tokens the job emits (capped target)
-    emitted: np.ndarray  # tokens emitted by the end (== output_len when finished)
-    steps: np.ndarray  # decode steps the job took part in
-    verified: np.ndarray  # draft tokens verified
-    accepted: np.ndarray  # draft tokens accepted
-    step_log: np.ndarray | None  # (S, len(STEP_COLUMNS)) float64; None: not recorded
-    token_job: np.ndarray | None  # emission log: job, time, count per (job, step)
-    token_time: np.ndarray | None
-    token_count: np.ndarray | None
-    sim_time_s: float
-    max_batch_tokens: int
-    step_sums: StepSums | None = None  # what the summary needs when step_log is None
-
-
-@dataclass(frozen=True, eq=False)
-class StepSums:
-    """The step log reduced to what the summary reads (``record_steps=False``).
-
-    Integer totals are exact in any order, so they are kept as running sums. The summary's
-    floating-point sums (time in system, mean ITL, the steady window) are numpy's pairwise sums
-    over per-step values, whose rounding depends on the whole sequence and its length: to stay
-    bit-identical to the full log, the per-step period and the two counts it is weighted by are
-    kept (16 bytes a step where the full log takes 104). The steady window [t0, t1) is found as
-    the run goes: ``window_start`` / ``window_end`` are (steps that started before t, tokens
-    they emitted) at t0 (the C-th completion) and at t1 (the last admission).
-    """
-
-    period_s: np.ndarray  # (S,) float64: duration + sched_wait
-    in_system: np.ndarray  # (S,) int32: running + queued at the step's start
-    decoding: np.ndarray  # (S,) int32: decoding requests
-    emitted: int
-    prefilling: int
-    verified: int
-    accepted: int
-    batch_tokens: int
-    window_start: tuple[int, int] | None
-    window_end: tuple[int, int] | None
-
-    @property
-    def n_steps(self) -> int:
-        return int(self.period_s.shape[0])
-
-
-class _Sums:
-    """The running form of :class:`StepSums`, appended to step by step."""
-
-    def __init__(self) -> None:
-        self.period = array("d")
-        self.in_sys = array("i")
-        self.dec = array("i")
-        self.n = self.emitted = self.prefilling = self.verified = self.accepted = self.batch = 0
-        # the trailing steps that started at the same time (normally just the last one), so
-        # "steps that started before t" is exact for any t at or after the last start
-        self.last_start = math.nan
-        self.trail = self.trail_emit = 0
-        self.t0: tuple[int, int] | None = None
-        self.t1: tuple[int, int] | None = None
-
-    def step(self, start, period, in_sys, dec, new, ver, acc, emitted, batch) -> None:
-        self.period.append(period)
-        self.in_sys.append(in_sys)
-        self.dec.append(dec)
-        self.n += 1
-        self.emitted += emitted
-        self.prefilling += new
-        self.verified += ver
-        self.accepted += acc
-        self.batch += batch
-        if start == self.last_start:
-            self.trail += 1
-            self.trail_emit += emitted
-        else:
-            self.last_start = start
-            self.trail = 1
-            self.trail_emit = emitted
-
-    def walk(self, durs, wait, in_sys, dec, ver, acc, emitted, batch) -> None:
-        """Steps walked without SimPy (no admission, no prefill). Every walked step moves the
-        clock (the walks stop before one that would not), so no later time equals a walked
-        step's start: the trailing group is empty for every time asked afterwards."""
-        k = len(durs)
-        self.period.append(durs[0] + wait)
-        self.period.extend(durs[1:])
-        self.in_sys.extend(array("i", (in_sys,)) * k)
-        self.dec.extend(array("i", (dec,)) * k)
-        self.n += k
-        self.emitted += emitted
-        self.verified += ver
-        self.accepted += acc
-        self.batch += batch
-        self.last_start = math.nan
-        self.trail = self.trail_emit = 0
-
-    def before(self, t: float) -> tuple[int, int]:
-        """(steps that started before t, tokens they emitted), for t >= every start so far."""
-        if t == self.last_start:
-            return self.n - self.trail, self.emitted - self.trail_emit
-        return self.n, self.emitted
-
-    def freeze(self) -> StepSums:
-        return StepSums(
-            period_s=np.frombuffer(self.period, dtype=np.float64),
-            in_system=np.frombuffer(self.in_sys, dtype=np.int32),
-            decoding=np.frombuffer(self.dec, dtype=np.int32),
-            emitted=self.emitted,
-            prefilling=self.prefilling,
-            verified=self.verified,
-            accepted=self.accepted,
-            batch_tokens=self.batch,
-            window_start=self.t0,
-            window_end=self.t1,
-        )
-
-
-# Rows of the running-batch state array.
-# _STEPS holds the index of the request's first decode step until it finishes.
-# _RES: the KV tokens the request reserved (prompt + output + gamma).
-# _N, _VER, _ACC are adjacent: one in-place add advances all three after a step.
-_JOB, _BASE, _N, _VER, _ACC, _OUT, _PROMPT, _H1, _H2, _STEPS, _RES = range(11)
-_NF = 11
-
-# Rows of a lone request's trace decided at once by the solo walk (a longer walk resumes).
-_SOLO_ROWS = 512
-# The walk of several requests under a rowwise policy: rows decided at once per request, and
-# the most requests it takes (beyond, a numpy step is cheaper than a Python walk).
-_ROWWISE_ROWS = 64
-_ROWWISE_MAX_R = 32
-# Up to this many requests a step's verification outcomes are counted in plain Python.
-_HIST_PY_MAX_R = 4
-
-
-def _shifted(step_fn, extra: int):
-    """``B -> step_fn(B + extra)``: the step time a policy sees when prefill tokens share it."""
-    if isinstance(step_fn, TableStepTime):
-        return TableStepTime(step_fn.fn, step_fn.table, extra)
-    return lambda batch: step_fn(np.asarray(batch) + extra)
-
-
-# Per trace row, what a step of a survival-ranking policy reads, side by side in one float64
-# row: the survivals (cumprod of the confidences in float64), the confidences and accept_len.
-# One gather per step then fetches all three (a step touches R scattered rows: one memory
-# fetch per row instead of three). Built once per confidence array and kept while it lives: a
-# sweep replays one trace many times.
-_ROW_TABLES: dict[int, tuple[int, np.ndarray]] = {}
-
-
-def _fingerprint(*arrays: np.ndarray) -> int:
-    """CRC32 of the arrays' bytes (~1 ms per 4 MB): a table built from writeable arrays since
-    changed in place is rebuilt, not reused."""
-    crc = 0
-    for a in arrays:
-        crc = zlib.crc32(memoryview(np.ascontiguousarray(a)).cast("B"), crc)
-    return crc
-
-
-def row_table(conf: np.ndarray, accept_len: np.ndarray) -> np.ndarray:
-    """(rows, 2 gamma + 1) float64: [survival | conf | accept_len]; exact (conf and accept_len
-    convert back losslessly), cached per (live, unchanged) confidence array."""
-    key = id(conf)
-    # read-only arrays (read_trace's) cannot change in place: no need to look
-    mutable = conf.flags.writeable or accept_len.flags.writeable
-    crc = _fingerprint(conf, accept_len) if mutable else 0
-    hit = _ROW_TABLES.get(key)
-    if hit is not None and hit[0] == crc and hit[1].shape[0] == conf.shape[0]:
-        return hit[1]
-    table = np.concatenate(
-        (
-            np.cumprod(conf.astype(np.float64), axis=1),
-            conf.astype(np.float64),
-            accept_len.astype(np.float64)[:, None],
-        ),
-        axis=1,
-    )
-    if hit is None:
-        weakref.finalize(conf, _ROW_TABLES.pop, key, None)
-    _ROW_TABLES[key] = (crc, table)
-    return table
-
-
-# A 2-D profile's step time as plain Python floats up to this token batch (beyond: the cost
-# model itself).
-_STEP2D_ROWS = 1 << 14
-
-
-class _Step2D:
-    """``float(cost.step_time(batch, ctx))`` of a 2-D profile for one scalar batch, without
-    numpy calls (~1 us instead of ~28 on every step of a 2-D replay).
-
-    The same arithmetic as ``CostModel.step_time``: the context clipped to the table's range,
-    the two neighbouring rows, ``(1 - w) * lo + w * hi``. The rows are read through the cost
-    model itself at each row's own context (where w = 1 and the blend returns the row
-    exactly), so only the blend is restated here; ``ok`` says whether it agrees with the cost
-    model on a grid of batches and contexts (if it ever stops agreeing, the engine asks the
-    cost model every step).
-    """
-
-    def __init__(self, cost: CostModel) -> None:
-        self._cost = weakref.ref(cost)  # kept per cost model while it lives (_step2d)
-        self.ctxs = [float(c) for c in np.asarray(cost.context_tokens)]
-        grid = np.arange(_STEP2D_ROWS)
-        self.arrays = [np.asarray(cost.step_time(grid, c), np.float64) for c in self.ctxs]
-        self.rows = [a.tolist() for a in self.arrays]
-        lo, hi = self.ctxs[0], self.ctxs[-1]
-        probe_ctx = [lo - 1.0, lo, (lo + hi) / 2, hi, hi + 7.5, lo + (hi - lo) / 3]
-        probe_ctx += [lo + (hi - lo) * f for f in (0.01, 0.37, 0.999)] + [None]
-        probe_b = [0, 1, 2, 7, 8, 63, 64, 300, int(cost.b_max), int(cost.b_max) + 5]
-        probe_b += [_STEP2D_ROWS - 1, _STEP2D_ROWS + 3]
-        self.ok = all(self(b, c) == float(cost.step_time(b, c)) for b in probe_b for c in probe_ctx)
-
-    @property
-    def cost(self) -> CostModel:
-        cost = self._cost()
-        if cost is None:  # cannot happen: an engine holds its cost model while it runs
-            raise SpecsimError("internal: the cost model of a 2-D step table is gone")
-        return cost
-
-    def __call__(self, batch: int, ctx: float | None) -> float:
-        """None: the smallest context's row (``step_time_fn(None)``, before any decode)."""
-        if batch >= _STEP2D_ROWS or batch < 0:
-            return float(self.cost.step_time(batch, ctx))
-        ctxs = self.ctxs
-        if ctx is None:
-            return self.rows[0][batch]
-        c = ctxs[0] if ctx < ctxs[0] else ctxs[-1] if ctx > ctxs[-1] else ctx
-        hi = bisect_left(ctxs, c)
-        if hi == 0:
-            return self.rows[0][batch]
-        w = (c - ctxs[hi - 1]) / (ctxs[hi] - ctxs[hi - 1])
-        return (1.0 - w) * self.rows[hi - 1][batch] + w * self.rows[hi][batch]
-
-    def fn(self, ctx: float):  # noqa: ANN201 - a StepTime
-        """``cost.step_time_fn(ctx)`` as a policy gets it: the same numbers, array in, array
-        out, from the two rows and the blend (two takes and three ufuncs, not ~20 calls)."""
-        ctxs = self.ctxs
-        c = ctxs[0] if ctx < ctxs[0] else ctxs[-1] if ctx > ctxs[-1] else ctx
-        hi = bisect_left(ctxs, c)
-        if hi == 0:
-            return _Blend2D(self.cost, ctx, self.arrays[0], None, 0.0)
-        w = (c - ctxs[hi - 1]) / (ctxs[hi] - ctxs[hi - 1])
-        return _Blend2D(self.cost, ctx, self.arrays[hi - 1], self.arrays[hi], w)
-
-
-_STEP2D: dict[int, _Step2D] = {}
-
-
-def _step2d(cost: CostModel) -> _Step2D:
-    """One ``_Step2D`` per live cost model (a sweep replays one profile many times)."""
-    hit = _STEP2D.get(id(cost))
-    if hit is not None and hit._cost() is cost:
-        return hit
-    made = _Step2D(cost)
-    if hit is None:
-        weakref.finalize(cost, _STEP2D.pop, id(cost), None)
-    _STEP2D[id(cost)] = made
-    return made
-
-
-class _Blend2D:
-    """A 2-D profile's ``B -> seconds`` at one context (see ``_Step2D.fn``); batches beyond
-    the dense rows go to the cost model."""
-
-    __slots__ = ("cost", "ctx", "lo", "hi", "w")
-
-    def __init__(self, cost, ctx, lo, hi, w) -> None:  # noqa: ANN001
-        self.cost, self.ctx, self.lo, self.hi, self.w = cost, ctx, lo, hi, w
-
-    def __call__(self, batch):  # noqa: ANN001, ANN204
-        b = np.maximum(np.asarray(batch, dtype=np.int64), 0)
-        if b.size and b.max() >= _STEP2D_ROWS:
-            return self.cost.step_time(np.asarray(batch), self.ctx)
-        out = self.lo.take(b) if self.hi is None else (
-            (1.0 - self.w) * self.lo.take(b) + self.w * self.hi.take(b)
-        )  # fmt: skip
-        return float(out) if np.ndim(batch) == 0 else out
-
-
-class _Jobs:
-    """Per-job arrays, grown by doubling (closed loop does not know its job count).
-
-    ``cols`` holds each job's column of the running-batch array (fields ``_JOB`` .. ``_RES``),
-    filled when the job is added: admission copies whole columns into the batch with one
-    fancy index, and completion writes the finished columns back with another (the result
-    fields then hold the final counters; ``_STEPS`` the decode steps taken).
-    """
-
-    FIELDS = (
-        ("trace", np.int64, -1),
-        ("arrival", np.float64, np.nan),
-        ("admitted", np.float64, np.nan),
-        ("first", np.float64, np.nan),
-        ("finish", np.float64, np.nan),
-        ("prompt", np.int64, 0),
-        ("out", np.int64, 0),
-    )
-
-    def __init__(self, capacity: int, offsets: np.ndarray, gamma: int) -> None:
-        self.n = 0
-        self.cap = max(16, capacity)
-        self.offsets = offsets
-        self.gamma = gamma
-        for name, dt, fill in self.FIELDS:
-            setattr(self, name, np.full(self.cap, fill, dtype=dt))
-        self.cols = np.zeros((_NF, self.cap), np.int64)
-
-    def _grow(self) -> None:
-        self.cap *= 2
-        for name, dt, fill in self.FIELDS:
-            old = getattr(self, name)
-            new = np.full(self.cap, fill, dtype=dt)
-            new[: old.shape[0]] = old
-            setattr(self, name, new)
-        cols = np.zeros((_NF, self.cap), np.int64)
-        cols[:, : self.cols.shape[1]] = self.cols
-        self.cols = cols
-
-    def add(self, trace: int, arrival: float, prompt: int, out: int) -> int:
-        if self.n == self.cap:
-            self._grow()
-        j = self.n
-        self.trace[j] = trace
-        self.arrival[j] = arrival
-        self.prompt[j] = prompt
-        self.out[j] = out
-        col = [0] * _NF
-        col[_JOB], col[_BASE], col[_OUT], col[_PROMPT] = j, int(self.offsets[trace]), out, prompt
-        col[_H1] = col[_H2] = -1
-        col[_RES] = prompt + out + self.gamma
-        self.cols[:, j] = col
-        self.n += 1
-        return j
-
-    def add_many(self, trace, arrival, prompt, out) -> None:
-        """Bulk add (open loop: all jobs known up front)."""
-        m = trace.shape[0]
-        while self.n + m > self.cap:
-            self._grow()
-        s = slice(self.n, self.n + m)
-        self.trace[s], self.arrival[s], self.prompt[s], self.out[s] = trace, arrival, prompt, out
-        c = self.cols[:, s]
-        c[_JOB] = np.arange(self.n, self.n + m)
-        c[_BASE] = self.offsets[trace]
-        c[_OUT], c[_PROMPT] = out, prompt
-        c[_H1] = c[_H2] = -1
-        c[_RES] = np.asarray(prompt) + np.asarray(out) + self.gamma
-        self.n += m
-
-    def result(self, field: int) -> np.ndarray:
-        """A finished job's counter (0 for a job that never finished), jobs 0..n-1."""
-        done = ~np.isnan(self.finish[: self.n])
-        return np.where(done, self.cols[field, : self.n], 0)
-
-
-class Engine:
+class Engine(Walks, History):
     """Replays ``trace`` under ``workload`` with ``policy`` on ``cost``. Call :meth:`run`."""
 
     def __init__(
@@ -505,81 +141,13 @@ class Engine:
     def _check_capacity(self) -> None:
         if self.limits.max_running < 1:
             raise SpecsimError(f"--max-running must be >= 1, got {self.limits.max_running}")
-        res = self.wl.prompt_len + self.wl.output_len + self.gamma
-        if self.wl.open_loop:
-            worst = int(res.max()) if res.size else 0
-        else:
-            worst = int((self.wl.prompt_len + self.wl.output_len).max()) + self.gamma
+        res = reservation(self.wl.prompt_len, self.wl.output_len, self.gamma)
+        worst = int(res.max()) if res.size else 0
         if worst > self.limits.kv_tokens:
             raise SpecsimError(
                 f"a request needs {worst} KV tokens but --kv-tokens is {self.limits.kv_tokens}; "
                 "raise --kv-tokens"
             )
-
-    def _init_hist(self) -> None:
-        """Class of every trace row, and empty (class, position, bin, [reached, accepted])."""
-        tr = self.trace
-        cats = tr.category if tr.category is not None else np.zeros(tr.n_requests, object)
-        _, cls = np.unique(cats.astype(str), return_inverse=True)
-        self.row_class = np.repeat(cls.astype(np.int64), np.diff(self.offsets))
-        shape = (int(cls.max()) + 1 if cls.size else 1, self.gamma, HIST_BINS, 2)
-        self.hist = np.zeros(shape, dtype=np.float64)  # what decisions may see
-        # the last step's outcomes (ZOS: not seen yet), as the flat cells they add one to
-        self.hist_pending = np.zeros(0, dtype=np.int64)
-        self.hist_k = np.arange(self.gamma)
-
-    def _hist_add(self, rows: np.ndarray, conf: np.ndarray, lens, a_ok) -> None:
-        """Count this step's outcomes: draft k (0-based) of a request was reached iff
-        k <= a_ok and k < lens, and accepted iff k < a_ok."""
-        gamma = self.gamma
-        if rows.shape[0] <= _HIST_PY_MAX_R:
-            cells = self._hist_cells_py(rows, conf, lens, a_ok)
-            if cells is not None:
-                flat = self.hist.reshape(-1)
-                if self.policy.zos:
-                    for c in self.hist_pending:
-                        flat[c] += 1.0
-                    self.hist_pending = cells
-                else:
-                    for c in cells:
-                        flat[c] += 1.0
-                return
-        k = self.hist_k
-        reached = k < np.minimum(a_ok + 1, lens)[:, None]
-        accepted = k < a_ok[:, None]
-        b = np.minimum((conf.astype(np.float64) * HIST_BINS).astype(np.int64), HIST_BINS - 1)
-        b = np.maximum(b, 0)
-        cell = ((self.row_class[rows][:, None] * gamma + k) * HIST_BINS + b) * 2
-        # one per reached draft, one per accepted (the cell next to it): whole counts, exact
-        # in float64 whatever the order they are added in
-        cells = np.concatenate((cell[reached], cell[accepted] + 1))
-        flat = self.hist.reshape(-1)  # a view: hist is contiguous
-        if self.policy.zos:  # the run-ahead decision of the next step cannot see this step yet
-            np.add.at(flat, np.asarray(self.hist_pending, dtype=np.int64), 1.0)
-            self.hist_pending = cells
-        else:
-            np.add.at(flat, cells, 1.0)
-
-    def _hist_cells_py(self, rows, conf, lens, a_ok) -> list[int] | None:
-        """``_hist_add``'s cells for a few requests in plain Python (a dozen numpy calls cost
-        more than the whole loop): the same bins (int() truncates as astype does), the same
-        cells. None for a confidence int() cannot take (NaN): the array path then."""
-        gamma = self.gamma
-        cls = self.row_class[rows].tolist()
-        cells: list[int] = []
-        try:
-            for c, cf, ln, a in zip(cls, conf.tolist(), lens.tolist(), a_ok.tolist(), strict=True):
-                base = c * gamma
-                for k in range(min(a + 1, ln)):
-                    b = int(float(cf[k]) * HIST_BINS)
-                    b = 0 if b < 0 else HIST_BINS - 1 if b > HIST_BINS - 1 else b
-                    cell = ((base + k) * HIST_BINS + b) * 2
-                    cells.append(cell)
-                    if k < a:
-                        cells.append(cell + 1)
-        except (ValueError, OverflowError):
-            return None
-        return cells
 
     # ------------------------------------------------------------------ run
 
@@ -662,224 +230,6 @@ class Engine:
             return lut[n]
         return float(self.cost.draft_ms(n, self.gamma)) * 1e-3
 
-    def _checked_solo(self, lens: np.ndarray, n: int) -> list[int]:
-        """A solo walk's lengths for n rows, checked like every step's (then as Python ints)."""
-        gamma = int(self.conf.shape[1])
-        if not lengths_ok(lens, n, gamma):
-            inp = StepInput(conf=np.zeros((n, gamma)), step_time=lambda b: b)
-            lens = check_lengths(np.asarray(lens), inp, self.policy.name)
-        return lens.tolist()
-
-    def _solo_stretch(self, S: np.ndarray, now: float, wait: float, n_queued: int, step_fn):
-        """Steps of a lone running request up to the next event, walked without SimPy.
-
-        With one request in flight and nothing to admit, no admission, arrival or completion
-        can happen until the request finishes (or, open loop, the next arrival is due), so the
-        steps in between are a deterministic walk: each step's length comes from the policy's
-        ``solo`` decision of one trace row, computed for every row at once. The walk stops
-        before the request's last step and before the step an arrival joins, which go through
-        the ordinary step (completion, spawning, ZOS process). Every time is the same sum of
-        the same floats as the step-by-step path, so results are bit-identical (golden test).
-
-        Returns the walked steps' durations (empty when no step could be walked) and the end
-        time of the last one.
-        """
-        b, pos, out = int(S[_BASE, 0]), int(S[_N, 0]), int(S[_OUT, 0])
-        h1, h2 = int(S[_H1, 0]), int(S[_H2, 0])
-        lagged = self.policy.solo_lagged
-        hi = min(b + out, b + pos + _SOLO_ROWS)  # rows decided now; a longer walk resumes
-        lo = b + pos
-        if lagged:
-            lo = min(x for x in (lo, h1, h2) if x >= 0)
-        try:
-            lens = self.policy.solo(self.conf[lo:hi], self.accept_len[lo:hi], step_fn)
-        except ValueError:
-            return [], now
-        lens = self._checked_solo(lens, hi - lo)
-        acc = self.accept_len[lo:hi].tolist()
-        cost = self.cost
-        lut = self.lut
-        n_lut = len(lut)
-        zos = bool(self.policy.zos)
-        draft_s = self._draft_s(1)
-        sched_s = 0.0 if zos else cost.sched_s(1)
-        d0 = draft_s + sched_s
-        zos_s = cost.sched_s(1) if zos else 0.0
-        next_arrival = math.inf
-        if self.wl.open_loop and self.n_arrived < self.wl.arrival_s.shape[0]:
-            next_arrival = float(self.wl.arrival_s[self.n_arrived])
-        record_tokens = self.record_tokens
-        durs: list[float] = []
-        ends: list[float] = []
-        emits: list[int] = []
-        t = now
-        wait0 = wait
-        ver = n_acc = 0
-        max_b = self.max_b
-        log = self.log if self.sums is None else None
-        pos0 = pos
-        while True:
-            r = b + pos
-            if r >= hi:
-                break
-            ln = lens[(h2 if (lagged and h2 >= 0) else r) - lo]
-            a = ln if ln < acc[r - lo] else acc[r - lo]
-            e = a + 1 if a + 1 < out - pos else out - pos
-            if pos + e >= out:
-                break  # the request's last step: the ordinary path finishes it
-            batch = 1 + ln
-            verify_s = lut[batch] if batch < n_lut else float(cost.step_time(batch))
-            d = d0 + verify_s
-            if zos_s > d:
-                break  # the overlapped scheduler would outlast the step: step by step
-            end = t + d
-            if end <= t:
-                break  # a step too short to move the clock: step by step (_Sums.walk)
-            if log is not None:
-                log.extend((t, d, batch, 1, 1, 0, n_queued, 0, ln, a, e, wait, 0))
-            wait = 0.0
-            durs.append(d)
-            if batch > max_b:
-                max_b = batch
-            ver += ln
-            n_acc += a
-            pos += e
-            h2, h1 = h1, r
-            t = end
-            if record_tokens:
-                ends.append(end)
-                emits.append(e)
-            if end >= next_arrival:
-                break  # the next step starts with an arrival
-        if not durs:
-            return durs, now
-        k = len(durs)
-        self.n_steps += k
-        if self.sums is not None:
-            self.sums.walk(durs, wait0, 1 + n_queued, 1, ver, n_acc, pos - pos0, k + ver)
-        self.max_b = max_b
-        S[_N, 0] = pos
-        S[_VER, 0] += ver
-        S[_ACC, 0] += n_acc
-        S[_H1, 0], S[_H2, 0] = h1, h2
-        if record_tokens:
-            k = len(ends)
-            self.tok_job.append(np.full(k, S[_JOB, 0], np.int64))
-            self.tok_cnt.append(np.asarray(emits, np.int64))
-            self.tok_time.extend(ends)
-            self.tok_len.extend([1] * k)
-        return durs, t
-
-    def _rowwise_stretch(self, S: np.ndarray, now: float, wait: float, n_queued: int, step_fn):
-        """Steps of R running requests up to the next event, walked without SimPy, for a policy
-        whose decision for a request reads that request's row only (``Policy.rowwise``: the
-        static lengths, thresholds, the oracle).
-
-        As in ``_solo_stretch``: with nothing to admit, nothing happens until a request finishes
-        or an arrival is due, so each request walks its own rows (decided at once by
-        ``Policy.solo``) and a step's batch is the sum of the requests' lengths. The walk stops
-        before the first step in which a request would finish (or run out of decided rows) and
-        before the step an arrival joins. In plain Python this costs well under a microsecond
-        per request-step, against a few dozen numpy calls per step: used up to
-        ``_ROWWISE_MAX_R`` requests. Same floats in the same order: bit-identical results.
-        """
-        n = S.shape[1]
-        pos = S[_N].tolist()
-        out = S[_OUT].tolist()
-        span = np.minimum(S[_OUT] - S[_N], _ROWWISE_ROWS)
-        first = np.cumsum(span) - span  # where each request's rows start in the flat list
-        rows = np.arange(int(span.sum())) + np.repeat(S[_BASE] + S[_N] - first, span)
-        try:
-            lens = self.policy.solo(self.conf[rows], self.accept_len[rows], step_fn)
-        except ValueError:
-            return [], now
-        lens = self._checked_solo(lens, rows.shape[0])
-        acc = self.accept_len[rows].tolist()
-        # index of each request's current row in the flat lists, and the end of its rows
-        at = first.tolist()
-        stop = (first + span).tolist()
-        cost = self.cost
-        lut = self.lut
-        n_lut = len(lut)
-        d0 = self._draft_s(n) + cost.sched_s(n)
-        next_arrival = math.inf
-        if self.wl.open_loop and self.n_arrived < self.wl.arrival_s.shape[0]:
-            next_arrival = float(self.wl.arrival_s[self.n_arrived])
-        record_tokens = self.record_tokens
-        ver = [0] * n
-        acc_n = [0] * n
-        durs: list[float] = []
-        ends: list[float] = []
-        emits: list[int] = []
-        t = now
-        wait0 = wait
-        max_b = self.max_b
-        log = self.log if self.sums is None else None
-        idx = range(n)
-        while True:
-            step_l = []
-            step_a = []
-            step_e = []
-            for i in idx:
-                k = at[i]
-                if k >= stop[i]:
-                    break
-                ln = lens[k]
-                a = ln if ln < acc[k] else acc[k]
-                left = out[i] - pos[i]
-                if a + 1 >= left:
-                    break  # request i would finish: the ordinary path takes this step
-                step_l.append(ln)
-                step_a.append(a)
-                step_e.append(a + 1)
-            if len(step_e) < n:
-                break
-            n_ver = sum(step_l)
-            batch = n + n_ver
-            verify_s = lut[batch] if batch < n_lut else float(cost.step_time(batch))
-            d = d0 + verify_s
-            end = t + d
-            if end <= t:
-                break  # a step too short to move the clock: step by step (_Sums.walk)
-            if log is not None:
-                row = (t, d, batch, n, n, 0, n_queued, 0, n_ver, sum(step_a), sum(step_e), wait, 0)
-                log.extend(row)
-            wait = 0.0
-            durs.append(d)
-            if batch > max_b:
-                max_b = batch
-            for i in idx:
-                e = step_e[i]
-                pos[i] += e
-                at[i] += e
-                ver[i] += step_l[i]
-                acc_n[i] += step_a[i]
-            t = end
-            if record_tokens:
-                ends.append(end)
-                emits.extend(step_e)
-            if end >= next_arrival:
-                break  # the next step starts with an arrival
-        if not durs:
-            return durs, now
-        k = len(durs)
-        self.n_steps += k
-        if self.sums is not None:
-            v = sum(ver)
-            emitted = sum(pos) - int(S[_N].sum())
-            self.sums.walk(durs, wait0, n + n_queued, n, v, sum(acc_n), emitted, n * k + v)
-        self.max_b = max_b
-        S[_N] = pos
-        S[_VER] += ver
-        S[_ACC] += acc_n
-        if record_tokens:
-            k = len(ends)
-            self.tok_job.append(np.tile(S[_JOB], k))
-            self.tok_cnt.append(np.asarray(emits, np.int64))
-            self.tok_time.extend(ends)
-            self.tok_len.extend([n] * k)
-        return durs, t
-
     def _loop(self, env: simpy.Environment):
         jobs = self.jobs
         cost = self.cost
@@ -956,8 +306,8 @@ class Engine:
                 while queue and room:
                     j = queue[0]
                     p = int(jobs.prompt[j])
-                    res = p + int(jobs.out[j]) + gamma
-                    if kv_used + res > kv_cap or (adm and p > budget):
+                    res = reservation(p, int(jobs.out[j]), gamma)
+                    if not fits(kv_used, res, kv_cap, bool(adm), p, budget):
                         break
                     queue.popleft()
                     kv_used += res

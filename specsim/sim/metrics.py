@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from specsim.sim.engine import STEP_COLUMNS, RawLog
+from specsim.sim.steplog import STEP_COLUMNS, RawLog
 
 COL = {name: i for i, name in enumerate(STEP_COLUMNS)}
 

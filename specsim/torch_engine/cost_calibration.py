@@ -39,7 +39,6 @@ count and the machine load when measured.
 from __future__ import annotations
 
 import os
-import statistics
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -49,9 +48,16 @@ import torch
 
 from specsim.errors import SpecsimError
 from specsim.progress import Progress
-from specsim.torch_engine.clock import active_reference, ref_cpu_ms, use_reference
-from specsim.torch_engine.speed import _fill, _forward_probe, _ids, _sync, speed_reference
+from specsim.torch_engine.clock import active_reference, use_reference
+from specsim.torch_engine.overhead import _loop_overhead
+from specsim.torch_engine.speed import _fill, _ids, _sync, speed_reference
 from specsim.torch_engine.target import FlatTarget
+from specsim.torch_engine.timing import (
+    _anchor_scaled,
+    _median2,
+    _paired_diff,
+    _timed,
+)
 
 DEFAULT_B = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384)
 DEFAULT_CTX = (64, 256, 512)
@@ -73,68 +79,6 @@ class EngineProfile:
     other: Any = None  # the same profile on the other clock (wall if cost is cpu, and back)
     terms: Any = None  # DataFrame of the draft-context, block and prefill timing points
     prefill_points: Any = None  # [(prompt tokens, cpu ms, wall ms)]: the prefills (reusable)
-
-
-def _timed(  # type: ignore[no-untyped-def]
-    fn, phase: str = "target", calibrate: bool = True, tokens: int | None = None
-) -> tuple[float, float]:
-    """(cpu ms, wall ms) of one call: the thread's CPU time and the wall clock, together. With a
-    speed reference active (``--clock ref``) the CPU ms are at its reference speed for
-    ``phase`` (a target forward: of ``tokens`` tokens, as the engine times its own), and the
-    probes are re-timed first when due (outside the call) unless ``calibrate`` is False (the
-    second call of a pair: both at the same speed factor)."""
-    ref = active_reference()
-    if calibrate and ref is not None and ref.due():
-        ref.calibrate(("target", phase))
-    c0, w0 = time.thread_time(), time.perf_counter()
-    fn()
-    cpu, wall = (time.thread_time() - c0) * 1000.0, (time.perf_counter() - w0) * 1000.0
-    return ref_cpu_ms(cpu, phase, tokens), wall
-
-
-def _median_ms(fn, repeats: int, clock: str = "wall") -> float:  # type: ignore[no-untyped-def]
-    return _median2(fn, repeats)[0 if clock != "wall" else 1]
-
-
-def _median2(fn, repeats: int, phase: str = "target") -> tuple[float, float]:  # type: ignore[no-untyped-def]
-    """Median (cpu ms, wall ms) over ``repeats`` calls after one warm-up."""
-    fn()  # warm-up
-    vals = [_timed(fn, phase) for _ in range(repeats)]
-    return statistics.median(v[0] for v in vals), statistics.median(v[1] for v in vals)
-
-
-def _paired_diff(  # type: ignore[no-untyped-def]
-    a, b, repeats: int, ci: int, tokens: int | None = None
-) -> float:
-    """Median over ``repeats`` alternating pairs of (time of ``a`` - time of ``b``), in ms on
-    the clock ``ci`` indexes (0: the CPU or reference clock, 1: wall), after one warm-up pair;
-    both are target forwards of ``tokens`` tokens."""
-    a()
-    b()
-    diffs = []
-    for _ in range(repeats):
-        ta = _timed(a, tokens=tokens)[ci]
-        diffs.append(ta - _timed(b, calibrate=False, tokens=tokens)[ci])  # one factor a pair
-    return float(statistics.median(diffs))
-
-
-def _anchor_scaled(
-    anchor: tuple[int, int],
-    anchor_t: list[tuple[float, float]],
-    ratios: dict[tuple[int, int], list[tuple[float, float]]],
-) -> dict[tuple[int, int], list[float]]:
-    """Each point's (cpu, wall) ms: the median of its (point / anchor) pair ratios times the
-    anchor's median over all pairs. A speed shared by the two calls of a pair cancels in the
-    ratio, so the points keep their true proportions however the machine's speed moves between
-    pairs; the anchor's own value is the median of its timings, not a self-ratio."""
-    a_med = [statistics.median(v[i] for v in anchor_t) for i in (0, 1)]
-    med = {
-        pt: [a_med[i] * statistics.median(v[i] for v in r) for i in (0, 1)]
-        for pt, r in ratios.items()
-    }
-    if anchor in med:
-        med[anchor] = a_med
-    return med
 
 
 def measure_profile(
@@ -552,199 +496,3 @@ def _table_cost(steps: Any) -> Any:
         step_ms=piv.to_numpy(np.float64) if len(piv) > 1 else piv.to_numpy(np.float64)[0],
         context_tokens=piv.index.to_numpy(np.float64) if len(piv) > 1 else None,
     )
-
-
-def _loop_overhead(
-    model: Any,
-    proposer: Any,
-    table: Any,
-    requests: tuple[int, ...],
-    layout: str,
-    gen: np.random.Generator,
-    vocab: int,
-    clock: str = "wall",
-    draft_model: Any = None,
-    prompt: int = 32,
-    out: int = 48,  # ~12 decode steps of 4 tokens each per request, twice: a stable median
-    draft_phase: str = "draft",
-    gamma: int = 3,
-) -> tuple[Any, float]:
-    """Median per-step time the engine spends outside the target forward's table cost, the
-    drafting and the policy, at R decoding requests (``static:3``: 4 tokens each), at a context
-    the table covers (``prompt``: the workload's typical context; a context below the table's
-    first one would be charged at it and make the residual negative).
-
-    Columns: ``loop_overhead_ms``, the residual with the MODEL's drafting and policy subtracted
-    (v3's first form, kept for the term ablation); ``loop_ms``, the loop's own timers;
-    ``engine_draft_ms``, the engine's draft timer less the model's context term; and
-    ``engine_overhead_ms``, the step less the engine's drafting, the modelled policy and the
-    table (kept as a term-ablation variant). ``engine_draft_ms`` is what the cost model's
-    ``draft_curve`` is made from, ``loop_ms`` part of its ``overhead_curve``. Measured in the
-    engine, a draft pays for following a forward of another shape (caches, allocator: up to
-    ~10% more than back to back) and a forward of R requests for their R attention calls.
-
-    The second pass verifies full blocks (``static:gamma``, gamma + 1 tokens a request), so the
-    loop's timers can be split into a part per request and a part per verified token (the
-    argmax or sampling at every verified row, committing, streaming): a least-squares fit of
-    every step's loop time on R and the verified tokens B gives ``accept_per_token_ms`` (the
-    second value returned), and ``loop_ms`` at each R is the median of the loop time less it.
-    In v5 the loop was one number per R measured at 4 tokens a request, which charged the
-    grid's full-block steps half of what they paid and its one-token steps three times.
-    ``loop_k4_ms`` keeps that form (the first pass's median) for the term ablation; with 3
-    drafts or fewer the first pass verifies none (:func:`calibration_policies`)."""
-    import pandas as pd
-
-    from specsim.policies.base import get_policy
-    from specsim.sim.workload import Workload
-    from specsim.torch_engine.engine import EngineConfig, RealEngine
-
-    steps = {r: [] for r in requests}
-    first, full = calibration_policies(gamma)
-    # two passes, the second in the reverse order: a drift of the machine's speed during the
-    # calibration then moves the small and the large R alike; the second verifies full blocks
-    order = [(r, 0, first) for r in requests]
-    order += [(r, 1, full) for r in reversed(requests)]
-    for r, pass_i, pol in order:
-        prompts = [_ids(gen, vocab, prompt).tolist() for _ in range(r)]
-        wl = Workload(
-            kind="closed",
-            describe="calibration",
-            arrival_s=None,
-            trace_idx=np.arange(r),
-            prompt_len=np.full(r, prompt),
-            output_len=np.full(r, out),
-            concurrency=r,
-            max_jobs=r,
-        )
-        res = RealEngine(
-            model,
-            proposer,
-            get_policy(pol),
-            table,
-            prompts,
-            wl,
-            EngineConfig(
-                max_running=r, layout=layout, warmup_steps=1, clock=clock, draft_phase=draft_phase
-            ),
-        ).run()
-        st = res.steps
-        steps[r].append(st[(st["prefilling"] == 0) & (st["decoding"] == r)].assign(pass_i=pass_i))
-    per_token = _accept_per_token(pd.concat([x for v in steps.values() for x in v]))
-    rows = []
-    for r in requests:
-        st = pd.concat(steps[r], ignore_index=True)
-        pred = np.array(
-            [
-                table.step_time(int(b), float(c))
-                for b, c in zip(st["batch_tokens"], st["ctx_mean"], strict=True)
-            ]
-        )
-        ctx_s = np.zeros(len(st))
-        if draft_model is not None:  # the drafter reads contexts up to each anchor
-            ctx_s = np.array(
-                [draft_model.draft_context_s(np.full(r, int(c) - 1)) for c in st["ctx_mean"]]
-            )
-            d_s = draft_model.draft_ms(r, 0) * 1e-3 + ctx_s
-            s_s = draft_model.sched_s(r)  # the policy alone; building its input is loop
-        else:
-            d_s, s_s = st["draft_s"].to_numpy(), st["sched_s"].to_numpy()
-        dur = st["duration_s"].to_numpy()
-        resid = dur - d_s - s_s - pred
-        own = st["duration_s"] - st["draft_s"] - st["sched_s"] - st["verify_s"]
-        # the engine's own drafting (its draft timer) less the context term, and everything
-        # else of the step beyond the table and the modelled policy (a variant, not used)
-        e_draft = st["draft_s"].to_numpy() - ctx_s
-        e_over = dur - st["draft_s"].to_numpy() - s_s - pred
-        own_req = own.to_numpy() - per_token * 1e-3 * st["batch_tokens"].to_numpy()
-        own_k4 = own[st["pass_i"] == 0].to_numpy()
-        meds = [
-            float(np.median(x)) * 1000.0 if len(x) else 0.0
-            for x in (resid, own_req, e_draft, e_over, own_k4)
-        ]
-        rows.append((r, *meds, len(st)))
-    cols = [
-        "loop_overhead_ms", "loop_ms", "engine_draft_ms", "engine_overhead_ms", "loop_k4_ms",
-        "steps",
-    ]  # fmt: skip
-    return pd.DataFrame(rows, columns=["requests", *cols]), per_token
-
-
-def calibration_policies(gamma: int) -> tuple[str, str]:
-    """The loop calibration's two passes: 4 tokens a request (``static:3``), then full blocks
-    (``static:gamma``). A block of 3 or fewer drafts would make the two passes verify the same
-    tokens, so that the per-token slope could not be told from the per-request part
-    (``_accept_per_token`` returns 0 when B does not vary apart from R); there the first pass
-    verifies no drafts (``static:0``, one token a request) instead."""
-    k_full = max(int(gamma), 1)
-    return ("static:3" if k_full > 3 else "static:0"), f"static:{k_full}"
-
-
-def _accept_per_token(steps: Any) -> float:
-    """ms of the engine loop per verified token: the least-squares slope in B of every
-    calibration step's loop time (duration less drafting, policy and forward) on ``1, R, B``
-    (decode-only steps, so B is the verified tokens). 0 when B does not vary apart from R
-    (one block length) or the slope comes out negative."""
-    own = (steps["duration_s"] - steps["draft_s"] - steps["sched_s"] - steps["verify_s"]) * 1e3
-    r, b = steps["decoding"].to_numpy(float), steps["batch_tokens"].to_numpy(float)
-    x = np.column_stack([np.ones(len(steps)), r, b])
-    if len(steps) < 4 or np.linalg.matrix_rank(x) < 3:
-        return 0.0
-    coef, *_ = np.linalg.lstsq(x, own.to_numpy(float), rcond=None)
-    return max(float(coef[2]), 0.0)
-
-
-def probe_ms(
-    model: Any,
-    points: tuple[tuple[int, int], ...],
-    repeats: int = 3,
-    seed: int = 1,
-    clock: str = "wall",
-):
-    """Median ms of single-request forwards at (context, batch) points: re-timed during a long
-    validation to see how much faster or slower the (shared) machine is than at profiling.
-    The probes (their caches filled once) are kept for the next call with the same model,
-    points and seed: a grid calls this before and after each of its ~140 runs, and filling the
-    128-token context took 0.55 s of the 1.25 s a call cost (1 Dec 2026)."""
-    key = (id(model), tuple(points), seed)
-    if _PROBES.get("key") != key:
-        gen = np.random.default_rng(seed)
-        vocab = int(model.config.vocab_size)
-        _PROBES.update(key=key, fns=[_forward_probe(model, c, b, gen, vocab) for c, b in points])
-    return [_median_ms(fn, repeats, clock) for fn in _PROBES["fns"]]
-
-
-# probe_ms's probes for one (model, points, seed): the last one asked for (the key's model id
-# stays valid while the probes, which hold the model, are kept)
-_PROBES: dict[str, Any] = {}
-
-
-def compare_layouts(
-    model: Any,
-    lens: tuple[int, ...] = (1, 3, 5, 8, 2, 6, 1, 4),
-    context: int = 128,
-    repeats: int = 5,
-    seed: int = 0,
-    clock: str = "wall",
-) -> dict[str, float]:
-    """Median ms of one verification forward of requests verifying ``lens`` tokens each, flat
-    against padded (same model, same cache contents)."""
-    gen = np.random.default_rng(seed)
-    vocab = int(model.config.vocab_size)
-    out = {}
-    for layout in ("flat", "padded"):
-        ft = FlatTarget(model, len(lens), context + max(lens) + 1, (), layout)
-        for s in range(len(lens)):
-            _fill(ft, s, context, gen, vocab)
-        toks = [_ids(gen, vocab, n).tolist() for n in lens]
-
-        def step(ft=ft, toks=toks) -> None:
-            ft.forward(list(range(len(toks))), toks)
-            _sync(model)
-            for s in range(len(toks)):
-                ft.truncate(s, context)
-
-        out[layout] = _median_ms(step, repeats, clock)
-    out["tokens"] = float(sum(lens))
-    out["requests"] = float(len(lens))
-    out["padded_rows"] = float(len(lens) * max(lens))
-    return out

@@ -36,8 +36,9 @@ import torch
 
 from specsim.errors import SpecsimError
 from specsim.policies.base import Policy, StepInput, check_lengths
+from specsim.sim.admission import fits, reservation
 from specsim.sim.cost import CostModel
-from specsim.sim.engine import STEP_COLUMNS, RawLog
+from specsim.sim.steplog import STEP_COLUMNS, RawLog
 from specsim.sim.workload import Workload
 from specsim.torch_engine.clock import EngineClock
 from specsim.torch_engine.proposers import Proposer
@@ -103,6 +104,61 @@ class _Req:
         self.h1: np.ndarray | None = None  # confidences of one decode step ago
         self.h2: np.ndarray | None = None  # ... two decode steps ago
         self.out: list[int] = []
+
+
+class _JobTable:
+    """Per-job records of a run, one list each (appended as jobs arrive), turned into the
+    simulator's :class:`RawLog` at the end."""
+
+    def __init__(self, prompts: list[list[int]]) -> None:
+        self.prompts = prompts
+        self.trace: list[int] = []
+        self.arrival: list[float] = []
+        self.admitted: list[float] = []
+        self.first: list[float] = []
+        self.finish: list[float] = []
+        self.prompt_len: list[int] = []
+        self.out_len: list[int] = []
+        self.steps: list[int] = []
+        self.verified: list[int] = []
+        self.accepted: list[int] = []
+        self.outputs: list[list[int]] = []
+
+    def add(self, t_idx: int, at: float, cap: int) -> int:
+        self.trace.append(t_idx)
+        self.arrival.append(at)
+        for col in (self.admitted, self.first, self.finish):
+            col.append(np.nan)
+        self.prompt_len.append(len(self.prompts[t_idx]))
+        self.out_len.append(cap)
+        for col in (self.steps, self.verified, self.accepted):
+            col.append(0)
+        self.outputs.append([])
+        return len(self.trace) - 1
+
+    def raw_log(self, log, tok_job, tok_time, tok_cnt, max_b: int) -> RawLog:  # type: ignore[no-untyped-def]
+        f64 = lambda x: np.asarray(x, dtype=np.float64)  # noqa: E731
+        i64 = lambda x: np.asarray(x, dtype=np.int64)  # noqa: E731
+        done = np.isfinite(f64(self.finish))
+        return RawLog(
+            job_trace=i64(self.trace),
+            arrival_s=f64(self.arrival),
+            admitted_s=f64(self.admitted),
+            first_token_s=f64(self.first),
+            finish_s=f64(self.finish),
+            prompt_len=i64(self.prompt_len),
+            output_len=i64(self.out_len),
+            emitted=np.where(done, i64(self.out_len), 0),
+            steps=i64(self.steps),
+            verified=i64(self.verified),
+            accepted=i64(self.accepted),
+            step_log=np.asarray(log, dtype=np.float64).reshape(-1, len(STEP_COLUMNS)),
+            token_job=i64(tok_job),
+            token_time=f64(tok_time),
+            token_count=i64(tok_cnt),
+            sim_time_s=float(log[-1][0] + log[-1][1]) if log else 0.0,
+            max_batch_tokens=int(max_b),
+        )
 
 
 class RealEngine:
@@ -217,70 +273,38 @@ class RealEngine:
         return ref
 
     def run(self) -> EngineResult:
+        """Serve the workload step by step: admit, draft and schedule, verify, accept and emit,
+        retire; then the raw log the simulator's metric functions read."""
         self._warmup()
-        wl, cfg, gamma = self.wl, self.cfg, self.gamma
-        job_trace: list[int] = []
-        arrival: list[float] = []
-        admitted: list[float] = []
-        first: list[float] = []
-        finish: list[float] = []
-        prompt_len: list[int] = []
-        out_len: list[int] = []
-        steps_j: list[int] = []
-        ver_j: list[int] = []
-        acc_j: list[int] = []
-        outputs: list[list[int]] = []
-
-        def add_job(t_idx: int, at: float, cap: int) -> int:
-            job_trace.append(t_idx)
-            arrival.append(at)
-            admitted.append(np.nan)
-            first.append(np.nan)
-            finish.append(np.nan)
-            prompt_len.append(len(self.prompts[t_idx]))
-            out_len.append(cap)
-            steps_j.append(0)
-            ver_j.append(0)
-            acc_j.append(0)
-            outputs.append([])
-            return len(job_trace) - 1
-
-        queue: deque[int] = deque()
-        n_started = 0
-
-        def spawn(now: float) -> None:
-            nonlocal n_started
-            if wl.max_jobs is not None and n_started >= wl.max_jobs:
-                return
-            if wl.duration is not None and now > wl.duration:
-                return
-            t_idx, _p, o = wl.job(n_started)
-            n_started += 1
-            queue.append(add_job(t_idx, now, o))
-
+        wl, cfg = self.wl, self.cfg
+        jobs = _JobTable(self.prompts)
+        self.jobs = jobs
+        self.queue: deque[int] = deque()
+        self.n_started = 0
         if wl.open_loop:
             for i in range(wl.arrival_s.shape[0]):
-                add_job(int(wl.trace_idx[i]), float(wl.arrival_s[i]), int(wl.output_len[i]))
+                jobs.add(int(wl.trace_idx[i]), float(wl.arrival_s[i]), int(wl.output_len[i]))
             n_arrived = 0
         else:
             for _ in range(
                 wl.concurrency if wl.max_jobs is None else min(wl.concurrency, wl.max_jobs)
             ):
-                spawn(0.0)
-        running: list[_Req] = []
-        free = list(range(self.slots - 1, -1, -1))
-        kv_used = 0
-        trials = np.zeros(gamma + 1, dtype=np.int64)
-        succ = np.zeros(gamma + 1, dtype=np.int64)
+                self._spawn(0.0)
+        self.running: list[_Req] = []
+        self.free = list(range(self.slots - 1, -1, -1))
+        self.kv_used = 0
+        self.trials = np.zeros(self.gamma + 1, dtype=np.int64)
+        self.succ = np.zeros(self.gamma + 1, dtype=np.int64)
         log: list[tuple] = []
         timing: list[tuple] = []
-        tok_job: list[int] = []
-        tok_time: list[float] = []
-        tok_cnt: list[int] = []
-        max_b = 0
-        step_fn = self.cost.step_time_fn(None)
+        self.tok_job: list[int] = []
+        self.tok_time: list[float] = []
+        self.tok_cnt: list[int] = []
+        self.max_b = 0
+        self.step_fn = self.cost.step_time_fn(None)
         ref = self._speed_ref() if cfg.clock == "ref" else None
         eclock = EngineClock(cfg.clock, ref, (cfg.draft_phase,))
+        self.eclock = eclock
         eclock.start()
         clock, wall = eclock.now, eclock.wall
 
@@ -290,216 +314,220 @@ class RealEngine:
             w_start = wall()
             if wl.open_loop:
                 while n_arrived < wl.arrival_s.shape[0] and wl.arrival_s[n_arrived] <= now:
-                    queue.append(n_arrived)
+                    self.queue.append(n_arrived)
                     n_arrived += 1
-            new: list[_Req] = []
-            budget = cfg.prefill_budget
-            while queue and len(running) + len(new) < min(cfg.max_running, self.slots):
-                j = queue[0]
-                p = prompt_len[j]
-                res = p + out_len[j] + gamma
-                if kv_used + res > cfg.kv_tokens or (new and p > budget):
-                    break
-                queue.popleft()
-                kv_used += res
-                budget -= p
-                admitted[j] = now
-                req = _Req(j, free.pop(), out_len[j], res)
-                self.target.reset(req.slot)
-                new.append(req)
-            if not running and not new:
+            new = self._admit(now)
+            if not self.running and not new:
                 if wl.open_loop and n_arrived < wl.arrival_s.shape[0]:
                     eclock.wait_until(float(wl.arrival_s[n_arrived]))
                     continue
-                if queue:
+                if self.queue:
                     raise SpecsimError("a request does not fit --kv-tokens even alone")
                 break
-            dec = running
-            n_dec, n_new = len(dec), len(new)
+            dec = self.running
             t_adm = clock()
-            # -- draft and schedule
-            lens = np.zeros(0, dtype=np.int64)
-            prop = None
-            t_draft = t_adm
-            if n_dec:
-                slots = np.array([r.slot for r in dec], dtype=np.int64)
-                anchors = np.array([len(self.prompts[job_trace[r.job]]) + r.n - 1 for r in dec])
-                eclock.mark(cfg.draft_phase)
-                prop = self.proposer.propose(
-                    slots, anchors, self.seq_buf, self.feat_buf, cfg.temperature, self.gen
-                )
-                t_draft = eclock.mark("target")
-                ctx_now = float(np.mean(anchors + 1))
-                fn = self.cost.step_time_fn(ctx_now) if self.cost.is_2d else step_fn
-                pre = sum(prompt_len[r.job] for r in new)
-                lag = None
-                if "lagged_conf" in self.policy.needs:
-                    lag = np.stack(
-                        [r.h2 if r.h2 is not None else prop.conf[i] for i, r in enumerate(dec)]
-                    )
-                rate = None
-                if "accept_rate" in self.policy.needs:
-                    rate = (succ[1:] + PRIOR_RATE * PRIOR_WEIGHT) / (
-                        trials[1:].astype(np.float64) + PRIOR_WEIGHT
-                    )
-                inp = StepInput(
-                    conf=prop.conf,
-                    step_time=self.cost.policy_step_fn(fn, pre),
-                    lagged_conf=lag,
-                    accept_rate=rate,
-                    rng=self.policy_rng,
-                )
-                lens = check_lengths(self.policy.schedule(inp), inp, self.policy.name)
+            lens, prop, t_draft = self._draft_and_schedule(dec, new, t_adm)
             t_sched = clock()
-            # -- one target forward over decode groups and prompts
-            slots_f: list[int] = []
-            toks_f: list[list[int]] = []
-            for i, r in enumerate(dec):
-                a = len(self.prompts[job_trace[r.job]]) + r.n - 1
-                toks_f.append([int(self.seq_buf[r.slot, a])] + prop.tokens[i, : lens[i]].tolist())
-                slots_f.append(r.slot)
-            for r in new:
-                p_ids = self.prompts[job_trace[r.job]]
-                self.seq_buf[r.slot, : len(p_ids)] = torch.as_tensor(p_ids)
-                toks_f.append(list(p_ids))
-                slots_f.append(r.slot)
-            ctx_mean = float(np.mean(self.target.lengths[np.asarray(slots_f)]))  # before the step
-            # logits where the engine samples: every verified row, a prompt's last token only
-            n_logits = [len(t) for t in toks_f[:n_dec]] + [1] * n_new
-            eclock.mark("target", sum(len(t) for t in toks_f))  # ref: the forward's own speed
-            out = self.target.forward(slots_f, toks_f, n_logits)
-            batch = int(out.offsets[-1])
-            max_b = max(max_b, batch)
+            out, ctx_mean = self._verify(dec, new, lens, prop)
             t_ver = eclock.mark("target")
-            # -- accept, commit, stream
-            n_ver = int(lens.sum()) if n_dec else 0
-            n_acc = 0
-            emitted_total = 0
-            feats = out.feats
-            for i, r in enumerate(dec + new):
-                lo = int(out.offsets[i])
-                p_len = len(self.prompts[job_trace[r.job]])
-                if i < n_dec:
-                    l_r = int(lens[i])
-                    q = prop.q[i] if prop.q is not None else None
-                    m, emit = self._accept(out.logits_of(i), prop.tokens[i, :l_r], q)
-                    a = p_len + r.n - 1
-                    keep = m + 1  # anchor + accepted drafts stay in the cache
-                    n_acc += m
-                    steps_j[r.job] += 1
-                    ver_j[r.job] += l_r
-                    acc_j[r.job] += m
-                    if "accept_rate" in self.policy.needs:
-                        reach = min(m + 1, l_r)
-                        trials[: reach + 1] += 1
-                        succ[: m + 1] += 1
-                    r.h2, r.h1 = r.h1, prop.conf[i]
-                else:
-                    m, emit = self._accept(out.logits_of(i), np.zeros(0, np.int64), None)
-                    a = 0
-                    keep = p_len
-                    r.prefilled = True
-                if feats is not None:
-                    self.feat_buf[r.slot, a : a + keep] = feats[lo : lo + keep].to(torch.float16)
-                self.target.truncate(r.slot, a + keep)
-                emit = emit[: r.cap - r.n]
-                for k, tok in enumerate(emit):
-                    if tok in self.eos:
-                        emit = emit[: k + 1]
-                        break
-                base = p_len + r.n
-                self.seq_buf[r.slot, base : base + len(emit)] = torch.as_tensor(emit)
-                r.out.extend(emit)
-                r.n += len(emit)
-                emitted_total += len(emit)
-                tok_job.append(r.job)
-                tok_cnt.append(len(emit))
-                if i < n_dec:
-                    acc_j[r.job] -= m - min(m, len(emit) - 1)  # drafts cut by the cap/EOS
-                    n_acc -= m - min(m, len(emit) - 1)
-                if r.n >= r.cap or (emit and emit[-1] in self.eos):
-                    r.cap = r.n  # done
+            n_ver, n_acc, emitted = self._accept_and_emit(dec, new, lens, prop, out)
             end = clock()
-            tok_time.extend([end] * (n_dec + n_new))
-            for r in new:
-                first[r.job] = end
-            still: list[_Req] = []
-            n_fin = 0
-            for r in dec + new:
-                if r.n >= r.cap:
-                    finish[r.job] = end
-                    outputs[r.job] = r.out
-                    out_len[r.job] = r.n
-                    kv_used -= r.res
-                    free.append(r.slot)
-                    n_fin += 1
-                    if self.progress is not None:
-                        self.progress.update(1)
-                else:
-                    still.append(r)
-            running = still
-            prefill_tokens = sum(prompt_len[r.job] for r in new)
+            n_fin = self._retire(dec, new, end)
+            prefill_tokens = sum(jobs.prompt_len[r.job] for r in new)
+            batch = int(out.offsets[-1])
             log.append(
                 (
-                    now,
-                    end - now,
-                    batch,
-                    n_dec + n_new,
-                    n_dec,
-                    n_new,
-                    len(queue),
-                    prefill_tokens,
-                    n_ver,
-                    n_acc,
-                    emitted_total,
-                    0.0,
-                    n_fin,
+                    now, end - now, batch, len(dec) + len(new), len(dec), len(new),
+                    len(self.queue), prefill_tokens, n_ver, n_acc, emitted, 0.0, n_fin,
                 )
-            )
+            )  # fmt: skip
             timing.append(
                 (
-                    t_adm - now,
-                    t_draft - t_adm,
-                    t_sched - t_draft,
-                    t_ver - t_sched,
-                    end - t_ver,
-                    ctx_mean,
-                    w_start,
-                    wall(),
+                    t_adm - now, t_draft - t_adm, t_sched - t_draft, t_ver - t_sched,
+                    end - t_ver, ctx_mean, w_start, wall(),
                 )
-            )
+            )  # fmt: skip
             if not wl.open_loop:
                 for _ in range(n_fin):
-                    spawn(end)
-        f64 = lambda x: np.asarray(x, dtype=np.float64)  # noqa: E731
-        i64 = lambda x: np.asarray(x, dtype=np.int64)  # noqa: E731
-        done = np.isfinite(f64(finish))
-        raw = RawLog(
-            job_trace=i64(job_trace),
-            arrival_s=f64(arrival),
-            admitted_s=f64(admitted),
-            first_token_s=f64(first),
-            finish_s=f64(finish),
-            prompt_len=i64(prompt_len),
-            output_len=i64(out_len),
-            emitted=np.where(done, i64(out_len), 0),
-            steps=i64(steps_j),
-            verified=i64(ver_j),
-            accepted=i64(acc_j),
-            step_log=np.asarray(log, dtype=np.float64).reshape(-1, len(STEP_COLUMNS)),
-            token_job=i64(tok_job),
-            token_time=f64(tok_time),
-            token_count=i64(tok_cnt),
-            sim_time_s=float(log[-1][0] + log[-1][1]) if log else 0.0,
-            max_batch_tokens=int(max_b),
-        )
+                    self._spawn(end)
+        raw = jobs.raw_log(log, self.tok_job, self.tok_time, self.tok_cnt, self.max_b)
         t_end = eclock.mark("target")
-        res = self._result(raw, outputs, timing, t_end)
+        res = self._result(raw, jobs.outputs, timing, t_end)
         if eclock.ref is not None:  # the run's raw CPU seconds: its mean slowdown vs reference
             res.config["raw_cpu_s"] = eclock.raw_cpu_s
             res.config["speed_factor"] = eclock.raw_cpu_s / max(t_end - eclock.skew, 1e-12)
             res.config["speed_calibrations"] = eclock.calibrations
         return res
+
+    # ------------------------------------------------------------------ the step's phases
+    def _spawn(self, now: float) -> None:
+        """Closed loop: the next job arrives now (if the bounds allow)."""
+        wl = self.wl
+        if wl.max_jobs is not None and self.n_started >= wl.max_jobs:
+            return
+        if wl.duration is not None and now > wl.duration:
+            return
+        t_idx, _p, o = wl.job(self.n_started)
+        self.n_started += 1
+        self.queue.append(self.jobs.add(t_idx, now, o))
+
+    def _admit(self, now: float) -> list[_Req]:
+        """FIFO admission under the simulator's rule (:mod:`specsim.sim.admission`): a free
+        slot, the KV reservation and the step's prefill budget."""
+        cfg, jobs, queue = self.cfg, self.jobs, self.queue
+        new: list[_Req] = []
+        budget = cfg.prefill_budget
+        while queue and len(self.running) + len(new) < min(cfg.max_running, self.slots):
+            j = queue[0]
+            p = jobs.prompt_len[j]
+            res = reservation(p, jobs.out_len[j], self.gamma)
+            if not fits(self.kv_used, res, cfg.kv_tokens, bool(new), p, budget):
+                break
+            queue.popleft()
+            self.kv_used += res
+            budget -= p
+            jobs.admitted[j] = now
+            req = _Req(j, self.free.pop(), jobs.out_len[j], res)
+            self.target.reset(req.slot)
+            new.append(req)
+        return new
+
+    def _draft_and_schedule(self, dec: list[_Req], new: list[_Req], t_adm: float):  # type: ignore[no-untyped-def]
+        """The proposer drafts a block for every decoding request; the policy picks each
+        request's verification length from the real confidences."""
+        cfg, jobs, eclock = self.cfg, self.jobs, self.eclock
+        if not dec:
+            return np.zeros(0, dtype=np.int64), None, t_adm
+        slots = np.array([r.slot for r in dec], dtype=np.int64)
+        anchors = np.array([len(self.prompts[jobs.trace[r.job]]) + r.n - 1 for r in dec])
+        eclock.mark(cfg.draft_phase)
+        prop = self.proposer.propose(
+            slots, anchors, self.seq_buf, self.feat_buf, cfg.temperature, self.gen
+        )
+        t_draft = eclock.mark("target")
+        ctx_now = float(np.mean(anchors + 1))
+        fn = self.cost.step_time_fn(ctx_now) if self.cost.is_2d else self.step_fn
+        pre = sum(jobs.prompt_len[r.job] for r in new)
+        lag = None
+        if "lagged_conf" in self.policy.needs:
+            lag = np.stack([r.h2 if r.h2 is not None else prop.conf[i] for i, r in enumerate(dec)])
+        rate = None
+        if "accept_rate" in self.policy.needs:
+            rate = (self.succ[1:] + PRIOR_RATE * PRIOR_WEIGHT) / (
+                self.trials[1:].astype(np.float64) + PRIOR_WEIGHT
+            )
+        inp = StepInput(
+            conf=prop.conf,
+            step_time=self.cost.policy_step_fn(fn, pre),
+            lagged_conf=lag,
+            accept_rate=rate,
+            rng=self.policy_rng,
+        )
+        lens = check_lengths(self.policy.schedule(inp), inp, self.policy.name)
+        return lens, prop, t_draft
+
+    def _verify(self, dec: list[_Req], new: list[_Req], lens: np.ndarray, prop: Any):  # type: ignore[no-untyped-def]
+        """ONE target forward over every decoding request's ``[anchor, d_1..d_l]`` and the new
+        requests' prompts; returns the forward's output and the mean cached context before it."""
+        jobs = self.jobs
+        slots_f: list[int] = []
+        toks_f: list[list[int]] = []
+        for i, r in enumerate(dec):
+            a = len(self.prompts[jobs.trace[r.job]]) + r.n - 1
+            toks_f.append([int(self.seq_buf[r.slot, a])] + prop.tokens[i, : lens[i]].tolist())
+            slots_f.append(r.slot)
+        for r in new:
+            p_ids = self.prompts[jobs.trace[r.job]]
+            self.seq_buf[r.slot, : len(p_ids)] = torch.as_tensor(p_ids)
+            toks_f.append(list(p_ids))
+            slots_f.append(r.slot)
+        ctx_mean = float(np.mean(self.target.lengths[np.asarray(slots_f)]))  # before the step
+        # logits where the engine samples: every verified row, a prompt's last token only
+        n_logits = [len(t) for t in toks_f[: len(dec)]] + [1] * len(new)
+        self.eclock.mark("target", sum(len(t) for t in toks_f))  # ref: the forward's own speed
+        out = self.target.forward(slots_f, toks_f, n_logits)
+        self.max_b = max(self.max_b, int(out.offsets[-1]))
+        return out, ctx_mean
+
+    def _accept_and_emit(self, dec, new, lens, prop, out) -> tuple[int, int, int]:  # type: ignore[no-untyped-def]
+        """Accept each request's drafts (greedy or rejection sampling), commit the accepted
+        tokens' features and cache, stream the emitted tokens (cut at the cap and EOS).
+        Returns (verified drafts, accepted drafts, emitted tokens)."""
+        jobs = self.jobs
+        n_dec = len(dec)
+        n_ver = int(lens.sum()) if n_dec else 0
+        n_acc = 0
+        emitted_total = 0
+        feats = out.feats
+        for i, r in enumerate(dec + new):
+            lo = int(out.offsets[i])
+            p_len = len(self.prompts[jobs.trace[r.job]])
+            if i < n_dec:
+                l_r = int(lens[i])
+                q = prop.q[i] if prop.q is not None else None
+                m, emit = self._accept(out.logits_of(i), prop.tokens[i, :l_r], q)
+                a = p_len + r.n - 1
+                keep = m + 1  # anchor + accepted drafts stay in the cache
+                n_acc += m
+                jobs.steps[r.job] += 1
+                jobs.verified[r.job] += l_r
+                jobs.accepted[r.job] += m
+                if "accept_rate" in self.policy.needs:
+                    reach = min(m + 1, l_r)
+                    self.trials[: reach + 1] += 1
+                    self.succ[: m + 1] += 1
+                r.h2, r.h1 = r.h1, prop.conf[i]
+            else:
+                m, emit = self._accept(out.logits_of(i), np.zeros(0, np.int64), None)
+                a = 0
+                keep = p_len
+                r.prefilled = True
+            if feats is not None:
+                self.feat_buf[r.slot, a : a + keep] = feats[lo : lo + keep].to(torch.float16)
+            self.target.truncate(r.slot, a + keep)
+            emit = emit[: r.cap - r.n]
+            for k, tok in enumerate(emit):
+                if tok in self.eos:
+                    emit = emit[: k + 1]
+                    break
+            base = p_len + r.n
+            self.seq_buf[r.slot, base : base + len(emit)] = torch.as_tensor(emit)
+            r.out.extend(emit)
+            r.n += len(emit)
+            emitted_total += len(emit)
+            self.tok_job.append(r.job)
+            self.tok_cnt.append(len(emit))
+            if i < n_dec:
+                cut = m - min(m, len(emit) - 1)  # drafts cut by the cap/EOS
+                jobs.accepted[r.job] -= cut
+                n_acc -= cut
+            if r.n >= r.cap or (emit and emit[-1] in self.eos):
+                r.cap = r.n  # done
+        return n_ver, n_acc, emitted_total
+
+    def _retire(self, dec: list[_Req], new: list[_Req], end: float) -> int:
+        """Stamp the step's end on its emissions and first tokens; finished requests free
+        their slot and reservation. Returns how many finished."""
+        jobs = self.jobs
+        self.tok_time.extend([end] * (len(dec) + len(new)))
+        for r in new:
+            jobs.first[r.job] = end
+        still: list[_Req] = []
+        n_fin = 0
+        for r in dec + new:
+            if r.n >= r.cap:
+                jobs.finish[r.job] = end
+                jobs.outputs[r.job] = r.out
+                jobs.out_len[r.job] = r.n
+                self.kv_used -= r.res
+                self.free.append(r.slot)
+                n_fin += 1
+                if self.progress is not None:
+                    self.progress.update(1)
+            else:
+                still.append(r)
+        self.running = still
+        return n_fin
 
     def _result(self, raw: RawLog, outputs, timing, t_end: float) -> EngineResult:
         """Metrics (the simulator's own functions), frames and config of a finished run."""
