@@ -31,6 +31,7 @@ def _simulated_admissions(trace, kv_tokens, prefill_budget, max_running):
     res = replay(
         trace, "static:2", concurrency=trace.n_requests, profile=flat, kv_tokens=kv_tokens,
         prefill_budget=prefill_budget, max_running=max_running, record_tokens=False,
+        serving="v1",  # the rule both engines share is v1's (v2 has tests/test_serving_v2.py)
     )  # fmt: skip
     return res.requests  # one row per job, in arrival (queue) order
 

@@ -35,6 +35,9 @@ def trace():
 
 
 def run(trace, cost, policy="static:3", concurrency=4, **kw):
+    """The measured-engine terms model the mirror engine (specsim.torch_engine), which runs
+    serving model v1: a full draft every step, whole prompts."""
+    kw.setdefault("serving", "v1")
     return replay(
         trace, policy, concurrency=concurrency, profile=cost, seed=0, record_tokens=False, **kw
     )

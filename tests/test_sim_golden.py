@@ -178,6 +178,8 @@ def run_scenario(kw: dict):
     # the golden closed loops at 64 and 256 are shorter than a steady window (3C requests):
     # their tables predate the rule, and the whole-run numbers are what they guard
     kw.setdefault("require_steady", False)
+    # the committed tables are serving model v1's (the model before issue #33); v2 has its own
+    kw.setdefault("serving", "v1")
     name = kw.pop("trace")
     if name not in _TRACE_CACHE:
         v1 = TRACES_V1 / f"{name}.parquet"

@@ -26,7 +26,7 @@ from specsim.outputs import check_out, jsonable, write_table
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from specsim.sim.config import flag_help
+    from specsim.sim.config import default, flag_help
 
     p = sub.add_parser(
         "replay",
@@ -48,8 +48,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sla-tps", type=float, help=flag_help("sla_tps"))
     p.add_argument("--slo", metavar="ttft=MS,tpot=MS", help=flag_help("slo"))
     p.add_argument("--calibrate", choices=["sts"], help=flag_help("calibrate"))
-    for name in ("max_running", "kv_tokens", "prefill_budget"):
+    for name in ("max_running", "kv_tokens", "prefill_budget", "max_batched_tokens", "kv_block"):
         p.add_argument("--" + name.replace("_", "-"), type=int, help=flag_help(name))
+    p.add_argument("--serving", choices=("v2", "v1"), default=default("serving"),
+                   help=flag_help("serving"))  # fmt: skip
+    p.add_argument("--kv", choices=("paged", "reserve"), default=default("kv"),
+                   help=flag_help("kv"))  # fmt: skip
     p.add_argument(
         "--allow-unsteady",
         dest="require_steady",
@@ -92,11 +96,18 @@ def table(summary: dict, config: dict) -> str:
         ("TTFT p50 / p90 / p99", _pcts(s, "ttft", ".1f")),
         ("TPOT p50 / p90 / p99", _pcts(s, "tpot", ".2f")),
         ("ITL p50 / p90 / p99", _pcts(s, "itl", ".2f")),
+        (
+            "ITL p99.9 / max",
+            f"{_fmt(s.get('itl_ms_p99.9'), '.2f')} / {_fmt(s.get('itl_ms_max'), '.2f')} ms",
+        ),
         ("E2E p50 / p90 / p99", _pcts(s, "e2e", ",.0f")),
         ("tau (tokens/step)", _fmt(s["tau"], ".3f")),
         ("verify efficiency", _fmt(s["verify_efficiency"], ".3f")),
         ("mean batch", f"{_fmt(s['mean_batch_tokens'])} tokens"),
     ]
+    if s.get("preemptions"):
+        rows.append(("preemptions", f"{s['preemptions']:,} ({s['recomputed_tokens']:,} tokens "
+                                    "recomputed)"))  # fmt: skip
     if config.get("slo_ms"):
         slo = ", ".join(f"{k} <= {v:g} ms" for k, v in config["slo_ms"].items())
         rows.append(
@@ -150,6 +161,10 @@ def run(args: argparse.Namespace) -> int:
             max_running=args.max_running,
             kv_tokens=args.kv_tokens,
             prefill_budget=args.prefill_budget,
+            max_batched_tokens=args.max_batched_tokens,
+            kv_block=args.kv_block if args.kv_block is not None else 16,
+            serving=args.serving,
+            kv=args.kv,
             require_steady=args.require_steady,
             record_tokens=False,
             progress=bar,

@@ -58,20 +58,24 @@ class TableStepTime:
     1-D profiles (speed only, issue #13). Everything else just calls it.
     """
 
-    __slots__ = ("fn", "table", "shift")
+    __slots__ = ("fn", "table", "shift", "offset")
 
-    def __init__(self, fn: StepTime, table: np.ndarray, shift: int = 0) -> None:
-        self.fn, self.table, self.shift = fn, table, shift
+    def __init__(self, fn: StepTime, table: np.ndarray, shift: int = 0, offset: float = 0.0):
+        self.fn, self.table, self.shift, self.offset = fn, table, shift, offset
 
     def __call__(self, batch):
-        return self.fn(np.asarray(batch) + self.shift) if self.shift else self.fn(batch)
+        out = self.fn(np.asarray(batch) + self.shift) if self.shift else self.fn(batch)
+        return out + self.offset if self.offset else out
 
     def window(self, start: int, n: int) -> np.ndarray | None:
-        """Step seconds at B = start..start+n-1 as a view of the table, or None beyond it."""
+        """Step seconds at B = start..start+n-1 as a view of the table (plus ``offset``, the
+        seconds every step of this one pays whatever its batch: its KV read), or None
+        beyond it."""
         a = start + self.shift
         if a < 0 or a + n > self.table.shape[0]:
             return None
-        return self.table[a : a + n]
+        w = self.table[a : a + n]
+        return w + self.offset if self.offset else w
 
 
 @dataclass(frozen=True, eq=False)
@@ -92,6 +96,11 @@ class StepInput:
     # Verification outcomes of earlier steps, by class, position and confidence bin.
     accept_hist: np.ndarray | None = None
     request_class: np.ndarray | None = None
+    # For ``Policy.plan`` only: which rows of ``conf`` are real lagged rows (a request too new
+    # to have one has a placeholder there), and ``draft_time(k)``: the seconds drafting k
+    # tokens for every request costs this step (None: the engine charges no drafting).
+    lag_known: np.ndarray | None = None
+    draft_time: Callable[[int], float] | None = None
 
     @property
     def n_requests(self) -> int:
@@ -120,6 +129,18 @@ class Policy:
     it agrees with ``schedule``. ``rowwise``: ``solo`` holds at ANY batch size (a request's
     length reads its own row only: static lengths, thresholds, the oracle), so the engine
     walks several requests the same way.
+
+    What the drafter must produce, decided BEFORE it runs (the engine charges drafting by what
+    is drafted, serving model v2): ``draft_len`` a constant number of draft tokens per request
+    (``ar`` 0: no drafter at all; ``mtp1`` 1: a one-token drafter; ``static:K`` K); None, the
+    whole block. ``plan(inp) -> int | None``: the same from what is known before the draft
+    (``inp.conf`` holds the LAGGED rows, ``inp.lag_known`` which requests have one, the
+    history, the step cost): 0 skips the drafter for the whole step (as vLLM and SGLang switch
+    speculation off under load), k drafts k tokens, None the block; ``schedule`` must then
+    verify no more than it. ``decides``: False for policies whose lengths are constants (no
+    scheduler time is charged for them). ``solo_rows``: ``solo`` also takes a step time that
+    returns one row of seconds per confidence row (shape (m, len(B)): a lone request's steps
+    read a KV that grows along its rows, serving model v2).
     """
 
     name: str
@@ -131,6 +152,10 @@ class Policy:
     solo: SoloSchedule | None = None
     solo_lagged: bool = False
     rowwise: bool = False
+    draft_len: int | None = None
+    plan: Callable[[StepInput], int | None] | None = None
+    decides: bool = True
+    solo_rows: bool = False
 
     def __call__(self, inp: StepInput) -> np.ndarray:
         return self.schedule(inp)

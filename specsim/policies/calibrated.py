@@ -34,7 +34,12 @@ import numpy as np
 
 from specsim.errors import SpecsimError
 from specsim.policies.base import POLICIES, Policy, StepInput
-from specsim.policies.hw_aware import _global_budget_flat, _step_times, _top_k_lengths
+from specsim.policies.hw_aware import (
+    _global_budget_flat,
+    _step_times,
+    _top_k_lengths,
+    plan_budget,
+)
 
 try:  # np.clip's own ufunc, without its Python wrappers (same numbers; ~4 us a call less)
     from numpy._core.umath import clip as _clip
@@ -129,7 +134,9 @@ def lone_length(surv: np.ndarray, rate: np.ndarray, step_time) -> int:
     return gamma
 
 
-def blended_budget(lag_surv: np.ndarray, rate: np.ndarray, r: int, step_time) -> int:
+def blended_budget(
+    lag_surv: np.ndarray, rate: np.ndarray, r: int, step_time, draft_time: float | None = None
+) -> int:
     """Tokens for a small batch: the global search over the MEAN of two estimates of the
     current batch's top-K gain curve (expected accepted drafts when the K highest survivals
     are verified):
@@ -150,7 +157,11 @@ def blended_budget(lag_surv: np.ndarray, rate: np.ndarray, r: int, step_time) ->
     sample = -np.sort(-lag_surv)
     uniform = np.repeat(np.cumprod(np.asarray(rate, dtype=np.float64)), r)[:m]
     tau = r + np.concatenate(([0.0], 0.5 * (np.cumsum(sample) + np.cumsum(uniform))))
-    return int(np.argmax(tau / _step_times(step_time, r, m + 1)))
+    t = _step_times(step_time, r, m + 1)
+    if draft_time is not None:  # before drafting (the plan): K > 0 pays for the drafter
+        t = np.array(t, dtype=np.float64)
+        t[1:] += float(draft_time)
+    return int(np.argmax(tau / t))
 
 
 def calibrated_zos_lengths(inp: StepInput) -> np.ndarray:
@@ -172,6 +183,30 @@ def calibrated_zos_lengths(inp: StepInput) -> np.ndarray:
     return _top_k_lengths(surv, budget, r, gamma)
 
 
+def calibrated_zos_plan(inp: StepInput) -> int | None:
+    """Before drafting (``inp.conf``: the lagged rows): the budget the step would search, with
+    the history's expected survivals standing in for a request too new to have a lagged row;
+    0 skips the drafter for the step. A lone request decides on its current row: draft."""
+    r, gamma = inp.n_requests, inp.gamma
+    if r == 0:
+        return 0
+    if r == 1:
+        return None
+    table = None if inp.accept_hist is None else calibration_table(inp.accept_hist)
+    rate = history_rates(inp.accept_hist, gamma)
+    lag_surv = _calibrated_survival(inp.conf, inp, table)
+    if inp.lag_known is not None and not bool(np.all(inp.lag_known)):
+        lag_surv = lag_surv.reshape(r, gamma).copy()
+        lag_surv[~np.asarray(inp.lag_known, dtype=bool)] = np.cumprod(rate)
+    flat = lag_surv.ravel()
+    d = inp.draft_time(gamma) if inp.draft_time is not None else None
+    if r <= SMALL_BATCH:
+        budget = blended_budget(flat, rate, r, inp.step_time, d)
+    else:
+        budget = plan_budget(flat, r, inp.step_time, d)
+    return 0 if budget == 0 else None
+
+
 @POLICIES.register(
     "calibrated-zos",
     help="ZOS on confidences calibrated online from verification outcomes (alias: auto)",
@@ -184,6 +219,7 @@ def calibrated_zos(arg: str | None = None) -> Policy:
         schedule=calibrated_zos_lengths,
         zos=True,
         needs=frozenset({"lagged_conf", "accept_hist"}),
+        plan=calibrated_zos_plan,
         doc=__doc__ or "",
     )
 

@@ -44,4 +44,27 @@ def goodput_lengths(inp: StepInput) -> np.ndarray:
 def goodput(arg: str | None = None) -> Policy:
     if arg is not None:
         raise SpecsimError(f"policy 'goodput' takes no argument (got goodput:{arg})")
-    return Policy(name="goodput", schedule=goodput_lengths, needs=frozenset({"accept_rate"}))
+    return Policy(
+        name="goodput",
+        schedule=goodput_lengths,
+        needs=frozenset({"accept_rate"}),
+        plan=goodput_plan,
+    )
+
+
+def goodput_plan(inp: StepInput) -> int:
+    """The batch's k, known before drafting (it reads no confidence), with the drafting of k
+    tokens priced in (``inp.draft_time``): draft k tokens, none when k is 0."""
+    r, gamma = inp.n_requests, inp.gamma
+    if r == 0:
+        return 0
+    if inp.draft_time is None:
+        out = goodput_lengths(inp)
+        return int(out[0])
+    rate = inp.accept_rate if inp.accept_rate is not None else np.full(gamma, PRIOR_ACCEPT_RATE)
+    surv = np.cumprod(np.clip(np.asarray(rate, dtype=np.float64)[:gamma], 0.0, 1.0))
+    k = np.arange(gamma + 1)
+    t = np.asarray(inp.step_time(r * (1 + k)), dtype=np.float64).copy()
+    t[1:] += np.array([inp.draft_time(int(j)) for j in k[1:]])
+    g = r * (1.0 + np.concatenate(([0.0], np.cumsum(surv)))) / t
+    return int(np.argmax(g))

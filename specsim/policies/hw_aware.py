@@ -225,6 +225,30 @@ def zos_lengths(inp: StepInput) -> np.ndarray:
     return _top_k_lengths(surv, budget, inp.n_requests, inp.gamma)
 
 
+def plan_budget(survival: np.ndarray, n_requests: int, step_time, draft_time) -> int:
+    """The global search of a budget K over ranked survivals, with drafting priced in: K = 0
+    needs no draft (Theta = R / t(R)); any K > 0 pays ``draft_time`` on top of its step.
+    The search ``zos`` and ``auto`` run before the drafter (``Policy.plan``)."""
+    surv_sorted = _ranked_values(survival)
+    tau = n_requests + np.concatenate(([0.0], surv_sorted.cumsum()))
+    t = np.array(_step_times(step_time, n_requests, tau.shape[0]), dtype=np.float64)
+    if draft_time is not None:
+        t[1:] += float(draft_time)
+    return int(np.argmax(tau / t))
+
+
+def zos_plan(inp: StepInput) -> int | None:
+    """Before drafting: the lagged budget, drafting priced in; 0 skips the drafter for the
+    step, else the block (None). A request without a lagged row leaves it unknown: draft."""
+    if inp.n_requests == 0:
+        return 0
+    if inp.lag_known is not None and not bool(np.all(inp.lag_known)):
+        return None
+    lagged = _survival(inp.conf, inp.survival)
+    d = inp.draft_time(inp.gamma) if inp.draft_time is not None else None
+    return 0 if plan_budget(lagged, inp.n_requests, inp.step_time, d) == 0 else None
+
+
 # ---------------------------------------------------------------- one request, many rows
 # With one request running, a decision is a function of one confidence row; the engine asks
 # for the decisions of every row the request may visit at once (``Policy.solo``) and walks
@@ -268,6 +292,7 @@ def hw_aware(arg: str | None = None) -> Policy:
         schedule=hw_aware_lengths,
         needs=frozenset({"survival"}),
         solo=hw_aware_solo,
+        solo_rows=True,
     )
 
 
@@ -282,6 +307,7 @@ def hw_aware_global(arg: str | None = None) -> Policy:
         lossless=False,
         needs=frozenset({"survival"}),
         solo=global_solo,
+        solo_rows=True,
     )
 
 
@@ -293,6 +319,7 @@ def zos(arg: str | None = None) -> Policy:
         schedule=zos_lengths,
         zos=True,
         needs=frozenset({"lagged_conf", "survival", "lagged_survival"}),
+        plan=zos_plan,
         solo=global_solo,
         solo_lagged=True,
     )

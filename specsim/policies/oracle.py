@@ -33,4 +33,5 @@ def oracle(arg: str | None = None) -> Policy:
             np.asarray(accept_len, dtype=np.int64), conf.shape[1]
         ),
         rowwise=True,
+        solo_rows=True,
     )

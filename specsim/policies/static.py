@@ -1,6 +1,9 @@
 """Policies that ignore confidences: ``ar``, ``static:K`` (``mtp1`` = ``static:1``), ``full``.
 
-A constant length is trivially non-anticipating, hence lossless with any correct verifier.
+A constant length is trivially non-anticipating, hence lossless with any correct verifier. They
+decide nothing (no scheduler time) and tell the engine how much to draft: ``ar`` nothing (no
+drafter forward), ``mtp1`` one token (a one-token drafter, as the paper's MTP-1 baseline),
+``static:K`` K tokens, ``full`` the block.
 """
 
 from __future__ import annotations
@@ -20,7 +23,15 @@ def _constant(name: str, k: int | None) -> Policy:
         length = conf.shape[1] if k is None else min(k, conf.shape[1])
         return np.full(conf.shape[0], length, dtype=np.int64)
 
-    return Policy(name=name, schedule=schedule, solo=solo, rowwise=True)
+    return Policy(
+        name=name,
+        schedule=schedule,
+        solo=solo,
+        rowwise=True,
+        draft_len=k,
+        decides=False,
+        solo_rows=True,
+    )
 
 
 def _no_arg(name: str, arg: str | None) -> None:

@@ -41,7 +41,9 @@ def threshold(arg: str | None = None) -> Policy:
     def solo(conf: np.ndarray, accept_len: np.ndarray, step_time) -> np.ndarray:
         return leading_true(conf >= t)  # row-wise already
 
-    return Policy(name=f"threshold:{t:g}", schedule=schedule, solo=solo, rowwise=True)
+    return Policy(
+        name=f"threshold:{t:g}", schedule=schedule, solo=solo, rowwise=True, solo_rows=True
+    )
 
 
 @POLICIES.register(
@@ -57,4 +59,6 @@ def cum_threshold(arg: str | None = None) -> Policy:
     def schedule(inp: StepInput) -> np.ndarray:
         return solo(inp.conf, None, inp.step_time)
 
-    return Policy(name=f"cum-threshold:{t:g}", schedule=schedule, solo=solo, rowwise=True)
+    return Policy(
+        name=f"cum-threshold:{t:g}", schedule=schedule, solo=solo, rowwise=True, solo_rows=True
+    )

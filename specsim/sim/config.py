@@ -33,9 +33,30 @@ class ReplayConfig:
     duration: float | None = _f(None, "no arrivals after S simulated seconds")
     # -- the server
     profile: str = _f("h100-dense-8b", "cost profile")
+    serving: str = _f(
+        "v2",
+        "serving model: v2 (chunked prefill under a token budget, paged KV with preemption, "
+        "drafting charged by what is drafted, KV read per sequence) or v1 (the earlier model: "
+        "whole prompts, clairvoyant KV reservation, a full draft every step)",
+        choices=("v2", "v1"),
+    )
+    kv: str = _f(
+        "paged",
+        "v2 KV cache: paged (blocks allocated as tokens arrive, preemption by recompute when "
+        "they run out, as vLLM V1) or reserve (prompt + whole output reserved at admission)",
+        choices=("paged", "reserve"),
+    )
+    kv_block: int = _f(16, "v2 paged KV: tokens per block")
+    max_batched_tokens: int | None = _f(
+        None, "v2: tokens a step may hold, decodes first, prompt chunks fill the rest "
+        "(vLLM's max_num_batched_tokens; profile default)",
+        type=int,
+    )  # fmt: skip
     max_running: int | None = _f(None, "max running requests (profile default)")
     kv_tokens: int | None = _f(None, "KV cache capacity, tokens (profile default)")
-    prefill_budget: int | None = _f(None, "prompt tokens admitted per step (profile default)")
+    prefill_budget: int | None = _f(
+        None, "v1: prompt tokens admitted per step (profile default)", type=int
+    )
     # -- measurement
     seed: int = _f(0, "random seed")
     sla_tps: float | None = _f(None, "per-user tok/s SLA for sla_attainment")
@@ -64,7 +85,17 @@ class ReplayConfig:
             raise SpecsimError("give --requests or --duration, not both")
         if self.sla_tps is not None and not (math.isfinite(self.sla_tps) and self.sla_tps > 0):
             raise SpecsimError(f"--sla-tps must be a positive number, got {self.sla_tps}")
-        for name in ("max_running", "kv_tokens", "prefill_budget"):
+        if self.serving not in ("v1", "v2"):
+            raise SpecsimError(f"--serving must be v1 or v2, got {self.serving!r}")
+        if self.kv not in ("paged", "reserve"):
+            raise SpecsimError(f"--kv must be paged or reserve, got {self.kv!r}")
+        for name in (
+            "max_running",
+            "kv_tokens",
+            "prefill_budget",
+            "max_batched_tokens",
+            "kv_block",
+        ):
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or int(v) != v or v < 1):
                 flag = "--" + name.replace("_", "-")

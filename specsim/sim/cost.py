@@ -72,6 +72,8 @@ COST_KEYS = (
     "draft_per_context_us",
     "prefill_token_ms",
     "accept_per_token_ms",
+    "draft_prefill_us_per_token",
+    "kv_read_us_per_ktoken",
 )
 
 
@@ -130,11 +132,20 @@ class CostModel:
     accept_per_token_ms: float = 0.0  # the loop's cost per verified token (accept, stream)
     overhead_curve: tuple[tuple[int, float], ...] = ()  # (requests, ms): replaces the linear
     draft_curve: tuple[tuple[int, float], ...] = ()  # (requests, ms): replaces base + per-request
+    # serving model v2: the drafter's own prefill of prompt tokens (its KV of the target's
+    # features), and the KV a step reads per context token of every sequence in it (the
+    # roofline profiles' table then covers weights and compute only)
+    draft_prefill_us_per_token: float = 0.0
+    kv_read_us_per_ktoken: float = 0.0
     max_running: int = 256
     kv_tokens: int = 1 << 20
-    prefill_budget: int = 16384
+    prefill_budget: int = 16384  # serving model v1: prompt tokens admitted per step
+    max_batched_tokens: int = 8192  # serving model v2: tokens a step may hold (vLLM's name)
     gpus: int = 1  # accelerators the step table is for (a node of 8 for an 8-GPU deployment)
     meta: dict[str, str] = field(default_factory=dict)
+    # serving model v1's form of the same profile (a roofline table with its KV read folded in
+    # at a fixed context), where it differs; None: this profile serves both models
+    v1: CostModel | None = field(default=None, repr=False)
     _lut: np.ndarray = field(init=False, repr=False)
     _slope: np.ndarray = field(init=False, repr=False)
 
@@ -152,7 +163,7 @@ class CostModel:
                 "be a whole number >= 0 (0: no window)"
             )
         for key, hi in (("max_running", 10**7), ("kv_tokens", 10**13), ("prefill_budget", 10**9),
-                        ("gpus", 10**6)):  # fmt: skip
+                        ("max_batched_tokens", 10**9), ("gpus", 10**6)):  # fmt: skip
             v = getattr(self, key)
             if not 1 <= v <= hi:
                 raise SpecsimError(
@@ -190,6 +201,15 @@ class CostModel:
         object.__setattr__(self, "step_ms", ms if self.context_tokens is not None else ms[0])
         object.__setattr__(self, "_lut", lut)
         object.__setattr__(self, "_slope", slope)
+
+    def for_serving(self, model: str) -> CostModel:
+        """The profile as serving model ``model`` ("v1" or "v2") reads it."""
+        return self.v1 if model == "v1" and self.v1 is not None else self
+
+    def kv_read_s(self, context_tokens: float) -> float:
+        """Seconds a step spends reading the KV of ``context_tokens`` cached tokens (summed
+        over the sequences in the step; v2)."""
+        return self.kv_read_us_per_ktoken * 1e-9 * context_tokens
 
     @property
     def b_max(self) -> int:
@@ -329,8 +349,11 @@ class CostModel:
             "draft_context_window": self.draft_context_window,
             "prefill_token_ms": self.prefill_token_ms,
             "accept_per_token_ms": self.accept_per_token_ms,
+            "draft_prefill_us_per_token": self.draft_prefill_us_per_token,
+            "kv_read_us_per_ktoken": self.kv_read_us_per_ktoken,
             "max_running": self.max_running,
             "kv_tokens": self.kv_tokens,
             "prefill_budget": self.prefill_budget,
+            "max_batched_tokens": self.max_batched_tokens,
             "gpus": self.gpus,
         }

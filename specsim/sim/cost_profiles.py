@@ -32,7 +32,14 @@ from specsim.sim.deployments import Deployment, FreeParams, sources
 
 PROFILES: Registry[CostModel] = Registry("profile")
 
-_INT_KEYS = ("max_running", "kv_tokens", "prefill_budget", "gpus", "draft_context_window")
+_INT_KEYS = (
+    "max_running",
+    "kv_tokens",
+    "prefill_budget",
+    "max_batched_tokens",
+    "gpus",
+    "draft_context_window",
+)
 _FLOAT_KEYS = COST_KEYS  # the cost model's non-negative float terms
 
 
@@ -259,15 +266,43 @@ def roofline_profile(
     tokens_per_seq: float = 4.0,
     **scalars,
 ) -> CostModel:
-    """A CostModel tabulated from the roofline at every B = 1..b_max (keeps every jag)."""
+    """A CostModel tabulated from the roofline at every B = 1..b_max (keeps every jag).
+
+    Serving model v2 (the default) reads the KV of each sequence in a step at its own context:
+    the table covers weights and compute only, and ``kv_read_us_per_ktoken`` (the model's KV
+    bytes per token over the memory bandwidth) is charged per cached token of every sequence
+    in the step (additive: exact where the step is memory-bound, which is where KV matters; an
+    over-estimate by at most the KV time where it is compute-bound). Serving model v1's twin
+    (``.v1``) keeps the earlier form: the KV of B / ``tokens_per_seq`` sequences of
+    ``context_tokens`` each folded into the table.
+    """
     batch = np.arange(1, b_max + 1)
-    ms = roofline_ms(batch, hw, model, context_tokens, tokens_per_seq)
     meta = {
+        "source": f"roofline: {hw.name} x {model.name}",
+        "kv_read": "per sequence at its own context (kv_read_us_per_ktoken)",
+    }
+    legacy_meta = {
         "source": f"roofline: {hw.name} x {model.name}",
         "context_tokens": f"{context_tokens:g}",
         "tokens_per_seq": f"{tokens_per_seq:g}",
     }
-    return CostModel(name=name, batch_tokens=batch, step_ms=ms, meta=meta, **scalars)
+    v1 = CostModel(
+        name=name,
+        batch_tokens=batch,
+        step_ms=roofline_ms(batch, hw, model, context_tokens, tokens_per_seq),
+        meta=legacy_meta,
+        **{k: v for k, v in scalars.items() if k != "draft_prefill_us_per_token"},
+    )
+    kv_us = model.kv_bytes_per_token * 1000.0 / hw.mem_bw * 1e6
+    return CostModel(
+        name=name,
+        batch_tokens=batch,
+        step_ms=roofline_ms(batch, hw, model, 0.0, tokens_per_seq),
+        meta=meta,
+        kv_read_us_per_ktoken=kv_us,
+        v1=v1,
+        **scalars,
+    )
 
 
 # H100 SXM: 3.35 TB/s HBM3, 989 TFLOP/s dense bf16; we assume 80% and 60% reached.
@@ -311,6 +346,9 @@ def _h100_dense_8b(arg: str | None = None) -> CostModel:
         draft_base_ms=0.35,
         draft_per_request_ms=0.004,
         draft_per_token_ms=0.0015,
+        # a 2-layer drafter of the target's width (~0.45B parameters) prefilling a prompt
+        # token: 2 x 0.45e9 FLOP at the derated 593 TFLOP/s
+        draft_prefill_us_per_token=1.5,
         sched_base_us=30.0,
         sched_us_per_request=0.8,
         max_running=256,
@@ -330,6 +368,9 @@ def _v4_flash_like(arg: str | None = None) -> CostModel:
         draft_base_ms=2.0,
         draft_per_request_ms=0.02,
         draft_per_token_ms=0.005,
+        # a 5-layer drafter of width 4096 (~1B parameters) prefilling a prompt token at the
+        # node's derated 1.07 PFLOP/s
+        draft_prefill_us_per_token=2.0,
         sched_base_us=60.0,
         sched_us_per_request=2.0,
         max_running=512,
@@ -396,7 +437,8 @@ def deployment_profile(
     )
     batch = np.arange(1, b_max + 1)
     ctx = float(dep.context_tokens)
-    ms = roofline_ms(batch, hw, spec, ctx, 4.0, buckets=buckets)
+    ms_v1 = roofline_ms(batch, hw, spec, ctx, 4.0, buckets=buckets)
+    ms = roofline_ms(batch, hw, spec, 0.0, 4.0, buckets=buckets)  # v2: KV read per sequence
     width2 = (float(m.hidden) / 4096.0) ** 2
     meta = {"source": f"roofline: {hw.name} x {spec.name} (specsim/sim/deployments.py)"}
     meta.update(sources(dep))
@@ -408,11 +450,9 @@ def deployment_profile(
         meta["a2a_floor_ms"] = f"{floor_ms:.3f} (override: {floor_us:g} us per MoE layer)"
     meta["step_fixed_ms"] = f"{hw.overhead_ms:.3f} (overhead_ms + a2a_floor_ms)"
     meta["step_per_token_us"] = f"{hw.per_token_us:.3f} (per_token_us + a2a_per_token_us)"
-    return CostModel(
+    common = dict(
         name=name,
         batch_tokens=batch,
-        step_ms=ms,
-        meta=meta,
         draft_base_ms=2.0 * draft_scale,
         draft_per_request_ms=0.02 * width2 * draft_scale,
         draft_per_token_ms=0.005 * width2 * draft_scale,
@@ -421,6 +461,15 @@ def deployment_profile(
         max_running=int(float(dep.max_running)) if max_running is None else int(max_running),
         kv_tokens=min(int(dep.kv_tokens * kv_scale), 10**12),
         gpus=dep.gpus,
+    )
+    v1 = CostModel(step_ms=ms_v1, meta={**meta, "context_tokens": f"{ctx:g}"}, **common)
+    return CostModel(
+        step_ms=ms,
+        meta={**meta, "kv_read": "per sequence at its own context (kv_read_us_per_ktoken)"},
+        kv_read_us_per_ktoken=m.kv_bytes_per_token * 1000.0 / hw.mem_bw * 1e6,
+        draft_prefill_us_per_token=2.0 * width2 * draft_scale,
+        v1=v1,
+        **common,
     )
 
 

@@ -78,6 +78,7 @@ from specsim.sim.jobs import STEPS as _STEPS
 from specsim.sim.jobs import VER as _VER
 from specsim.sim.jobs import Jobs as _Jobs
 from specsim.sim.jobs import N as _N
+from specsim.sim.serving import ServingV2
 from specsim.sim.steplog import STEP_COLUMNS, RawLog
 from specsim.sim.steplog import RunningSums as _Sums
 from specsim.sim.steptime import row_table
@@ -93,14 +94,18 @@ PRIOR_WEIGHT = 2.0
 
 @dataclass(frozen=True)
 class EngineLimits:
-    """Capacity of the simulated server."""
+    """Capacity of the simulated server, and which serving model runs it."""
 
     max_running: int
     kv_tokens: int
-    prefill_budget: int = 1 << 62  # prompt tokens admitted per step (the first always goes)
+    prefill_budget: int = 1 << 62  # v1: prompt tokens admitted per step (the first always goes)
+    serving: str = "v1"  # "v2": specsim.sim.serving (replay's default)
+    kv: str = "paged"  # v2: "paged" or "reserve"
+    kv_block: int = 16  # v2 paged: tokens per block
+    max_batched_tokens: int = 8192  # v2: tokens a step may hold
 
 
-class Engine(Walks, History):
+class Engine(Walks, History, ServingV2):
     """Replays ``trace`` under ``workload`` with ``policy`` on ``cost``. Call :meth:`run`."""
 
     def __init__(
@@ -143,6 +148,11 @@ class Engine(Walks, History):
             raise SpecsimError(f"--max-running must be >= 1, got {self.limits.max_running}")
         res = reservation(self.wl.prompt_len, self.wl.output_len, self.gamma)
         worst = int(res.max()) if res.size else 0
+        lim = self.limits
+        if lim.serving == "v2":  # whole blocks (paged, or a reservation in blocks)
+            worst = -(-worst // lim.kv_block) * lim.kv_block
+            if lim.kv_block < 1 or lim.max_batched_tokens < 1:
+                raise SpecsimError("--kv-block and --max-batched-tokens must be positive")
         if worst > self.limits.kv_tokens:
             raise SpecsimError(
                 f"a request needs {worst} KV tokens but --kv-tokens is {self.limits.kv_tokens}; "
@@ -182,7 +192,8 @@ class Engine(Walks, History):
             first = wl.concurrency if wl.max_jobs is None else min(wl.concurrency, wl.max_jobs)
             for _ in range(first):
                 self._spawn(0.0)
-        proc = env.process(self._loop(env))
+        v2 = self.limits.serving == "v2"
+        proc = env.process(self._loop_v2(env) if v2 else self._loop(env))
         env.run(until=proc)
         return self._raw()
 
@@ -196,6 +207,17 @@ class Engine(Walks, History):
         t, p, o = wl.job(self.n_started)
         self.n_started += 1
         self.queue.append(self.jobs.add(t, now, p, o))
+
+    def _set_draft_terms(self, cost: CostModel, gamma: int) -> None:
+        """The drafting cost of a full block as the steps read it: base, per request and per
+        request-block in seconds, or a measured draft curve at every R up to max_running."""
+        self.d_base = cost.draft_base_ms * 1e-3
+        self.d_req = cost.draft_per_request_ms * 1e-3
+        self.d_tok = cost.draft_per_token_ms * 1e-3 * gamma
+        self._draft_lut = None
+        if cost.draft_curve:
+            n_max = min(int(cost.max_running), 1 << 16)
+            self._draft_lut = (cost.draft_ms(np.arange(n_max + 1), gamma) * 1e-3).tolist()
 
     def _zos_sched(self, env: simpy.Environment, seconds: float):
         yield env.timeout(seconds)
@@ -244,14 +266,8 @@ class Engine(Walks, History):
         step_fn = cost.step_time_fn(None)
         if not cost.is_2d:  # policies may read runs of batch sizes as table slices
             step_fn = TableStepTime(step_fn, lut)
-        d_base, d_req = cost.draft_base_ms * 1e-3, cost.draft_per_request_ms * 1e-3
-        d_tok = cost.draft_per_token_ms * 1e-3 * gamma
-        self.d_base, self.d_req, self.d_tok = d_base, d_req, d_tok
-        # a measured draft curve: seconds at every R up to max_running, looked up per step
-        self._draft_lut = None
-        if cost.draft_curve:
-            n_max = min(int(cost.max_running), 1 << 16)
-            self._draft_lut = (cost.draft_ms(np.arange(n_max + 1), gamma) * 1e-3).tolist()
+        self._set_draft_terms(cost, gamma)
+        d_base, d_req, d_tok = self.d_base, self.d_req, self.d_tok
         draft_lut = self._draft_lut
         # measured-engine terms (specsim.sim.cost): 0 in generated profiles
         engine_terms = cost.has_engine_terms
@@ -556,4 +572,7 @@ class Engine(Walks, History):
             sim_time_s=float(self.env.now),
             max_batch_tokens=int(self.max_b),
             step_sums=sums,
+            preemptions=int(getattr(self, "preemptions", 0)),
+            recomputed_tokens=int(getattr(self, "recomputed", 0)),
+            stall_s=j.stall[:n].copy(),
         )

@@ -15,8 +15,11 @@ from specsim.sim.admission import reservation
 # STEPS holds the index of the request's first decode step until it finishes.
 # RES: the KV tokens the request reserved (prompt + output + gamma).
 # N, VER, ACC are adjacent: one in-place add advances all three after a step.
-JOB, BASE, N, VER, ACC, OUT, PROMPT, H1, H2, STEPS, RES = range(11)
-NF = 11
+# Serving model v2 only: PRE the prompt tokens prefilled so far, PTGT the tokens its prefill
+# must process (the prompt; prompt + output so far after a preemption), KV the tokens in its
+# cache.
+JOB, BASE, N, VER, ACC, OUT, PROMPT, H1, H2, STEPS, RES, PRE, PTGT, KV = range(14)
+NF = 14
 
 
 class Jobs:
@@ -36,6 +39,8 @@ class Jobs:
         ("finish", np.float64, np.nan),
         ("prompt", np.int64, 0),
         ("out", np.int64, 0),
+        ("preempted_at", np.float64, np.nan),  # v2: when the job was last preempted
+        ("stall", np.float64, 0.0),  # v2: its longest gap between tokens across a preemption
     )
 
     def __init__(self, capacity: int, offsets: np.ndarray, gamma: int) -> None:
@@ -70,6 +75,7 @@ class Jobs:
         col[JOB], col[BASE], col[OUT], col[PROMPT] = j, int(self.offsets[trace]), out, prompt
         col[H1] = col[H2] = -1
         col[RES] = reservation(prompt, out, self.gamma)
+        col[PTGT] = max(prompt, 1)  # a prefill is at least one forward
         self.cols[:, j] = col
         self.n += 1
         return j
@@ -87,6 +93,7 @@ class Jobs:
         c[OUT], c[PROMPT] = out, prompt
         c[H1] = c[H2] = -1
         c[RES] = reservation(np.asarray(prompt), np.asarray(out), self.gamma)
+        c[PTGT] = np.maximum(np.asarray(prompt), 1)
         self.n += m
 
     def result(self, field: int) -> np.ndarray:

@@ -139,6 +139,13 @@ def latency_summary(
     out["itl_ms_mean"] = float((gap * chunks).sum() / total) if total else float("nan")
     for q in PERCENTILES:
         out[f"itl_ms_p{q}"] = _weighted_pct(gap, chunks, q)
+    # the tail a p99 hides: one long prefill among thousands of decode steps, a preemption
+    out["itl_ms_p99.9"] = _weighted_pct(gap, chunks, 99.9)
+    stepped = gap[chunks > 0]
+    worst = float(stepped.max()) if stepped.size else float("nan")
+    if raw.stall_s is not None and raw.stall_s.size and np.nanmax(raw.stall_s) > 0:
+        worst = max(worst, float(np.nanmax(raw.stall_s)) * 1000.0)  # across a preemption
+    out["itl_ms_max"] = worst
     sim_t = raw.sim_time_s
     n_done = int(done.sum())
     out["request_throughput"] = n_done / sim_t if sim_t > 0 else float("nan")
@@ -305,6 +312,8 @@ def summarize(
     for key, value in latency_summary(raw, done, slo).items():
         out.setdefault(key, value)
     out.update(steady_state(raw, concurrency))
+    out["preemptions"] = int(raw.preemptions)
+    out["recomputed_tokens"] = int(raw.recomputed_tokens)
     out["gpus"] = int(gpus)
     out["throughput_per_gpu_tok_s"] = out["throughput_tok_s"] / gpus
     return out

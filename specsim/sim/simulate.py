@@ -135,7 +135,7 @@ def _replay(trace, policy, cfg: ReplayConfig, progress) -> ReplayResult:  # noqa
     t0 = time.perf_counter()
     tr = _load_trace(trace)
     pol = get_policy(policy)
-    cost = get_profile(cfg.profile)
+    cost = get_profile(cfg.profile).for_serving(cfg.serving)
     _warn_static_beyond_block(pol.name, tr.block_size)
     slo_ms = parse_slo(cfg.slo)
     tr, cal = _calibrate(tr, calibrate, seed)
@@ -157,6 +157,14 @@ def _replay(trace, policy, cfg: ReplayConfig, progress) -> ReplayResult:  # noqa
         max_running=int(max_running if max_running is not None else cost.max_running),
         kv_tokens=int(kv_tokens if kv_tokens is not None else cost.kv_tokens),
         prefill_budget=int(prefill_budget if prefill_budget is not None else cost.prefill_budget),
+        serving=cfg.serving,
+        kv=cfg.kv,
+        kv_block=int(cfg.kv_block),
+        max_batched_tokens=int(
+            cfg.max_batched_tokens
+            if cfg.max_batched_tokens is not None
+            else cost.max_batched_tokens
+        ),
     )
     if progress is not None and not getattr(progress, "total", 1):
         known = wl.arrival_s.shape[0] if wl.open_loop else wl.max_jobs
@@ -206,6 +214,10 @@ def _replay(trace, policy, cfg: ReplayConfig, progress) -> ReplayResult:  # noqa
         "max_running": limits.max_running,
         "kv_tokens": limits.kv_tokens,
         "prefill_budget": limits.prefill_budget,
+        "serving": cfg.serving,
+        "kv": cfg.kv if cfg.serving == "v2" else "reserve",
+        "kv_block": limits.kv_block,
+        "max_batched_tokens": limits.max_batched_tokens,
         **cal,
     }
     cat = tr.category if tr.category is not None else None

@@ -53,6 +53,12 @@ class RawLog:
     sim_time_s: float
     max_batch_tokens: int
     step_sums: StepSums | None = None  # what the summary needs when step_log is None
+    # serving model v2: requests preempted (KV blocks ran out; recomputed on readmission), the
+    # cached tokens they lost, and each job's longest gap between two of its tokens across a
+    # preemption (a stall the step log's periods do not show)
+    preemptions: int = 0
+    recomputed_tokens: int = 0
+    stall_s: np.ndarray | None = None
 
 
 @dataclass(frozen=True, eq=False)

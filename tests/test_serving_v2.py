@@ -1,0 +1,221 @@
+"""Serving model v2 (specsim.sim.serving): each mechanism against an analytic expectation.
+
+- chunked prefill: no decoding request waits longer than one step of a full token budget,
+  however long a prompt arrives (v1 stalls them for the whole prompt);
+- paged KV admits at least as many requests as the clairvoyant reservation, and preempts only
+  when its blocks run out; a preempted request is recomputed and still emits every token;
+- drafting is charged by what is drafted: ``ar`` does not move when the drafter costs 100x;
+  ``mtp1`` pays a one-token draft; a skipped draft costs nothing;
+- a decode step at context 30,000 costs more than at 16 on every GPU profile;
+- the lone request's walk gives the step path's tables bit for bit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import specsim.sim.serving as serving
+from specsim.sim.cost import CostModel
+from specsim.sim.cost_profiles import get_profile
+from specsim.sim.simulate import replay
+from specsim.sim.toy import iid_trace
+
+GPU_PROFILES = ("h100-dense-8b", "v4-flash-like", "v4-pro-like")
+
+
+def _trace(n, out, gamma=4, alpha=0.8, prompt=64, seed=0):
+    tr = iid_trace(n, out, gamma=gamma, alpha=alpha, seed=seed)
+    tr.prompt_len[:] = prompt
+    return tr
+
+
+def _quiet(**kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return replay(**kw)
+
+
+def test_chunked_prefill_bounds_every_decoders_wait():
+    """Eight requests decode; one 64k-token prompt arrives. In v2 its prefill is cut into
+    budget-sized chunks, so every step with decoders lasts at most one full-budget step (plus
+    drafting and KV); in v1 the decoders wait for the whole prompt in one step."""
+    from specsim.sim.workload import make_workload
+
+    prof = get_profile("h100-dense-8b")
+    tr = _trace(9, 400, prompt=32)
+    # the ninth job (it starts when the first of eight finishes) gets the long prompt
+    tr.prompt_len[make_workload(tr, concurrency=8, requests=9).job(8)[0]] = 64_000
+    budget = 2048
+    kw = dict(
+        trace=tr, policy="static:2", concurrency=8, requests=9, profile=prof,
+        max_batched_tokens=budget, kv_tokens=200_000, record_tokens=False,
+    )  # fmt: skip
+    v2 = _quiet(**kw).steps
+    dec = v2[v2["decoding"] > 0]
+    worst_kv = prof.kv_read_s(9 * (64_000 + 400 + 8))
+    bound = prof.step_time(budget) + prof.draft_ms(9, 2) * 1e-3 + worst_kv + 1e-12
+    assert dec["duration_s"].max() <= bound
+    assert (v2["prefill_tokens"] <= budget).all()
+    v1 = _quiet(**kw, serving="v1").steps
+    assert v1[v1["decoding"] > 0]["duration_s"].max() > 3 * bound  # the stall v2 removes
+
+
+def test_chunked_prefill_emits_the_first_token_when_the_last_chunk_is_done():
+    tr = _trace(1, 5, prompt=1000)
+    res = _quiet(trace=tr, policy="ar", profile="h100-dense-8b", max_batched_tokens=256)
+    steps = res.steps
+    assert steps["prefill_tokens"].tolist()[:4] == [256, 256, 256, 232]
+    first = res.requests["first_token_s"].iloc[0]
+    assert first == pytest.approx(steps["time_s"].iloc[3] + steps["duration_s"].iloc[3])
+
+
+@settings(max_examples=30)
+@given(
+    n=st.integers(2, 12),
+    prompt=st.integers(1, 300),
+    out=st.integers(2, 60),
+    kv_mult=st.floats(1.0, 6.0),
+    seed=st.integers(0, 10),
+)
+def test_paged_admits_at_least_what_the_reservation_admits(n, prompt, out, kv_mult, seed):
+    """Closed loop with every request waiting at t = 0: the first step admits at least as many
+    requests under paged KV (blocks for the first chunk) as under the reservation (blocks for
+    prompt + whole output + gamma), for any capacity that fits one request."""
+    tr = _trace(n, out, prompt=prompt, seed=seed)
+    need = prompt + out + tr.block_size
+    kv = int(need * kv_mult) + 16
+    common = dict(trace=tr, policy="static:2", concurrency=n, profile="h100-dense-8b",
+                  kv_tokens=kv, record_tokens=False)  # fmt: skip
+    paged = _quiet(kv="paged", **common)
+    reserve = _quiet(kv="reserve", **common)
+    assert paged.steps["running"].iloc[0] >= reserve.steps["running"].iloc[0]
+    assert paged.summary["requests_completed"] == reserve.summary["requests_completed"] == n
+    assert paged.summary["output_tokens"] == reserve.summary["output_tokens"]
+
+
+def test_paged_preempts_only_when_blocks_run_out():
+    tr = _trace(16, 200, prompt=300, alpha=0.9)
+    roomy = (300 + 200 + 4 + 16) * 16
+    base = dict(trace=tr, policy="static:4", concurrency=16, profile="h100-dense-8b",
+                record_tokens=True)  # fmt: skip
+    a = _quiet(kv_tokens=roomy, **base)
+    assert a.summary["preemptions"] == 0 and a.summary["recomputed_tokens"] == 0
+    tight = _quiet(kv_tokens=3 * (300 + 200 + 4 + 16), **base)
+    s = tight.summary
+    assert s["preemptions"] > 0 and s["recomputed_tokens"] > 0
+    # every request still emits its whole output, and a preemption shows as a stall
+    assert s["requests_completed"] == 16
+    assert s["output_tokens"] == a.summary["output_tokens"]
+    assert s["itl_ms_max"] > a.summary["itl_ms_max"]
+    # the steps never hold more KV than exists: blocks in use after each step fit
+    assert (tight.steps["running"] >= 1).all()
+
+
+def test_reserve_mode_never_preempts():
+    tr = _trace(16, 200, prompt=300)
+    s = _quiet(trace=tr, policy="static:4", concurrency=16, profile="h100-dense-8b",
+               kv="reserve", kv_tokens=3 * 600, record_tokens=False).summary  # fmt: skip
+    assert s["preemptions"] == 0 and s["requests_completed"] == 16
+
+
+def _scaled_draft(prof: CostModel, x: float) -> CostModel:
+    return dataclasses.replace(
+        prof,
+        name=f"{prof.name}-draft-x{x:g}",
+        draft_base_ms=prof.draft_base_ms * x,
+        draft_per_request_ms=prof.draft_per_request_ms * x,
+        draft_per_token_ms=prof.draft_per_token_ms * x,
+        draft_prefill_us_per_token=prof.draft_prefill_us_per_token * x,
+        v1=_scaled_draft(prof.v1, x) if prof.v1 is not None else None,
+    )
+
+
+@pytest.mark.parametrize("name", GPU_PROFILES)
+def test_ar_does_not_pay_for_a_drafter(name):
+    prof = get_profile(name)
+    tr = _trace(48, 120, prompt=200)
+    kw = dict(trace=tr, policy="ar", concurrency=16, record_tokens=False)
+    a = _quiet(profile=prof, **kw).summary
+    b = _quiet(profile=_scaled_draft(prof, 100.0), **kw).summary
+    assert a["throughput_tok_s"] == b["throughput_tok_s"]
+    # while a drafting policy does pay (and the v1 model charged ar too)
+    full = [_quiet(profile=p, **{**kw, "policy": "full"}).summary["throughput_tok_s"]
+            for p in (prof, _scaled_draft(prof, 100.0))]  # fmt: skip
+    assert full[1] < full[0]
+    v1 = [_quiet(profile=p, serving="v1", **kw).summary["throughput_tok_s"]
+          for p in (prof, _scaled_draft(prof, 100.0))]  # fmt: skip
+    assert v1[1] < v1[0]
+
+
+def test_mtp1_pays_a_one_token_draft():
+    """mtp1 and static:1 verify alike; mtp1 drafts one token, so with a per-token draft cost
+    it is charged draft_ms(R, 1), not a whole block."""
+    prof = get_profile("v4-flash-like")
+    tr = _trace(1, 40, gamma=7, prompt=50)
+    steps = _quiet(trace=tr, policy="mtp1", profile=prof, record_tokens=False).steps
+    dec = steps[(steps["decoding"] == 1) & (steps["prefill_tokens"] == 0)]
+    row = dec.iloc[0]  # position 1: the prompt's 50 tokens cached, plus the anchor
+    expected = prof.draft_ms(1, 1) * 1e-3 + prof.step_time(2) + prof.kv_read_s(51)
+    assert row["duration_s"] == pytest.approx(expected, rel=1e-12)
+    block = prof.draft_ms(1, 7) * 1e-3 + prof.step_time(2) + prof.kv_read_s(51)
+    assert row["duration_s"] < block
+
+
+def test_a_plan_of_zero_skips_the_drafter():
+    """goodput's k comes from the acceptance it has seen: on a trace that accepts nothing it
+    settles on k = 0, and those steps cost no drafting."""
+    tr = _trace(8, 200, alpha=0.0, prompt=50)
+    prof = get_profile("v4-flash-like")
+    steps = _quiet(trace=tr, policy="goodput", concurrency=8, profile=prof,
+                   record_tokens=False).steps  # fmt: skip
+    late = steps[(steps["decoding"] == 8) & (steps["prefill_tokens"] == 0)].iloc[-5:]
+    assert (late["verified_drafts"] == 0).all()
+    no_draft = prof.step_time(8) + prof.sched_s(8) + prof.kv_read_s(8 * 300)
+    assert (late["duration_s"] <= no_draft + 1e-12).all()
+
+
+@pytest.mark.parametrize("name", GPU_PROFILES)
+def test_long_context_costs_more_on_every_gpu_profile(name):
+    prof = get_profile(name)
+    tpot = []
+    for prompt in (16, 30_000):
+        tr = _trace(1, 20, prompt=prompt)
+        r = _quiet(trace=tr, policy="ar", profile=prof, record_tokens=False)
+        tpot.append(r.summary["tpot_ms_mean"])
+    assert tpot[1] > tpot[0]
+    assert prof.step_time(1) + prof.kv_read_s(30_000) > prof.step_time(1) + prof.kv_read_s(16)
+
+
+@pytest.mark.parametrize("policy", ["hw-aware", "zos", "mtp1", "ar", "threshold:0.5", "oracle"])
+@pytest.mark.parametrize("name", ["h100-dense-8b", "smollm2-135m-cpu"])
+def test_the_walk_is_the_step_path(policy, name, monkeypatch):
+    tr = _trace(4, 150, gamma=5, alpha=0.7, prompt=40, seed=3)
+    runs = []
+    for walk in (True, False):
+        monkeypatch.setattr(serving, "WALK", walk)
+        runs.append(_quiet(trace=tr, policy=policy, profile=name))
+    a, b = runs
+    assert a.steps.equals(b.steps) and a.requests.equals(b.requests)
+    assert a.tokens.equals(b.tokens)
+
+
+def test_a_measured_profile_refuses_far_beyond_its_range():
+    from specsim.errors import SpecsimError
+
+    tr = _trace(64, 30, prompt=20)
+    with pytest.raises(SpecsimError, match="measured up to 128 tokens"):
+        _quiet(trace=tr, policy="full", concurrency=64, profile="smollm2-135m-cpu",
+               max_batched_tokens=4096, record_tokens=False)  # fmt: skip
+
+
+def test_v2_summary_names_the_new_quantities():
+    tr = _trace(8, 50)
+    s = _quiet(trace=tr, policy="zos", concurrency=8, profile="v4-flash-like").summary
+    for key in ("preemptions", "recomputed_tokens", "itl_ms_max", "itl_ms_p99.9"):
+        assert key in s and np.isfinite(s[key])
