@@ -21,8 +21,9 @@ title = "Small"
 traces = [["../../traces/absent.parquet", "../../traces/small.parquet"]]
 policies = ["mtp1", "hw-aware", "hw-aware-global", "zos"]
 profile = "v4-flash-like"
-concurrency = [1, 8, 64]
+concurrency = [1, 4, 16]
 requests = 40
+requests_per_concurrency = 3
 sla_targets = [40, 200]
 sla_policies = ["hw-aware-global", "zos"]
 """

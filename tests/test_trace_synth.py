@@ -174,8 +174,10 @@ def _shipped_commands() -> list[list[str]]:
 
 def test_shipped_traces_are_what_the_documented_commands_make(tmp_path, capsys):
     commands = _shipped_commands()
+    stress = ("bimodal", "decaying", "overconfident", "uninformative")
     assert {c[c.index("--out") + 1] for c in commands} == {
-        f"traces/synthetic-{n}.parquet" for n in ("chat", "code", "math")
+        *(f"traces/synthetic-{n}.parquet" for n in ("chat", "code", "math")),
+        *(f"traces/stress-{n}.parquet" for n in stress),
     }
     for argv in commands:
         shipped = ROOT / argv[argv.index("--out") + 1]
@@ -196,3 +198,22 @@ def test_shipped_traces_are_what_the_documented_commands_make(tmp_path, capsys):
         assert 100 <= a.n_requests <= 300
         assert 100 <= np.median(a.output_len) <= 400
     capsys.readouterr()
+
+
+def test_stress_shapes():
+    """A request-level mixture gives each request one component's rates (bimodal); decay_to
+    lowers acceptance along each output."""
+    mix = synth_trace(
+        n_requests=60, accept_profile=PROFILES["code"], concentration=1e5, seed=4,
+        mixture=[(0.5, [0.95] * 7), (0.5, [0.1] * 7)],
+    )  # fmt: skip
+    first = np.array([mix.conf[o, 0] for o in mix.offsets[:-1]])
+    assert set(np.round(first.astype(float), 2).tolist()) == {0.95, 0.1}
+    dec = synth_trace(
+        n_requests=40, accept_profile=PROFILES["code"], concentration=1e5, seed=4, decay_to=0.3
+    )
+    lo, hi = int(dec.offsets[0]), int(dec.offsets[1])
+    assert dec.conf[lo, 0] == pytest.approx(0.9, abs=0.01)
+    assert dec.conf[hi - 1, 0] == pytest.approx(0.27, abs=0.01)
+    with pytest.raises(SpecsimError, match="decay_to"):
+        synth_trace(n_requests=2, accept_profile=[0.5], decay_to=0.0)

@@ -151,8 +151,12 @@ def make_grid(
     duration: float | None = None,
     options: dict[str, Any] | None = None,
     digests: dict[str, str] | None = None,
+    requests_per_concurrency: float | None = None,
 ) -> list[Cell]:
-    """Every cell of the sweep, in a fixed order (trace, policy, load, replicate)."""
+    """Every cell of the sweep, in a fixed order (trace, policy, load, replicate).
+
+    ``requests_per_concurrency`` = k: a closed-loop cell at C runs max(requests, ceil(k C))
+    requests (k >= 3 gives every load a steady window: C to warm up, C measured, C to drain)."""
     if load_kind not in LOAD_KINDS:
         raise SpecsimError(f"load kind {load_kind!r} is not one of {', '.join(LOAD_KINDS)}")
     if not traces:
@@ -181,7 +185,7 @@ def make_grid(
             replicate=r,
             profile=profile,
             base_seed=int(base_seed),
-            requests=requests,
+            requests=_cell_requests(requests, requests_per_concurrency, load_kind, x),
             duration=duration,
             options=opts,
             trace_digest=(digests or {}).get(t, ""),
@@ -191,6 +195,14 @@ def make_grid(
         for x in loads
         for r in range(seeds)
     ]
+
+
+def _cell_requests(
+    requests: int | None, per_c: float | None, load_kind: str, load: float
+) -> int | None:
+    if per_c is None or load_kind != "concurrency":
+        return requests
+    return max(int(requests or 0), math.ceil(per_c * float(load)))
 
 
 def parse_numbers(text: str, what: str = "list") -> list[float]:

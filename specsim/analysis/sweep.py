@@ -24,6 +24,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -98,6 +99,7 @@ def sweep(
     dask: Any = None,
     force: bool = False,
     progress: bool | None = None,
+    requests_per_concurrency: float | None = None,
     **replay_options: Any,
 ) -> pd.DataFrame:
     """Replay every (trace, policy, load, replicate) and return the tidy table.
@@ -119,6 +121,7 @@ def sweep(
         requests=requests,
         duration=duration,
         options=replay_options,
+        requests_per_concurrency=requests_per_concurrency,
     )
     return run_cells(cells, out=out, workers=workers, dask=dask, force=force, progress=progress)
 
@@ -162,8 +165,10 @@ def build_cells(
     requests: int | None = None,
     duration: float | None = None,
     options: dict[str, Any] | None = None,
+    requests_per_concurrency: float | None = None,
 ) -> list[Cell]:
-    """The grid :func:`sweep` runs (checks the traces exist)."""
+    """The grid :func:`sweep` runs (checks the traces exist). ``requests_per_concurrency``
+    = k: a closed-loop cell at C runs max(requests, ceil(k C)) requests."""
     trace_list = [str(traces)] if isinstance(traces, str | Path) else [str(t) for t in traces]
     pol_list = (
         [p.strip() for p in policies.split(",")] if isinstance(policies, str) else list(policies)
@@ -199,7 +204,11 @@ def build_cells(
     if kind == "concurrency" and duration is not None:
         pass  # bounded by time: each replay checks its own request count
     elif kind == "concurrency":
-        _check_steady(trace_list, max(float(x) for x in loads), requests, options or {})  # type: ignore[union-attr]
+        c_max = max(float(x) for x in loads)  # type: ignore[union-attr]
+        at_max = requests  # the largest load's cell runs the most requests
+        if requests_per_concurrency is not None:
+            at_max = max(int(requests or 0), int(np.ceil(requests_per_concurrency * c_max)))
+        _check_steady(trace_list, c_max, at_max, options or {})
     return make_grid(
         trace_list,
         pol_list,
@@ -215,6 +224,7 @@ def build_cells(
             k: v for k, v in (options or {}).items() if v is not None and k != "require_steady"
         },
         digests={t: file_digest(t) for t in trace_list},
+        requests_per_concurrency=requests_per_concurrency,
     )
 
 

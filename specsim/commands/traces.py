@@ -62,6 +62,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     syn.add_argument("--prompt-len", type=float, default=512, help="median prompt tokens (512)")
     syn.add_argument("--category", default=None, help="category column (default: profile name)")
     syn.add_argument("--seed", type=int, default=0, help="random seed (0)")
+    syn.add_argument(
+        "--mixture",
+        nargs=2,
+        action="append",
+        metavar=("WEIGHT", "RATES"),
+        help="a request-level mixture component, e.g. --mixture 0.5 0.95,0.9 --mixture 0.5 0.3 "
+        "(bimodal acceptance: each request's profile drawn from the components)",
+    )
+    syn.add_argument(
+        "--decay-to",
+        type=float,
+        default=None,
+        help="acceptance rates fall linearly along each output to this factor (0, 1]",
+    )
     syn.add_argument("--force", action="store_true", help="overwrite --out")
     syn.set_defaults(func=run_synth)
 
@@ -177,8 +191,18 @@ def run_synth(args: argparse.Namespace) -> int:
     auroc = args.auroc if args.concentration is None else None
     if auroc is None and args.concentration is None:
         auroc = DEFAULT_AUROC
+    mixture = None
+    if args.mixture:
+        try:
+            mixture = [(float(w), [float(x) for x in r.split(",")]) for w, r in args.mixture]
+        except ValueError:
+            raise SpecsimError(
+                "--mixture takes a weight and comma-separated rates, e.g. --mixture 0.5 0.9,0.8"
+            ) from None
     trace = synth_trace(
         n_requests=args.requests,
+        mixture=mixture,
+        decay_to=args.decay_to,
         accept_profile=profile,
         gamma=gamma,
         prompt_len=LogNormal(args.prompt_len, 0.8, 16, 8192),

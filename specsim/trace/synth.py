@@ -179,6 +179,8 @@ def synth_trace(
     temperature: float = 1.0,
     vocab: int = QWEN3_VOCAB,
     levels: int = 4096,
+    mixture: Sequence[tuple[float, Sequence[float]]] | None = None,
+    decay_to: float | None = None,
 ) -> Trace:
     """A synthetic trace (see the module docstring for the model).
 
@@ -186,6 +188,13 @@ def synth_trace(
     its length and must match it) and either ``auroc`` (a target, turned into a concentration by
     :func:`concentration_for`) or ``concentration`` directly. ``calibration`` is "calibrated" or
     an over/under-confidence factor on the logit. Same arguments, same trace, bit for bit.
+
+    Stress shapes (schedulers' hard cases): ``mixture`` = [(weight, profile), ...] draws each
+    REQUEST's profile from the mixture (bimodal acceptance: some requests easy, some hard;
+    ``accept_profile`` then only sets the concentration); ``decay_to`` = d multiplies the
+    acceptance rates linearly along each request's output, from 1 at its first position to d
+    at its last (acceptance decaying as a generation goes on). Confidences stay the latent
+    probabilities (calibrated unless ``calibration`` distorts them).
     """
     m = _check_profile(accept_profile)
     if gamma is None:
@@ -225,8 +234,24 @@ def synth_trace(
     np.cumsum(out_len, out=offsets[1:])
     rows = int(offsets[-1])
 
-    a, b = concentration * m, concentration * (1 - m)
-    pi = stream(seed, "synth.confidence").beta(a, b, size=(rows, gamma))
+    mrow = np.broadcast_to(m, (rows, gamma))
+    if mixture is not None:
+        weights = np.array([float(w) for w, _ in mixture], dtype=np.float64)
+        comps = np.stack([_check_profile(fit_profile(p, gamma)) for _, p in mixture])
+        if weights.size == 0 or np.any(weights < 0) or weights.sum() <= 0:
+            raise SpecsimError("mixture weights must be non-negative with a positive sum")
+        pick = stream(seed, "synth.mixture").choice(
+            comps.shape[0], size=n_requests, p=weights / weights.sum()
+        )
+        mrow = np.repeat(comps[pick], out_len, axis=0)
+    if decay_to is not None:
+        if not 0 < decay_to <= 1:
+            raise SpecsimError(f"decay_to = {decay_to} must be in (0, 1]")
+        frac = np.concatenate([np.arange(n) / max(n - 1, 1) for n in out_len.tolist()])
+        mrow = mrow * (1.0 - (1.0 - decay_to) * frac)[:, None]
+    mrow = np.clip(mrow, 1e-6, 1 - 1e-6)
+    a, b = concentration * mrow, concentration * (1 - mrow)
+    pi = stream(seed, "synth.confidence").beta(a, b)
     pi = np.round(pi * levels) / levels
     accepted = stream(seed, "synth.accept").random((rows, gamma)) < pi
     accept_len = np.cumprod(accepted, axis=1).sum(axis=1).astype(np.int16)
@@ -252,6 +277,10 @@ def synth_trace(
         "category": category,
         "draft_tokens": f"random ids, Zipf({ZIPF_EXPONENT}) mod vocab, meaningless",
     }
+    if mixture is not None:  # only when used: the shipped traces' metadata stays as made
+        params["mixture"] = [[float(w), [float(x) for x in p]] for w, p in mixture]
+    if decay_to is not None:
+        params["decay_to"] = float(decay_to)
     meta = {
         "specsim.trace_version": TRACE_VERSION,
         "block_size": str(gamma),

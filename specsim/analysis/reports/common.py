@@ -28,10 +28,16 @@ def sweep_into_folder(
     name: str = "results.parquet",
     **kw: Any,
 ) -> pd.DataFrame:
-    """A resumable sweep into the report folder's ``name`` (reset if the grid changed)."""
+    """A resumable sweep into the report folder's ``name`` (reset if the grid changed).
+    ``kw``: :func:`~specsim.analysis.sweep.build_cells`' arguments; any other keyword is a
+    replay option (``require_steady=True``, ...)."""
+    import inspect
+
     from specsim.analysis.sweep import build_cells, run_cells
 
-    cells = build_cells(traces, policies, **kw)
+    known = set(inspect.signature(build_cells).parameters)
+    options = {**kw.pop("options", {}), **{k: kw.pop(k) for k in list(kw) if k not in known}}
+    cells = build_cells(traces, policies, options=options or None, **kw)
     out = ctx.folder / name
     force = not ctx.resume or (out.exists() and not cells_resumable(ctx, cells, out))
     table = run_cells(cells, out=out, workers=ctx.workers, force=force, progress=ctx.progress)
