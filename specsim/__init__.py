@@ -58,9 +58,9 @@ _LAZY: dict[str, tuple[str, str]] = {
     # recording (needs the record extra; torch is imported only when called)
     "record_trace": ("specsim.record.api", "record_trace"),
     # losslessness
-    "check_lossless": ("specsim.analysis.lossless", "check_lossless"),
-    "is_lossless": ("specsim.analysis.lossless", "is_lossless"),
-    "mutant_table": ("specsim.analysis.lossless", "mutant_table"),
+    "check_lossless": ("specsim.lossless.api", "check_lossless"),
+    "is_lossless": ("specsim.lossless.api", "is_lossless"),
+    "mutant_table": ("specsim.lossless.api", "mutant_table"),
 }
 
 __all__ = ["SpecsimError", "__version__", *_LAZY]

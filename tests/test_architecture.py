@@ -181,6 +181,7 @@ ONE_PLACE = {
     "fits": "specsim.sim.admission",  # the FIFO admission test (both engines)
     "check_steady_window": "specsim.sim.workload",  # the closed-loop rule (replay and sweep)
     "get_profile": "specsim.sim.cost_profiles",  # profile names, files and @sched-xS
+    "check_lossless": "specsim.lossless.api",  # the checker from a notebook
     "record_trace": "specsim.record.api",  # recording from a notebook
     "cell_metrics": "specsim.fidelity.metrics",  # what a fidelity cell compares
 }

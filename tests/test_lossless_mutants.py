@@ -39,7 +39,7 @@ def test_every_mutant_is_caught(mutant):
     if "exact" in mutant.caught_by:
         assert row["exact_tv"] > 1e-6, row
     if mutant.name in SUBTLE:  # issue #12: the subtle ones really are subtle
-        assert 1e-5 < row["exact_tv"] < 2e-2, row
+        assert 1e-5 < row["exact_tv"] < 3e-2, row
     if "statistical" in mutant.caught_by:
         assert row["stat_p_value"] < 1e-6, row
 

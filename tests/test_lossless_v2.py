@@ -40,10 +40,11 @@ WORLDS = {w.name: w for w in standard_worlds(0)}
 
 @pytest.mark.parametrize(
     ("mutant", "low", "high"),
-    [("band-in-cell-1e-3", 5e-4, 1.2e-3), ("band-in-cell-1e-2", 5e-3, 1.2e-2)],
+    [("band-in-cell-1e-3", 5e-4, 2.5e-3), ("band-in-cell-1e-2", 5e-3, 2.5e-2)],
 )
 def test_a_band_inside_a_cell_is_found_and_integrated(mutant, low, high):
-    """Issue #12: the old integrator printed TV 6.7e-17 / 2.4e-16 ("ok") for these."""
+    """Issue #12: the old integrator printed TV 6.7e-17 / 2.4e-16 ("ok") for these. (The window
+    holds two blocks, so the band can strike twice: TV up to about twice the band.)"""
     row = exact_check(by_name(mutant).pipeline, WORLDS["V3-g2-alone"])
     assert row["status"] == "LOSSY" and not row["lossless"]
     assert low < row["tv"] < high, row

@@ -2,10 +2,11 @@
 
 Runs the exact checks (when the verifier accepts injected uniforms), the edge-uniform check and
 the sequential G-tests over the standard worlds, prints one line per check and one verdict per
-world ("proven (exact)", "consistent (statistical, floor TV X)" or "LOSSY"), and exits 1 when
-anything is lossy, 0 when there is no evidence of loss (a proof only for the proven worlds), 2 on
-a bad callable or argument. ``--mutants`` runs the built-in catalogue of broken
-implementations instead and exits 0 only when every one is caught.
+world ("proven (exact)", "consistent (statistical, floor TV X)" or "LOSSY"), each with the law
+it covers, and exits 1 when anything is lossy (checks after the first LOSSY one are skipped: the
+verdict is known), 0 when there is no evidence of loss (a proof only for the proven worlds, and
+only for the law printed), 2 on a bad callable or argument. ``--mutants`` runs the built-in
+catalogue of broken implementations instead and exits 0 only when every one is caught.
 """
 
 from __future__ import annotations
@@ -91,7 +92,9 @@ def verdict_table(df: pd.DataFrame) -> str:
     """One line per check: case, check, TV or p-value, status."""
     lines = [f"{'case':<58} {'check':<11} {'TV / p-value':<30} status"]
     for r in df.itertuples():
-        if r.check == "statistical":
+        if r.status == "skipped":
+            stat = "-"
+        elif r.check == "statistical":
             stat = f"p={r.p_value:.3g} n={r.n:.2g} floor {r.detectable_tv:.1e}"
         elif r.check == "exact":
             stat = "cannot prove" if r.status == "unproven" else f"TV={r.tv:.3g}"
@@ -103,12 +106,12 @@ def verdict_table(df: pd.DataFrame) -> str:
 
 
 def world_table(df: pd.DataFrame) -> str:
-    """One verdict per world."""
-    from specsim.lossless.check import world_verdicts
+    """One verdict per world, and the law it covers."""
+    from specsim.lossless.verdicts import world_verdicts
 
     v = world_verdicts(df)
-    lines = [f"{'world':<36} verdict"]
-    lines += [f"{r.world:<36} {r.verdict}" for r in v.itertuples()]
+    lines = [f"{'world':<28} {'verdict':<44} covers"]
+    lines += [f"{r.world:<28} {r.verdict:<44} {r.covers}" for r in v.itertuples()]
     return "\n".join(lines)
 
 
@@ -144,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
         pipe = Pipeline(name=f"rejection + {policy}", scheduler=policy)
     model = validated_model(args.model) if args.model else None
     df = check_pipeline(pipe, seed=args.seed, samples=args.samples, checks=checks, model=model)
-    from specsim.lossless.check import summary
+    from specsim.lossless.verdicts import summary
 
     sys.stdout.write(verdict_table(df) + "\n\n" + world_table(df) + "\n")
     lossy = df[~df["lossless"]]

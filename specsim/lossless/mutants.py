@@ -16,6 +16,7 @@ import numpy as np
 
 from specsim.lossless.oracle import BlockView
 from specsim.lossless.pipeline import Pipeline
+from specsim.lossless.state import BlockState, stateless
 from specsim.lossless.uniforms import _cdf_points, truncated
 from specsim.lossless.verifiers import (
     acceptance_ratio,
@@ -227,6 +228,54 @@ def vocab_chunk_carry(p, q, x, u, v):
     return n, np.minimum(idx, last)
 
 
+# --- issue #36: bugs past the first block's first tokens ------------------------------------
+
+BONUS_TEMPERATURE = 0.97
+BONUS_MIN_VOCAB = 4
+
+
+def _tempered(law: np.ndarray, temperature: float) -> np.ndarray:
+    """law^(1/T), renormalised (zeros stay zero)."""
+    with np.errstate(divide="ignore"):
+        logits = np.where(law > 0, np.log(np.where(law > 0, law, 1.0)), -np.inf) / temperature
+    out = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    return out / out.sum(axis=-1, keepdims=True)
+
+
+def bonus_temperature_v4(p, q, x, u, v):
+    """After every verified draft is accepted, the bonus token is drawn from p at temperature
+    0.97 instead of 1, and only when the vocabulary has 4 or more tokens (a sampling kernel
+    for larger vocabularies that applies its temperature twice): lossy only at the bonus
+    position, only at V >= 4."""
+    n = first_rejection(u < acceptance_ratio(p, q, x))
+    law = final_law(p, q, n)
+    if p.shape[-1] >= BONUS_MIN_VOCAB:
+        bonus = n == x.shape[1]
+        law[bonus] = _tempered(law[bonus], BONUS_TEMPERATURE)
+    return n, sample_from(law, v)
+
+
+def second_block_stale_ratio(p, q, x, length, u, v, key=False):
+    """A verifier that keeps per-request state between steps (a warm-up path whose buffers are
+    swapped one step late): on the SECOND block of a request only, the first draft is tested
+    against the target law of position 2 instead of position 1 (its residual, if rejected, is
+    right). Lossless on the first block and from the third on."""
+    if not key or length == 0:
+        return truncated(rejection)(p, q, x, length, u, v)
+    ps, qs, xs = p[:, : length + 1], q[:, :length], x[:, :length]
+    stale = ps.copy()
+    stale[:, 0] = p[:, 1]
+    n = first_rejection(u[:, :length] < acceptance_ratio(stale, qs, xs))
+    return n, sample_from(final_law(ps, qs, n), v)
+
+
+def _second_block(state: BlockState) -> bool:
+    return state.step == 1
+
+
+second_block_stale_ratio.state_key = _second_block  # type: ignore[attr-defined]
+
+
 # --- broken block rules (they see beyond l) ---------------------------------------------------
 
 
@@ -271,12 +320,14 @@ def tempered_drafter(q: np.ndarray) -> np.ndarray:
 Q_THRESHOLD = 0.5
 
 
+@stateless
 def q_threshold_scheduler(view: BlockView) -> int:
     """Verify drafts while the draft model's OWN probability q(x_k) >= 0.5: reads x_k itself."""
     ok = view.q_drafts >= Q_THRESHOLD
     return int(first_rejection(ok[None, :])[0])
 
 
+@stateless
 def zos_current_as_lagged(view: BlockView) -> int:
     """ZOS whose "lagged" budget is computed from the CURRENT confidences (the run-ahead wired
     to the wrong buffer): a global search over c_{k+1} again."""
@@ -287,6 +338,7 @@ def zos_current_as_lagged(view: BlockView) -> int:
     return int(lengths_from_admitted(req, budget, conf.shape[0])[b.index])
 
 
+@stateless
 def calibrated_zos_current_outcomes(view: BlockView) -> int:
     """``calibrated-zos`` whose history already counts THIS step's drafts (the history update
     wired before the decision instead of after the step): each current draft counts as 50
@@ -309,6 +361,22 @@ def calibrated_zos_current_outcomes(view: BlockView) -> int:
         request_class=np.zeros(conf.shape[0], np.int64),
     )  # fmt: skip
     return int(calibrated_zos_lengths(inp)[b.index])
+
+
+def peeks_after_first_block(view: BlockView) -> int:
+    """On a request's first block (nothing before it) verify drafts while their own confidence
+    c_k >= 0.5; once the request has a non-empty prefix, admit draft k only if the NEXT
+    confidence c_{k+1} >= 0.5: it peeks at x_k, but only after the first block."""
+    c = view.conf_row
+    own = c >= 0.5 if view.state.position == 0 else np.append(c[1:], 1.0) >= 0.5
+    return int(first_rejection(own[None, :])[0])
+
+
+def _after_prefix(state: BlockState) -> bool:
+    return state.position > 0
+
+
+peeks_after_first_block.state_key = _after_prefix  # type: ignore[attr-defined]
 
 
 PEEK_RATE = 0.1
@@ -400,6 +468,7 @@ def catalogue() -> list[Mutant]:
            multi=specinfer, without_replacement=True,
            doc="Candidates drawn without replacement but verified with the i.i.d. rule"),
         *subtle(),
+        *later(),
     ]  # fmt: skip
 
 
@@ -429,6 +498,19 @@ def subtle() -> list[Mutant]:
         _m("random-policy-sometimes-peeks", "exact+statistical", "random anticipating scheduler",
            scheduler=Policy(name="random-sometimes-peeks", schedule=random_sometimes_peeks),
            doc=random_sometimes_peeks.__doc__),
+    ]  # fmt: skip
+
+
+def later() -> list[Mutant]:
+    """Issue #36: bugs a check of the first block's first tokens cannot see: at the bonus
+    position only (and only at V >= 4), after the first block only, on the second step only."""
+    return [
+        _m("bonus-temperature-v4", "exact", "sampling kernel (bonus position, V >= 4 only)",
+           rule=truncated(bonus_temperature_v4), doc=bonus_temperature_v4.__doc__),
+        _m("peeks-after-first-block", "exact+statistical", "anticipating scheduler, later blocks",
+           scheduler=peeks_after_first_block, doc=peeks_after_first_block.__doc__),
+        _m("second-block-stale-ratio", "exact+statistical", "stateful verifier (second step)",
+           rule=second_block_stale_ratio, doc=second_block_stale_ratio.__doc__),
     ]  # fmt: skip
 
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specsim.errors import SpecsimError
+from specsim.lossless.state import BlockState, rule_key
 from specsim.lossless.toy import Seq, ToyLM
 from specsim.lossless.uniforms import BlockRule, block_laws, truncated
 from specsim.lossless.verifiers import rejection
@@ -89,6 +90,7 @@ class BlockView:
     batch: Batch
     drafts: np.ndarray  # (gamma,) the draft tokens: only anticipating mutants read them
     q_drafts: np.ndarray  # (gamma,) q(x_k) as reported: only anticipating mutants read them
+    state: BlockState = BlockState()  # the engine's state of the request (specsim.lossless.state)
 
 
 Scheduler = Callable[[BlockView], "int | np.ndarray"]
@@ -151,6 +153,7 @@ def policy_scheduler(spec: str | Policy, draws: int = POLICY_DRAWS) -> Scheduler
         return np.bincount(lengths, minlength=gamma + 1) / draws
 
     schedule.policy = policy  # type: ignore[attr-defined]
+    schedule.state_key = None  # type: ignore[attr-defined]  # a StepInput carries no state
     return schedule
 
 
@@ -252,12 +255,18 @@ def output_law(
     ``drafter(q) -> law``: the law drafts are really drawn from (mutants differ from q).
     ``law_fn(p, q, x, l)``: replaces the exact integration of ``rule`` (closed forms).
     ``greedy``: compare with the argmax chain instead of the product of p's.
+
+    Schedulers see the position (tokens before the block) but no step count or previous block:
+    the law of a pipeline that carries state from step to step is
+    :func:`specsim.lossless.window.window_law`'s business (what the checker uses).
     """
     if not 1 <= gamma <= 4 or not 1 <= m <= 6:
         raise SpecsimError(f"oracle sizes out of range: gamma {gamma} (1..4), m {m} (1..6)")
     if not callable(scheduler) or isinstance(scheduler, Policy):
         scheduler = policy_scheduler(scheduler)  # type: ignore[arg-type]
     rule = rule or truncated(rejection)
+    if rule_key(rule) is not None:
+        raise SpecsimError("output_law does not track engine state; use window_law")
     batch = batch or alone(gamma)
     if batch.others.shape[1] != gamma:
         raise SpecsimError(f"batch rows have {batch.others.shape[1]} positions, gamma is {gamma}")
@@ -291,7 +300,8 @@ def output_law(
             prev = [y[-1] if y else -1, *x[: gamma - 1]]
             conf = np.array([toy.conf(y, k + 1, prev[k]) for k in range(gamma)])
             xa = np.asarray(x, dtype=np.int64)
-            view = BlockView(conf_row=conf, batch=batch, drafts=xa, q_drafts=np.asarray(qx))
+            view = BlockView(conf_row=conf, batch=batch, drafts=xa, q_drafts=np.asarray(qx),
+                             state=BlockState(position=len(y)))  # fmt: skip
             blocks.append((x, weight, ps, np.stack(qs), length_law(scheduler(view), gamma)))
         for length in range(gamma + 1):
             group = [blk for blk in blocks if blk[4][length] > 0]

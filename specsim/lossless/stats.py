@@ -79,24 +79,32 @@ def detectable_tv(n: int, df: int, alpha: float = ALPHA, power: float = POWER) -
 
 
 def g_test(counts: np.ndarray, probs: np.ndarray, alpha: float = ALPHA) -> GTest:
-    """G-test of observed ``counts`` against the law ``probs`` (same cell order)."""
-    counts = np.asarray(counts, dtype=np.float64)
-    probs = np.asarray(probs, dtype=np.float64)
-    n = int(counts.sum())
+    """G-test of observed ``counts`` against the law ``probs`` (same cell order).
+
+    2-D inputs are strata (rows): each row of ``probs`` is the law of its row of counts, the
+    test is conditional on the row totals (a stratum's share is not part of the null), and the
+    statistic and degrees of freedom add up over strata. Cells are merged within a stratum.
+    """
+    counts = np.atleast_2d(np.asarray(counts, dtype=np.float64))
+    probs = np.atleast_2d(np.asarray(probs, dtype=np.float64))
+    per = counts.sum(axis=1)
+    n = int(per.sum())
     zero = probs <= 0
     zero_hits = int(counts[zero].sum())
-    observed_tv = 0.5 * float(np.abs(counts / max(n, 1) - probs).sum())
+    expected = per[:, None] * probs
+    observed_tv = 0.5 * float(np.abs(counts - expected).sum()) / max(n, 1)
     if zero_hits:  # fails at once: the target can never produce these outputs
         return GTest(float("inf"), 0, 0.0, n, zero_hits, float("nan"), observed_tv, alpha)
-    c, e = merge_cells(counts[~zero], n * probs[~zero])
-    df = int(c.shape[0]) - 1
-    if df < 1:  # a point mass: only zero-probability hits can fail it
+    stat, df = 0.0, 0
+    for s in np.flatnonzero(per > 0):
+        c, e = merge_cells(counts[s][~zero[s]], expected[s][~zero[s]])
+        df += int(c.shape[0]) - 1
+        hit = c > 0
+        stat += 2.0 * float(np.sum(c[hit] * np.log(c[hit] / e[hit])))
+    if df < 1:  # point masses: only zero-probability hits can fail them
         return GTest(0.0, 0, 1.0, n, 0, float("nan"), observed_tv, alpha)
-    stat, p_value = stats.power_divergence(c, e, lambda_="log-likelihood")
-    return GTest(
-        float(stat), df, float(p_value), n, zero_hits, detectable_tv(n, df, alpha), observed_tv,
-        alpha,
-    )  # fmt: skip
+    p_value = float(stats.chi2.sf(stat, df))
+    return GTest(stat, df, p_value, n, zero_hits, detectable_tv(n, df, alpha), observed_tv, alpha)
 
 
 # --- the sequential test --------------------------------------------------------------------
@@ -145,11 +153,18 @@ def planned_n(df: int, alpha: float, tv: float = TARGET_TV, power: float = POWER
 
 
 def effective_df(probs: np.ndarray, n: int) -> int:
-    """Degrees of freedom the G-test will have at n samples (after merging cells)."""
-    p = np.asarray(probs, dtype=np.float64)
-    p = p[p > 0]
-    _, e = merge_cells(np.zeros_like(p), n * p)
-    return max(int(e.shape[0]) - 1, 0)
+    """Degrees of freedom the G-test will have at n samples (after merging cells).
+
+    With strata (2-D), how the n samples split between them is not known in advance: the bound
+    assumes every stratum gets all n (more cells survive merging: more degrees of freedom, a
+    larger planned n, never less power than stated)."""
+    df = 0
+    for row in np.atleast_2d(np.asarray(probs, dtype=np.float64)):
+        p = row[row > 0]
+        if p.size:
+            _, e = merge_cells(np.zeros_like(p), n * p)
+            df += int(e.shape[0]) - 1
+    return max(df, 0)
 
 
 def sequential_test(counts_at, probs: np.ndarray, n_max: int, alpha_look: float) -> Sequential:
@@ -169,6 +184,6 @@ def sequential_test(counts_at, probs: np.ndarray, n_max: int, alpha_look: float)
         if g.p_value < BORDERLINE:
             g = g_test(counts_at(EXTEND * n_max), probs, alpha_look)
             looks += 1
-    df = effective_df(probs, n_max)
+    df = g.df if g.df >= 1 else effective_df(probs, n_max)
     floor = detectable_tv(n_max, df, alpha_look) if df >= 1 else float("nan")
     return Sequential(g, looks, g.n, alpha_look, floor)

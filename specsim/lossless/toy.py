@@ -10,9 +10,15 @@ generated so far (the prompt is empty):
   token for k = 1, -1 at the very start). That is DSpark's Markov confidence head: c_k sees the
   previous draft token, so c_{k+1} leaks x_k to any scheduler that reads it.
 
-Random tables (:func:`random_toy`) are generated lazily from (seed, role, sequence), so a model is
+Random tables (:func:`random_toy`) are generated lazily from (seed, role, context), so a model is
 defined on every prefix without building tables, the same seed gives the same model bit for bit,
 and zeros, near-one masses and ties appear on purpose: that is where verifiers break.
+
+``context`` is how many trailing tokens the three lookups depend on (0: the same laws everywhere,
+like the paper's Appendix A; 1: a bigram model; None: the whole sequence). A finite context is
+what lets the checker cover every state a long generation can reach: the block laws after any
+prefix are among the few it enumerates (:mod:`specsim.lossless.window`), and the sampled test
+can stratify blocks by their context (:mod:`specsim.lossless.sampling`).
 """
 
 from __future__ import annotations
@@ -31,13 +37,31 @@ _ROLE = {"p": 1, "q": 2, "conf": 3}
 
 @dataclass(frozen=True, eq=False)
 class ToyLM:
-    """A target p, a draft q and a Markov confidence head over a vocabulary of ``vocab``."""
+    """A target p, a draft q and a Markov confidence head over a vocabulary of ``vocab``.
+
+    ``context``: p(seq) and q(seq) depend on the last ``context`` tokens of seq only, and
+    conf(prefix, k, prev) on the last ``context`` tokens of prefix (and k, prev); None: on
+    everything. A promise the checker relies on, so only state one that holds.
+    """
 
     vocab: int
     p: Callable[[Seq], np.ndarray]
     q: Callable[[Seq], np.ndarray]
     conf: Callable[[Seq, int, int], float]
     name: str = "toy"
+    context: int | None = None
+
+    def context_key(self, seq: Seq) -> Seq:
+        """What the laws after ``seq`` depend on (see :func:`context_key`)."""
+        return context_key(self.context, seq)
+
+
+def context_key(context: int | None, seq: Seq) -> Seq:
+    """The last ``context`` tokens of seq (all of a shorter one, so the start of a generation
+    is a context of its own), or seq itself when ``context`` is None."""
+    if context is None:
+        return tuple(seq)
+    return tuple(seq[max(0, len(seq) - context) :]) if context else ()
 
 
 def _rng(seed: int, role: str, key: Seq) -> np.random.Generator:
@@ -68,40 +92,52 @@ def random_toy(
     near_one: float = 0.1,
     ties: float = 0.1,
     conf_extremes: float = 0.15,
+    context: int | None = None,
 ) -> ToyLM:
     """A random table LM, defined lazily on every prefix from ``seed``.
 
     ``zeros``/``near_one``/``ties``: chance that a row has zero entries, is near one-hot, or has
     its top two entries tied. ``conf_extremes``: chance that a confidence is exactly 0 or 1.
+    ``context``: laws depend on the last ``context`` tokens only (None: on the whole prefix).
     """
     if not 2 <= vocab <= 8:
         raise SpecsimError(f"toy vocabulary must have 2..8 tokens (got {vocab})")
 
     @cache
+    def law(role: str, key: Seq) -> np.ndarray:
+        return _random_law(_rng(seed, role, key), vocab, zeros, near_one, ties)
+
     def p(seq: Seq) -> np.ndarray:
-        return _random_law(_rng(seed, "p", seq), vocab, zeros, near_one, ties)
+        return law("p", context_key(context, seq))
 
-    @cache
     def q(seq: Seq) -> np.ndarray:
-        return _random_law(_rng(seed, "q", seq), vocab, zeros, near_one, ties)
+        return law("q", context_key(context, seq))
 
     @cache
-    def conf(prefix: Seq, k: int, prev: int) -> float:
-        rng = _rng(seed, "conf", (*prefix, -2, k, prev))  # -2: separator
+    def conf_at(key: Seq, k: int, prev: int) -> float:
+        rng = _rng(seed, "conf", (*key, -2, k, prev))  # -2: separator
         if rng.random() < conf_extremes:
             return float(rng.integers(2))
         return float(rng.random())
 
-    return ToyLM(vocab=vocab, p=p, q=q, conf=conf, name=f"random(seed={seed}, V={vocab})")
+    def conf(prefix: Seq, k: int, prev: int) -> float:
+        return conf_at(context_key(context, prefix), k, prev)
+
+    name = f"random(seed={seed}, V={vocab}" + ("" if context is None else f", context={context}")
+    return ToyLM(vocab=vocab, p=p, q=q, conf=conf, name=name + ")", context=context)
 
 
 def stationary_toy(
     p: np.ndarray, q: np.ndarray, conf: Callable[[Seq, int, int], float], name: str = "fixed"
 ) -> ToyLM:
-    """A toy whose p and q are the same at every position (the paper's Appendix A is one)."""
+    """A toy whose p and q are the same at every position (the paper's Appendix A is one).
+
+    Its ``conf`` must not read the prefix (context 0): it may read k and the previous token."""
     p_arr = np.asarray(p, dtype=np.float64)
     q_arr = np.asarray(q, dtype=np.float64)
-    return ToyLM(vocab=p_arr.shape[0], p=lambda s: p_arr, q=lambda s: q_arr, conf=conf, name=name)
+    return ToyLM(
+        vocab=p_arr.shape[0], p=lambda s: p_arr, q=lambda s: q_arr, conf=conf, name=name, context=0
+    )
 
 
 def appendix_a_toy() -> ToyLM:

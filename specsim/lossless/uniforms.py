@@ -57,7 +57,11 @@ MAX_CHANGES = 96  # changes along one scanned line beyond which no proof is atte
 MAX_BANDS = 8  # breakpoints resolved between two neighbouring scan points
 
 
-class NotPiecewiseConstant(SpecsimError):
+class CannotProve(SpecsimError):
+    """The exact check cannot prove this pipeline's law (the statistical check speaks instead)."""
+
+
+class NotPiecewiseConstant(CannotProve):
     """The exact integrator cannot prove the verifier's law; check it statistically."""
 
 
@@ -173,9 +177,17 @@ class _Integrator:
         grid = (self.rng.random() + np.arange(res)) / res
         grid = np.concatenate(([0.0], grid, [ONE_BELOW]))
         line_b, line_pts = self._lines(axis)
-        n_l, n_g = line_b.shape[0], grid.shape[0]
+        # Each line also visits the centre of every cell its block has along this axis: a band
+        # between two grid points that a seed already bounds is then never skipped over.
+        cents = [_centres(e[axis]) for e in self.edges]
+        own = np.full((len(cents), max(map(len, cents))), ONE_BELOW)
+        for b, c in enumerate(cents):
+            own[b, : len(c)] = c
+        grid = np.sort(np.concatenate([np.broadcast_to(grid, (line_b.shape[0], grid.shape[0])),
+                                       own[line_b]], axis=1), axis=1)  # fmt: skip
+        n_l, n_g = grid.shape
         pts = np.repeat(line_pts, n_g, axis=0)
-        pts[:, axis] = np.tile(grid, n_l)
+        pts[:, axis] = grid.ravel()
         codes = self.eval(np.repeat(line_b, n_g), pts).reshape(n_l, n_g)
         changes = codes[:, 1:] != codes[:, :-1]
         if changes.sum(axis=1).max(initial=0) > MAX_CHANGES:
@@ -184,7 +196,7 @@ class _Integrator:
                 "(not a threshold rule); the exact check cannot prove it: use the statistical check"
             )
         li, gi = np.nonzero(changes)
-        found = self._bisect(axis, line_b[li], line_pts[li], grid[gi], grid[gi + 1],
+        found = self._bisect(axis, line_b[li], line_pts[li], grid[li, gi], grid[li, gi + 1],
                              codes[li, gi], codes[li, gi + 1])  # fmt: skip
         new = False
         for b, bps in found.items():

@@ -98,13 +98,17 @@ def verifier_pipeline(spec: str, policy: str = "full", multi: bool = False) -> P
 
 def validated_model(spec: str) -> ToyLM:
     """The user's toy LM, its laws checked on every call (one-line error if one is not a
-    probability vector)."""
+    probability vector). Its ``context`` (how many trailing tokens its laws read; None: all)
+    is kept: a finite one lets the checks cover every state of a generation."""
     made = load_callable(spec, "model")
     toy = guarded(made, spec, "model")() if _positional(made) == [] else made
     for attr in ("vocab", "p", "q", "conf"):
         if not hasattr(toy, attr):
             raise SpecsimError(f"model {spec!r} must return a ToyLM (vocab, p, q, conf)")
     vocab = int(toy.vocab)
+    context = getattr(toy, "context", None)
+    if context is not None and (not isinstance(context, int) or not 0 <= context <= 8):
+        raise SpecsimError(f"model {spec!r}: context must be None or an integer in 0..8")
     p, q, conf = (guarded(f, spec, "model") for f in (toy.p, toy.q, toy.conf))
 
     def checked_conf(prefix, k, prev):
@@ -119,4 +123,5 @@ def validated_model(spec: str) -> ToyLM:
         q=lambda s: validate_law(q(s), vocab, f"model {spec!r}: q{s}"),
         conf=checked_conf,
         name=spec,
+        context=context,
     )
