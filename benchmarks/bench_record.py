@@ -29,9 +29,7 @@ CFG = DSparkConfig(
     block_size=7,
     target_layer_ids=(1, 9, 19, 28),
     markov_rank=64,
-    qk_norm=False,
-    draft_vocab_size=8192,
-    context_window=192,
+    draft_vocab_size=8192,  # q/k norms and the whole context: what llama.cpp runs
 )
 
 

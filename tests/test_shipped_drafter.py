@@ -83,4 +83,7 @@ def test_the_shipped_drafter_reproduces_the_shipped_chat_trace():
     lo, hi = int(tr.offsets[0]), int(tr.offsets[0]) + k
     np.testing.assert_array_equal(rows.draft_tokens[:k], tr.draft_tokens[lo:hi])
     np.testing.assert_array_equal(rows.accept_len[:k], tr.accept_len[lo:hi])
-    np.testing.assert_allclose(rows.confidence[:k], tr.conf[lo:hi], rtol=0, atol=1e-5)
+    # the trace was recorded on another machine: the target's fp32 features (converted from the
+    # GGUF) move a sigmoid's last float32 digits by up to ~3e-5 across torch/BLAS builds
+    # (tests/compare.py); a changed drafter moves confidences by far more
+    np.testing.assert_allclose(rows.confidence[:k], tr.conf[lo:hi], rtol=0, atol=2e-4)

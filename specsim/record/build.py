@@ -62,7 +62,7 @@ def build_drafter(
     layers: int = 2,
     draft_vocab: int = 8192,
     markov_rank: int = 64,
-    context_window: int = 192,
+    context_window: int | None = None,
     train_cfg: Any = None,
     force: bool = False,
     cached_only: bool = False,
@@ -97,7 +97,8 @@ def build_drafter(
         block_size=block_size,
         markov_rank=markov_rank,
         draft_vocab_size=draft_vocab if draft_vocab else None,
-        context_window=context_window,
+        # None: the whole context before the anchor, as llama.cpp's draft-dspark attends
+        **({} if context_window is None else {"context_window": context_window}),
     )
     t = time.perf_counter()
     ids = [prompt_ids(target.tokenizer, p.text) for p in prompts]

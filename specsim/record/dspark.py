@@ -22,6 +22,14 @@ with ``fc``, ``hidden_norm``, ``layers.{i}.self_attn.{q,k,v,o}_proj``, ``q_norm`
 ``mlp.*``, ``norm``, ``lm_head``, ``markov_head.markov_w1``, ``markov_head.markov_w2``,
 ``confidence_head.proj``. specsim adds ``d2t`` (reduced vocabulary) and ``sts_temperatures``
 (in the config) when present.
+
+llama.cpp (``--spec-type draft-dspark``) computes exactly this drafter when the config has
+``qk_norm=True`` (its backbone is Qwen3's and requires q/k norms) and a ``context_window`` that
+covers the whole context (its draft KV cache holds every position before the anchor):
+``config_for_target`` makes both the default. ``dspark_export.export_deepspec`` writes the
+checkpoint its converter reads; docs/llama-cpp-dspark.md lists every point that must match.
+Checkpoints saved before (``qk_norm=false``, ``context_window=192``, ``markov_head_type=linear``)
+load and draft as they always did.
 """
 
 from __future__ import annotations
@@ -40,6 +48,12 @@ from torch.nn import functional as F  # noqa: N812
 from specsim.errors import SpecsimError
 
 ARCH = "Qwen3DSparkModel"
+# A context window this long covers every context: the drafter attends to all positions before
+# the anchor, as llama.cpp's draft KV cache does (it keeps every injected target position).
+FULL_CONTEXT = 1 << 20
+# "vanilla" is DeepSpec's (and llama.cpp's) name for W2(W1[x_prev]); "linear" is the name older
+# specsim checkpoints carry for the same structure.
+MARKOV_HEAD_TYPES = ("vanilla", "linear")
 
 
 @dataclass(frozen=True)
@@ -57,15 +71,23 @@ class DSparkConfig:
     target_layer_ids: tuple[int, ...] = (2, 10, 18, 26)
     mask_token_id: int = 3
     markov_rank: int = 64
-    markov_head_type: str = "linear"
+    markov_head_type: str = "vanilla"
     enable_confidence_head: bool = True
     rms_norm_eps: float = 1e-5
     rope_theta: float = 100000.0
-    qk_norm: bool = True  # Qwen3 layers have q_norm/k_norm; drafters initialised from Llama don't
+    qk_norm: bool = True  # per-head q/k RMSNorm: llama.cpp requires it; off in old checkpoints
     draft_vocab_size: int | None = None  # None: the full target vocabulary
-    context_window: int = 256  # target positions (before the anchor) the drafter attends to
+    context_window: int = FULL_CONTEXT  # target positions before the anchor it attends to
     sts_temperatures: tuple[float, ...] | None = None  # per-position STS, fitted after training
     extra: dict[str, Any] = field(default_factory=dict)  # provenance (target hash, training)
+
+    def __post_init__(self) -> None:
+        if self.markov_head_type not in MARKOV_HEAD_TYPES:
+            raise SpecsimError(
+                f"markov_head_type {self.markov_head_type!r} is not one of {MARKOV_HEAD_TYPES}"
+            )
+        if self.context_window < 1:
+            raise SpecsimError(f"context_window must be >= 1, got {self.context_window}")
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -332,7 +354,13 @@ class DSparkDrafter(nn.Module):
 
 # ---- construction, save and load ---------------------------------------------------------------
 def config_for_target(target_config: Any, **overrides: Any) -> DSparkConfig:
-    """A drafter config shaped like the target's layers (so they can initialise it)."""
+    """A drafter config shaped like the target's layers (so they can initialise it).
+
+    The defaults are what llama.cpp's ``draft-dspark`` computes: q/k norms on (its backbone is
+    Qwen3's, whatever the target's architecture), the whole context attended to, the ``vanilla``
+    Markov head. Feature layers are target layer OUTPUTS (``hidden_states[i + 1]``); the last
+    layer's is excluded because llama.cpp extracts layer inputs and layer ``n`` does not exist.
+    """
     tc = target_config
     head_dim = getattr(tc, "head_dim", None) or tc.hidden_size // tc.num_attention_heads
     rope_theta = getattr(tc, "rope_theta", None)
@@ -349,10 +377,18 @@ def config_for_target(target_config: Any, **overrides: Any) -> DSparkConfig:
         rms_norm_eps=float(tc.rms_norm_eps),
         rope_theta=float(rope_theta),
         target_layer_ids=tuple(sorted({max(1, round(i * (n - 2) / 3)) for i in range(4)})),
-        qk_norm=bool(getattr(tc, "model_type", "") in ("qwen3",)),
+        qk_norm=True,
+        markov_head_type="vanilla",
+        context_window=FULL_CONTEXT,
     )
     base.update(overrides)
-    return DSparkConfig(**base)
+    cfg = DSparkConfig(**base)
+    if max(cfg.target_layer_ids) > n - 2 or min(cfg.target_layer_ids) < 0:
+        raise SpecsimError(
+            f"target_layer_ids {list(cfg.target_layer_ids)} must lie in [0, {n - 2}] for a "
+            f"{n}-layer target (llama.cpp reads layer i's output as layer i+1's input)"
+        )
+    return cfg
 
 
 def init_from_target(drafter: DSparkDrafter, target_model: Any, vocab: torch.Tensor | None) -> None:
@@ -393,7 +429,8 @@ def save_drafter(
     if drafter.cfg.draft_vocab_size is None:
         state.pop("d2t")
     save_file(state, str(tmp / "model.safetensors"))
-    (tmp / "config.json").write_text(json.dumps(drafter.cfg.to_json(), indent=2) + "\n")
+    conf = {**drafter.cfg.to_json(), "d2t_format": "absolute"}
+    (tmp / "config.json").write_text(json.dumps(conf, indent=2) + "\n")
     if out.exists():
         import shutil
 
@@ -421,6 +458,9 @@ def load_drafter(path: str | Path, device: str = "cpu") -> DSparkDrafter:
     for f in files:
         state.update(load_file(str(f)))
     state = {k.removeprefix("model."): v for k, v in state.items()}
+    state.pop("t2d", None)  # DeepSpec/EAGLE-3 exports carry the inverse map too; unused
+    if "d2t" in state and d2t_format(raw) == "offset":
+        state["d2t"] = state["d2t"].long() + torch.arange(state["d2t"].numel())
     if "d2t" in state and cfg.draft_vocab_size is None:
         cfg = DSparkConfig.from_json({**raw, "draft_vocab_size": int(state["d2t"].numel())})
     drafter = DSparkDrafter(cfg)
@@ -434,6 +474,21 @@ def load_drafter(path: str | Path, device: str = "cpu") -> DSparkDrafter:
     for prm in drafter.lm_head.parameters():
         prm.requires_grad_(False)
     return drafter.to(device).eval()
+
+
+def d2t_format(raw_config: dict[str, Any]) -> str:
+    """How a checkpoint stores ``d2t``: ``"offset"`` (target id = i + d2t[i], the EAGLE-3 and
+    DeepSpec convention that llama.cpp's converter reads) or ``"absolute"`` (target ids).
+
+    Why a guess is needed: specsim wrote absolute ids without saying so before ``d2t_format``
+    existed; its configs are recognised by ``context_window``, which DeepSpec configs lack.
+    """
+    fmt = raw_config.get("d2t_format")
+    if fmt is None:
+        fmt = "absolute" if "context_window" in raw_config else "offset"
+    if fmt not in ("offset", "absolute"):
+        raise SpecsimError(f"d2t_format {fmt!r} is neither 'offset' nor 'absolute'")
+    return str(fmt)
 
 
 def position_weights(gamma: int) -> torch.Tensor:

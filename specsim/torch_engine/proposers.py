@@ -147,7 +147,7 @@ def make_proposer(spec: str, target: Any, block_size: int | None = None) -> tupl
     )
 
     if spec == "init":
-        cfg = config_for_target(model.config, block_size=block_size or 7, context_window=192)
+        cfg = config_for_target(model.config, block_size=block_size or 7)
         drafter = DSparkDrafter(cfg)
         init_from_target(drafter, model, None)
         return DSparkProposer(drafter.to(target.device).eval(), model), "dspark:init"
