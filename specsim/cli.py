@@ -24,6 +24,7 @@ COMMANDS = (
     "report",
     "engine",
     "validate",
+    "bench",
 )
 
 

@@ -1,0 +1,98 @@
+"""``specsim bench``: load a running server (llama-server, vLLM, SGLang) and measure it with the
+simulator's metrics.
+
+specsim bench --url http://127.0.0.1:8080 --prompts mt-bench --concurrency 8 --max-tokens 128
+specsim bench --url http://127.0.0.1:8000 --api completions --model m --rate 4 --requests 200
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from specsim.options import add_options
+    from specsim.serve.bench_config import BenchConfig
+
+    p = sub.add_parser(
+        "bench",
+        help="load a running OpenAI-compatible or llama.cpp server and measure it like a replay",
+        description=__doc__.split("\n\n")[0],
+    )
+    p.add_argument(
+        "--prompts",
+        nargs="+",
+        required=True,
+        help="prompt sets (bundled names such as mt-bench or gsm8k[:80], or JSONL files with "
+        "a 'turns' list per line); the first turn of each is sent",
+    )
+    add_options(p, BenchConfig)
+    p.add_argument("--out", metavar="FILE", help="write the per-request table (.parquet/.csv)")
+    p.add_argument("--force", action="store_true", help="overwrite --out")
+    p.add_argument("--json", action="store_true", help="print one JSON object (summary+config)")
+    p.set_defaults(func=run)
+
+
+def _fmt(x: float, spec: str) -> str:
+    return "n/a" if x is None or not math.isfinite(float(x)) else f"{x:{spec}}"
+
+
+def table(s: dict) -> str:
+    def pcts(name: str) -> str:
+        return " / ".join(_fmt(s[f"{name}_ms_p{q}"], ".1f") for q in (50, 90, 99)) + " ms"
+
+    rows = [
+        ("successful requests", f"{s['requests_completed']:,} ({s['requests_failed']} failed)"),
+        ("benchmark duration", f"{_fmt(s['duration_s'], '.2f')} s"),
+        ("output throughput", f"{_fmt(s['throughput_tok_s'], ',.1f')} tok/s"),
+        ("steady-state throughput", f"{_fmt(s['steady_throughput_tok_s'], ',.1f')} tok/s"),
+        ("request throughput", f"{_fmt(s['request_throughput'], '.3f')} req/s"),
+        ("TTFT mean, p50 / p90 / p99", f"{_fmt(s['ttft_ms_mean'], '.1f')} ms, {pcts('ttft')}"),
+        ("TPOT mean, p50 / p90 / p99", f"{_fmt(s['tpot_ms_mean'], '.2f')} ms, {pcts('tpot')}"),
+        ("ITL mean, p50 / p90 / p99", f"{_fmt(s['itl_ms_mean'], '.2f')} ms, {pcts('itl')}"),
+        ("E2E mean, p50 / p90 / p99", f"{_fmt(s['e2e_ms_mean'], ',.0f')} ms, {pcts('e2e')}"),
+    ]
+    if "draft_tokens" in s:
+        rows.append(
+            (
+                "drafted / accepted tokens",
+                f"{s['draft_tokens']:,} / {s['accepted_draft_tokens']:,} "
+                f"({_fmt(100 * s['verify_efficiency'], '.1f')}% accepted)",
+            )
+        )
+    if "goodput_req_s" in s:
+        rows.append(("goodput", f"{_fmt(s['goodput_req_s'], '.3f')} req/s meet the SLOs"))
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+def run(args: argparse.Namespace) -> int:
+    from specsim.options import from_args
+    from specsim.outputs import check_out, jsonable, write_table
+    from specsim.progress import Progress
+    from specsim.record.prompts import load_many
+    from specsim.serve.bench import make_jobs, result_frame, run_bench, summarize_bench
+    from specsim.serve.bench_config import BenchConfig
+    from specsim.sim.metrics import parse_slo
+
+    cfg = from_args(BenchConfig, args)
+    slo = parse_slo(cfg.slo)
+    out = None if args.out is None else check_out(args.out, force=args.force)
+    prompts = [p.text for p in load_many(list(args.prompts))]
+    jobs = make_jobs(prompts, cfg)
+    with Progress(len(jobs), "bench", " req") as bar:
+        results = run_bench(cfg, jobs, progress=bar)
+    summary = summarize_bench(results, cfg.concurrency, slo)
+    if out is not None:
+        write_table(result_frame(results), out)
+    if args.json:
+        print(json.dumps(jsonable({**summary, "config": cfg.__dict__}), sort_keys=True))
+    else:
+        print(table(summary))
+    failed = [r.error for r in results if r.error]
+    if failed:
+        sys.stderr.write(f"specsim: warning: {len(failed)} requests failed, e.g. {failed[0]}\n")
+    return 0

@@ -1,0 +1,311 @@
+"""``specsim bench``: load any OpenAI-compatible (or llama.cpp) server and measure it the way
+``specsim replay`` measures the simulator.
+
+The load is specsim's own workload generator (:func:`specsim.sim.workload.make_workload`):
+a closed loop at C (a new request the moment one finishes) or open-loop Poisson / Gamma
+arrivals at a rate, over a list of prompts, so a bench run and a replay of the same prompts
+send the same jobs in the same order. Every request streams; the client stamps the send, each
+streamed chunk and the end on one monotonic clock. Metrics use the simulator's definitions:
+TTFT, TPOT, ITL (the gaps between streamed chunks, each counting its tokens), e2e, throughput,
+the closed loop's steady-state throughput (from the C-th completion to the last request sent),
+goodput under ``--slo``; and, where the server reports them (llama-server's per-request
+``timings``), the speculative counters: tokens drafted and accepted.
+
+APIs: ``llama`` (llama-server's native ``/completion``: token-id prompts, ``timings``),
+``completions`` (``/v1/completions``: vLLM, SGLang, llama-server) and ``chat``
+(``/v1/chat/completions``, the server applies its chat template). The HTTP client is httpx.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import numpy as np
+
+from specsim.errors import SpecsimError
+from specsim.serve.bench_config import BenchConfig, Job, Result
+
+PERCENTILES = (50, 90, 95, 99)
+
+
+def _payload(cfg: BenchConfig, job: Job) -> tuple[str, dict[str, Any]]:
+    common = {"temperature": cfg.temperature, "stream": True, "seed": cfg.seed}
+    if cfg.api == "llama":
+        body = {"prompt": job.prompt, "n_predict": job.max_tokens, "cache_prompt": False}
+        body.update(common, ignore_eos=cfg.ignore_eos)
+        return "/completion", body
+    body = {"model": cfg.model or "default", "max_tokens": job.max_tokens, **common}
+    body["stream_options"] = {"include_usage": True}
+    if cfg.ignore_eos:
+        body["ignore_eos"] = True
+    if cfg.api == "chat":
+        if not isinstance(job.prompt, str):
+            raise SpecsimError("--api chat takes text prompts; use --api llama for token ids")
+        body["messages"] = [{"role": "user", "content": job.prompt}]
+        return "/v1/chat/completions", body
+    body["prompt"] = job.prompt
+    return "/v1/completions", body
+
+
+def _chunk_tokens(cfg: BenchConfig, data: dict[str, Any]) -> int:
+    """Tokens a streamed chunk carries (0 for a chunk with no text: usage, the final stats)."""
+    if cfg.api == "llama":
+        toks = data.get("tokens")
+        if isinstance(toks, list):
+            return len(toks)
+        return 1 if data.get("content") else 0
+    choices = data.get("choices") or []
+    if not choices:
+        return 0
+    c = choices[0]
+    text = c.get("text") if cfg.api == "completions" else (c.get("delta") or {}).get("content")
+    return 1 if text else 0
+
+
+async def _send(client, cfg: BenchConfig, i: int, job: Job, t0: float) -> Result:  # noqa: ANN001
+    path, body = _payload(cfg, job)
+    res = Result(job=i, trace_id=job.trace_id, sent_s=time.perf_counter() - t0)
+    try:
+        async with client.stream("POST", cfg.url.rstrip("/") + path, json=body) as r:
+            if r.status_code != 200:
+                text = (await r.aread()).decode(errors="replace")
+                res.error = f"HTTP {r.status_code}: {text[:300]}"
+                return res
+            async for line in r.aiter_lines():
+                if not line.startswith("data:"):
+                    continue
+                raw = line[5:].strip()
+                if raw == "[DONE]":
+                    break
+                now = time.perf_counter() - t0
+                data = json.loads(raw)
+                n = _chunk_tokens(cfg, data)
+                if n:
+                    if not res.chunk_s:
+                        res.first_s = now
+                    res.chunk_s.append(now)
+                    res.chunk_tokens.append(n)
+                _read_final(cfg, data, res)
+    except Exception as exc:  # noqa: BLE001 - a failed request is data, not a crash
+        res.error = f"{type(exc).__name__}: {str(exc)[:300]}"
+        return res
+    res.done_s = time.perf_counter() - t0
+    if not res.output_tokens:
+        res.output_tokens = int(sum(res.chunk_tokens))
+    return res
+
+
+def _read_final(cfg: BenchConfig, data: dict[str, Any], res: Result) -> None:
+    """The counts a server gives at the end of a stream (tokens, llama-server's timings)."""
+    if cfg.api == "llama":
+        t = data.get("timings") or {}
+        if "predicted_n" in t:
+            res.output_tokens = int(t["predicted_n"])
+        if "prompt_n" in t:
+            res.prompt_tokens = int(t["prompt_n"])
+        if "draft_n" in t:
+            res.draft_n = int(t["draft_n"])
+            res.draft_accepted = int(t.get("draft_n_accepted", 0))
+        if data.get("tokens_evaluated"):
+            res.prompt_tokens = int(data["tokens_evaluated"])
+        return
+    usage = data.get("usage") or {}
+    if usage.get("completion_tokens"):
+        res.output_tokens = int(usage["completion_tokens"])
+    if usage.get("prompt_tokens"):
+        res.prompt_tokens = int(usage["prompt_tokens"])
+
+
+async def _closed(client, cfg: BenchConfig, jobs: list[Job], progress) -> list[Result]:  # noqa: ANN001
+    t0 = time.perf_counter()
+    nxt = iter(range(len(jobs)))
+    out: list[Result] = []
+
+    async def worker() -> None:
+        for i in nxt:
+            out.append(await _send(client, cfg, i, jobs[i], t0))
+            if progress is not None:
+                progress.update(1)
+
+    await asyncio.gather(*(worker() for _ in range(min(cfg.concurrency or 1, len(jobs)))))
+    return sorted(out, key=lambda r: r.job)
+
+
+async def _open(client, cfg: BenchConfig, jobs: list[Job], progress) -> list[Result]:  # noqa: ANN001
+    t0 = time.perf_counter()
+
+    async def at(i: int) -> Result:
+        delay = float(jobs[i].arrival_s or 0.0) - (time.perf_counter() - t0)
+        if delay > 0:
+            await asyncio.sleep(delay)
+        r = await _send(client, cfg, i, jobs[i], t0)
+        if progress is not None:
+            progress.update(1)
+        return r
+
+    return list(await asyncio.gather(*(at(i) for i in range(len(jobs)))))
+
+
+def run_bench(cfg: BenchConfig, jobs: list[Job], progress: Any = None) -> list[Result]:
+    """Send ``jobs`` under ``cfg``'s load; one :class:`Result` per job, in job order."""
+    try:
+        import httpx
+    except ImportError:  # pragma: no cover - a core dependency
+        raise SpecsimError("specsim bench needs httpx: pip install httpx") from None
+    if not jobs:
+        raise SpecsimError("no requests to send; give prompts")
+    n = len(jobs)
+    limits = httpx.Limits(max_connections=max(n, 1), max_keepalive_connections=64)
+    timeout = httpx.Timeout(cfg.timeout_s, connect=30.0)
+
+    async def main() -> list[Result]:
+        async with httpx.AsyncClient(timeout=timeout, limits=limits) as client:
+            if cfg.rate is not None:
+                return await _open(client, cfg, jobs, progress)
+            return await _closed(client, cfg, jobs, progress)
+
+    return asyncio.run(main())
+
+
+# ------------------------------------------------------------------ metrics
+
+
+def _pct(x: np.ndarray, q: float) -> float:
+    x = x[np.isfinite(x)]
+    return float(np.percentile(x, q)) if x.size else float("nan")
+
+
+def _mean(x: np.ndarray) -> float:
+    x = x[np.isfinite(x)]
+    return float(x.mean()) if x.size else float("nan")
+
+
+def summarize_bench(
+    results: list[Result], concurrency: int | None, slo: dict[str, float] | None = None
+) -> dict[str, float]:
+    """The replay summary's keys from what the client saw (docs/vllm.md maps them)."""
+    ok = [r for r in results if not r.error and np.isfinite(r.done_s)]
+    sent = np.array([r.sent_s for r in results])
+    first = np.array([r.first_s for r in ok])
+    done = np.array([r.done_s for r in ok])
+    out_tok = np.array([r.output_tokens for r in ok], dtype=np.float64)
+    ttft = (first - np.array([r.sent_s for r in ok])) * 1000.0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(out_tok > 1, (done - first) / (out_tok - 1), np.nan) * 1000.0
+    e2e = (done - np.array([r.sent_s for r in ok])) * 1000.0
+    gaps, weights = [], []
+    for r in ok:  # each chunk after the first: its gap, once per token it carries
+        t = np.asarray(r.chunk_s)
+        if t.size > 1:
+            gaps.append(np.diff(t) * 1000.0)
+            weights.append(np.asarray(r.chunk_tokens[1:], dtype=np.float64))
+    gap = np.concatenate(gaps) if gaps else np.zeros(0)
+    w = np.concatenate(weights) if weights else np.zeros(0)
+    span = float(done.max() - sent.min()) if ok else float("nan")
+    total = float(out_tok.sum())
+    s: dict[str, float] = {
+        "requests_completed": len(ok),
+        "requests_failed": len(results) - len(ok),
+        "output_tokens": int(total),
+        "prompt_tokens": int(sum(r.prompt_tokens for r in ok)),
+        "duration_s": span,
+        "throughput_tok_s": total / span if span > 0 else float("nan"),
+        "request_throughput": len(ok) / span if span > 0 else float("nan"),
+        "per_user_tps_mean": _mean(1000.0 / tpot),
+    }
+    for name, x in (("ttft", ttft), ("tpot", tpot), ("e2e", e2e)):
+        s[f"{name}_ms_mean"] = _mean(x)
+        for q in PERCENTILES:
+            s[f"{name}_ms_p{q}"] = _pct(x, q)
+    s["itl_ms_mean"] = float((gap * w).sum() / w.sum()) if w.sum() else float("nan")
+    rep = np.repeat(gap, w.astype(np.int64)) if gap.size else gap
+    for q in (*PERCENTILES, 99.9):
+        s[f"itl_ms_p{q}"] = _pct(rep, q)
+    s["itl_ms_max"] = float(gap.max()) if gap.size else float("nan")
+    s.update(_steady(ok, sent, concurrency))
+    drafted = [r.draft_n for r in ok if r.draft_n is not None]
+    if drafted:
+        acc = sum(r.draft_accepted or 0 for r in ok if r.draft_n is not None)
+        s["draft_tokens"] = int(sum(drafted))
+        s["accepted_draft_tokens"] = int(acc)
+        s["verify_efficiency"] = acc / sum(drafted) if sum(drafted) else float("nan")
+    if slo:
+        good = np.ones(len(ok), dtype=bool)
+        for key, x in (("ttft", ttft), ("tpot", tpot), ("e2e", e2e)):
+            if key in slo:
+                good &= np.where(np.isnan(x), True, x <= slo[key])
+        s["goodput_req_s"] = float(good.sum()) / span if span > 0 else float("nan")
+        s["slo_attainment"] = float(good.mean()) if len(ok) else float("nan")
+    return s
+
+
+def _steady(ok: list[Result], sent: np.ndarray, c: int | None) -> dict[str, float]:
+    """A closed loop's steady window, as the simulator's: from the C-th completion to the
+    last request sent; tokens streamed inside it over its length."""
+    nan = float("nan")
+    if c is None or len(ok) < c:
+        return {"steady_window_s": nan, "steady_throughput_tok_s": nan}
+    t0 = float(np.sort([r.done_s for r in ok])[c - 1])
+    t1 = float(sent.max())
+    if not t1 > t0:
+        return {"steady_window_s": nan, "steady_throughput_tok_s": nan}
+    toks = 0
+    for r in ok:
+        t = np.asarray(r.chunk_s)
+        n = np.asarray(r.chunk_tokens)
+        toks += int(n[(t >= t0) & (t < t1)].sum())
+    return {"steady_window_s": t1 - t0, "steady_throughput_tok_s": toks / (t1 - t0)}
+
+
+def result_frame(results: list[Result]):  # noqa: ANN201 - pandas.DataFrame
+    """One row per request (times in seconds from the run's start)."""
+    import pandas as pd
+
+    return pd.DataFrame(
+        {
+            "job": [r.job for r in results],
+            "trace_id": [r.trace_id for r in results],
+            "sent_s": [r.sent_s for r in results],
+            "first_token_s": [r.first_s for r in results],
+            "finish_s": [r.done_s for r in results],
+            "prompt_tokens": [r.prompt_tokens for r in results],
+            "output_tokens": [r.output_tokens for r in results],
+            "chunks": [len(r.chunk_s) for r in results],
+            "draft_n": [r.draft_n if r.draft_n is not None else -1 for r in results],
+            "draft_accepted": [
+                r.draft_accepted if r.draft_accepted is not None else -1 for r in results
+            ],
+            "error": [r.error for r in results],
+        }
+    )
+
+
+def make_jobs(
+    prompts: list[str | list[int]],
+    cfg: BenchConfig,
+    output_len: list[int] | None = None,
+) -> list[Job]:
+    """The jobs of a run, from specsim's workload generator (the simulator's job order and
+    arrivals for the same seed): prompts cycled in a seeded order; a trace's own output
+    lengths when given, else ``max_tokens``."""
+    from specsim.sim.workload import TraceLengths, synthetic
+
+    n = len(prompts)
+    outs = np.asarray(output_len if output_len is not None else [cfg.max_tokens] * n)
+    lengths = TraceLengths(np.zeros(n, dtype=np.int64), outs.astype(np.int64))
+    requests = cfg.requests or n
+    if cfg.rate is not None:
+        wl = synthetic(lengths, rate=cfg.rate, cv=cfg.cv, requests=requests, seed=cfg.seed)
+        idx, arr = wl.trace_idx, wl.arrival_s
+        return [
+            Job(prompts[int(i)], int(outs[int(i)]), float(a), int(i))
+            for i, a in zip(idx, arr, strict=True)
+        ]
+    c = cfg.concurrency or 1
+    wl = synthetic(lengths, concurrency=c, requests=requests, seed=cfg.seed)
+    return [
+        Job(prompts[t], int(o), None, int(t)) for t, _p, o in (wl.job(k) for k in range(requests))
+    ]

@@ -1,0 +1,79 @@
+"""What ``specsim bench`` is run with (``BenchConfig``: its flags and saved config) and what it
+records per request. Kept apart from the runner so that ``specsim --help`` imports no numpy."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from specsim.errors import SpecsimError
+from specsim.options import option
+
+APIS = ("llama", "completions", "chat")
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """How a server is loaded (the ``specsim bench`` flags and the saved config)."""
+
+    url: str = option("http://127.0.0.1:8080", "server base URL")
+    api: str = option("llama", "llama (/completion), completions or chat (/v1/...)", choices=APIS)
+    model: str | None = option(None, "model name for /v1 APIs", type=str)
+    concurrency: int | None = option(None, "closed loop: C requests in flight", type=int)
+    rate: float | None = option(None, "open-loop Poisson arrivals, requests/s", type=float)
+    cv: float | None = option(None, "with --rate: Gamma gaps of this CV", type=float)
+    requests: int | None = option(None, "requests to send (default: one per prompt)", type=int)
+    max_tokens: int = option(128, "tokens to generate per request (a trace's own lengths win)")
+    ignore_eos: bool = option(
+        True, "generate exactly max_tokens (llama-server, vLLM): lengths do not depend on EOS"
+    )
+    temperature: float = option(0.0, "sampling temperature")
+    seed: int = option(0, "seed of the job order and arrivals (and of the server's sampling)")
+    slo: str | None = option(None, "SLOs in ms, e.g. ttft=500,tpot=50 (goodput)", type=str)
+    timeout_s: float = option(600.0, "per-request timeout, seconds")
+
+    def __post_init__(self) -> None:
+        loads = [n for n in ("concurrency", "rate") if getattr(self, n) is not None]
+        if len(loads) > 1:
+            raise SpecsimError("give --concurrency or --rate, not both")
+        if self.concurrency is not None and self.concurrency < 1:
+            raise SpecsimError(f"--concurrency must be >= 1, got {self.concurrency}")
+        if self.rate is not None and not (math.isfinite(self.rate) and self.rate > 0):
+            raise SpecsimError(f"--rate must be a positive number, got {self.rate}")
+        if self.cv is not None and self.rate is None:
+            raise SpecsimError("--cv shapes open-loop arrivals; use it with --rate")
+        if self.max_tokens < 1:
+            raise SpecsimError(f"--max-tokens must be at least 1, got {self.max_tokens}")
+        if self.api not in APIS:
+            raise SpecsimError(f"--api must be one of {', '.join(APIS)}, got {self.api!r}")
+        if not self.url.startswith(("http://", "https://")):
+            raise SpecsimError(f"--url {self.url!r} must start with http:// or https://")
+
+
+@dataclass(frozen=True)
+class Job:
+    """One request to send: its prompt (text or token ids), tokens to generate, and (open
+    loop) when to send it, seconds from the start."""
+
+    prompt: str | list[int]
+    max_tokens: int
+    arrival_s: float | None = None
+    trace_id: int = -1
+
+
+@dataclass
+class Result:
+    """What one request did, on the client's clock (seconds from the run's start)."""
+
+    job: int
+    trace_id: int
+    sent_s: float
+    first_s: float = float("nan")
+    done_s: float = float("nan")
+    chunk_s: list[float] = field(default_factory=list)  # arrival of each streamed chunk
+    chunk_tokens: list[int] = field(default_factory=list)  # tokens in it (1 unless known)
+    output_tokens: int = 0
+    prompt_tokens: int = 0
+    draft_n: int | None = None  # llama-server timings: tokens drafted ...
+    draft_accepted: int | None = None  # ... and accepted
+    error: str = ""
