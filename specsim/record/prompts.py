@@ -22,6 +22,8 @@ BUNDLED = {
     "gsm8k": "math",
     "chat-train": "chat",  # training only; its 300 GSM8K-train rows are "math" (SOURCE_CATEGORY)
     "dolly-context": "passage",  # evaluation only: questions on / summaries of a given passage
+    "code-train": "code",  # training only: templated Python tasks (scripts/make_train_prompts.py)
+    "math-train": "math",  # training only: templated arithmetic word problems (same script)
 }
 # a line's own "source" field overrides the file's category (chat-train mixes in GSM8K train)
 SOURCE_CATEGORY = {"gsm8k": "math"}
