@@ -205,11 +205,11 @@ def test_ratio_figure_names_rows_on_the_first_column_only() -> None:
 def test_auto_ratios_compare_auto_with_the_best_reference() -> None:
     import pandas as pd
 
-    from specsim.analysis.reports.schedulers_under_load import auto_ratios
+    from specsim.analysis.reports.sul_auto import auto_ratios
 
     tput = {"mtp1": 100.0, "zos": 120.0, "auto": 118.0, "oracle": 130.0}
     both = pd.DataFrame(
-        [{"profile": "p", "trace": "t", "concurrency": 4, "policy": k, "throughput_tok_s": v}
+        [{"profile": "p", "trace": "t", "concurrency": 4, "policy": k, "steady_throughput_tok_s": v}
          for k, v in tput.items()]
     )  # fmt: skip
     r = auto_ratios(both, ["mtp1", "zos"], "auto").iloc[0]

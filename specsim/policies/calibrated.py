@@ -185,13 +185,12 @@ def calibrated_zos_lengths(inp: StepInput) -> np.ndarray:
 
 def calibrated_zos_plan(inp: StepInput) -> int | None:
     """Before drafting (``inp.conf``: the lagged rows): the budget the step would search, with
-    the history's expected survivals standing in for a request too new to have a lagged row;
-    0 skips the drafter for the step. A lone request decides on its current row: draft."""
+    the history's expected survivals standing in for a request too new to have a lagged row,
+    drafting priced in; 0 skips the drafter for the step (a lone request too: when even its
+    best expected block does not pay for the drafter)."""
     r, gamma = inp.n_requests, inp.gamma
     if r == 0:
         return 0
-    if r == 1:
-        return None
     table = None if inp.accept_hist is None else calibration_table(inp.accept_hist)
     rate = history_rates(inp.accept_hist, gamma)
     lag_surv = _calibrated_survival(inp.conf, inp, table)
@@ -200,6 +199,8 @@ def calibrated_zos_plan(inp: StepInput) -> int | None:
         lag_surv[~np.asarray(inp.lag_known, dtype=bool)] = np.cumprod(rate)
     flat = lag_surv.ravel()
     d = inp.draft_time(gamma) if inp.draft_time is not None else None
+    if r == 1:  # a lone request: its lagged row, or the history, against the drafter's cost
+        return 0 if plan_budget(flat, 1, inp.step_time, d) == 0 else None
     if r <= SMALL_BATCH:
         budget = blended_budget(flat, rate, r, inp.step_time, d)
     else:
