@@ -94,7 +94,7 @@ def test_load_panels_have_units_and_a_legend(results):
     labels = [ax.get_ylabel() for ax in axes.ravel()]
     assert any("(tok)" in s for s in labels) and sum("(ms)" in s for s in labels) == 2
     assert all("concurrent requests" in ax.get_xlabel() for ax in axes.ravel())
-    assert axes.ravel()[0].get_legend() is not None
+    assert axes.ravel()[1].get_legend().get_title().get_text() == "policy"  # beside the panel
     plt.close(fig)
 
 
@@ -215,3 +215,17 @@ def test_auto_ratios_compare_auto_with_the_best_reference() -> None:
     r = auto_ratios(both, ["mtp1", "zos"], "auto").iloc[0]
     assert r["best built-in"] == "zos" and r["load"] == 4
     assert np.isclose(r["auto / best"], 118 / 120) and np.isclose(r["auto / oracle"], 118 / 130)
+
+
+def test_every_built_in_family_has_its_own_colour_and_the_lossy_one_says_so():
+    from specsim.analysis.palette import _FAMILY, policy_label
+
+    aliases = {"auto": "calibrated-zos"}  # one policy under two names
+    report_variants = {"zos-serial", "fresh-overlapped"}  # ZOS report only, beside zos
+    families = [f for f in _FAMILY if f not in aliases and f not in report_variants]
+    colours = {f: mcolors.to_hex(policy_style(f).color) for f in families}
+    clashes = [(a, b) for a in families for b in families if a < b and colours[a] == colours[b]]
+    assert clashes == []
+    assert policy_label("hw-aware-global") == "hw-aware-global (lossy)"
+    assert policy_label("hw-aware") == "hw-aware" and policy_label("static:3") == "static:3"
+    assert policy_label("zos-serial") == "zos-serial"  # not a registered policy: no claim

@@ -77,7 +77,8 @@ def test_documented_commands_parse(page, line):
 TOUR_RUNS = {  # README tour lines that run in seconds, and the exit code they document
     "specsim traces info traces/chat.parquet": 0,
     "specsim replay traces/chat.parquet --policy zos": 0,
-    "specsim replay traces/code.parquet --policy hw-aware": 0,
+    "specsim replay traces/code.parquet --policy auto": 0,
+    "specsim replay traces/chat.parquet --policy hw-aware": 0,
     "specsim check-lossless --policy hw-aware-global": 1,
 }
 

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specsim.errors import SpecsimError
+from specsim.errors import SpecsimError, TraceError
 from specsim.trace import TRACE_VERSION, Trace
 from specsim.trace.io import load_meta, read_trace, trace_to_frame, validate_file, write_trace
 from specsim.trace.synth import PROFILES, synth_trace
@@ -269,3 +269,21 @@ def test_multi_row_group_file_with_dictionary_category(tmp_path):
     assert back.category.tolist() == ["code"] * trace.n_requests
     assert np.array_equal(back.conf, trace.conf)
     assert np.array_equal(back.offsets, trace.offsets)
+
+
+def test_shipped_trace_names_resolve_from_any_folder(tmp_path, monkeypatch):
+    """A pip-installed specsim runs the README's ``traces/chat.parquet`` without the checkout."""
+    from specsim.trace.io import resolve_trace, shipped_traces
+
+    monkeypatch.chdir(tmp_path)
+    shipped = shipped_traces()
+    assert {"chat", "code", "math", "synthetic-chat"} <= set(shipped)
+    for name in ("chat", "chat.parquet", "traces/chat.parquet"):
+        assert resolve_trace(name) == shipped["chat"]
+    trace = read_trace("traces/synthetic-chat.parquet")
+    assert trace.n_requests > 0
+    with pytest.raises(TraceError, match="does not exist; give a .parquet path"):
+        resolve_trace("elsewhere/chat.parquet")  # a real path is never redirected
+    (tmp_path / "traces").mkdir()
+    write_trace(trace, tmp_path / "traces" / "chat.parquet")
+    assert resolve_trace("traces/chat.parquet").resolve() == tmp_path / "traces" / "chat.parquet"

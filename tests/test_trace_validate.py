@@ -252,7 +252,7 @@ def test_not_parquet_and_missing_file(tmp_path, capsys):
         capsys, ["traces", "validate", str(text)], ["not a readable Parquet file"], text
     )
     missing = tmp_path / "nope.parquet"
-    check_one_line_error(capsys, ["traces", "validate", str(missing)], ["no such file"], missing)
+    check_one_line_error(capsys, ["traces", "validate", str(missing)], ["does not exist"], missing)
     check_one_line_error(
         capsys, ["traces", "validate", str(tmp_path)], ["is a directory"], tmp_path
     )

@@ -51,9 +51,11 @@ _FAMILY: dict[str, Style] = {
     "static": Style(OKABE_ITO["sky_blue"], "v", "--"),
     "full": Style(OKABE_ITO["reddish_purple"], "^", "--"),
     "threshold": Style(OKABE_ITO["bluish_green"], "D", "-."),
-    "cum-threshold": Style(OKABE_ITO["bluish_green"], "d", ":"),
+    # wine (Tol): its own hue, so it never reads as threshold's twin
+    "cum-threshold": Style("#882255", "d", ":"),
     "hw-aware": Style(OKABE_ITO["blue"], "o", "-"),
-    "hw-aware-global": Style(OKABE_ITO["blue"], "P", "--"),
+    # olive (Tol), dashed: the lossy variant must not pass for hw-aware (labels add "(lossy)")
+    "hw-aware-global": Style("#999933", "P", "--"),
     "zos": Style(OKABE_ITO["vermillion"], "*", "-"),
     "goodput": Style("#8C564B", "h", "-."),  # brown: outside Okabe-Ito but distinct in CVD sims
     "oracle": Style(OKABE_ITO["black"], "", ":"),
@@ -124,6 +126,18 @@ def policy_order(policies: list[str]) -> list[str]:
         return (rank.get(family, len(rank)), num if family in rank else 0.0, pos)
 
     return [p for _, p in sorted(enumerate(dict.fromkeys(policies)), key=key)]
+
+
+def policy_label(policy: str) -> str:
+    """The legend text of a policy: its spec, with " (lossy)" when it does not keep the target's
+    output distribution, so a lossy curve that looks like a winner is read as what it is."""
+    try:
+        from specsim.policies.base import get_policy
+
+        lossless = get_policy(policy).lossless
+    except Exception:  # noqa: BLE001 - a name only a report knows (zos-serial): no claim to add
+        return policy
+    return policy if lossless else f"{policy} (lossy)"
 
 
 def policy_color(policy: str) -> str:

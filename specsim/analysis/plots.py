@@ -15,9 +15,9 @@ import numpy as np
 import pandas as pd
 
 from specsim.analysis.frontier import X, Y, curves, throughput_at_sla
-from specsim.analysis.palette import policy_style
+from specsim.analysis.palette import policy_label, policy_style
 from specsim.errors import SpecsimError
-from specsim.outputs import atomic
+from specsim.outputs import writing
 
 KINDS = ("pareto", "sla", "load", "calibration")
 LOAD_LABEL = {"concurrency": "load: concurrent requests", "rate": "load: arrival rate (req/s)"}
@@ -87,14 +87,21 @@ def plot_pareto(table: pd.DataFrame, ax: Any = None, *, trace: str | None = None
     """Throughput per GPU (tok/s) against per-user decode speed (tok/s/user), one curve per
     policy across load (mean over seeds); the lowest and highest load are annotated."""
     plt = _plt()
-    ax = ax if ax is not None else plt.subplots(figsize=(6.4, 4.6))[1]
+    own = ax is None
+    ax = ax if ax is not None else plt.subplots(figsize=(8.2, 4.6))[1]
     data = _one_trace(table, trace)
     cur = curves(data, by=("policy",))
     kind = _load_kind(data)
     pols = _policies(data)
     for i, pol in enumerate(pols):
         c = cur[cur["policy"] == pol].sort_values("load")
-        ax.plot(c[X], c[Y], label=pol, **layered(i, len(pols)), **policy_style(pol).kwargs())
+        ax.plot(
+            c[X],
+            c[Y],
+            label=policy_label(pol),
+            **layered(i, len(pols)),
+            **policy_style(pol).kwargs(),
+        )
     if len(cur):
         lo, hi = cur["load"].min(), cur["load"].max()
         unit = "" if kind == "concurrency" else " req/s"
@@ -111,7 +118,11 @@ def plot_pareto(table: pd.DataFrame, ax: Any = None, *, trace: str | None = None
     ax.set_xlabel("per-user decode speed (tok/s/user)")
     ax.set_ylabel("throughput per GPU (tok/s)")
     ax.grid(True, alpha=0.3)
-    ax.legend(title="policy", fontsize=8, title_fontsize=8)
+    # beside the panel, never over the curves (the frontier's corner is where legends land)
+    ax.legend(title="policy", fontsize=8, title_fontsize=8, loc="upper left",
+              bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)  # fmt: skip
+    if own:
+        ax.figure.tight_layout()
     return ax
 
 
@@ -149,7 +160,7 @@ def plot_sla(
             width * 0.92,
             color=st.color,
             hatch=st.hatch,
-            label=pol,
+            label=policy_label(pol),
             edgecolor="white",
             linewidth=0.5,
         )
@@ -213,7 +224,7 @@ def plot_load(table: pd.DataFrame, axes: Any = None, *, trace: str | None = None
             st = policy_style(pol)
             lay = layered(i, len(pols), base_lw=1.1, base_ms=3.0)
             if m50 in c.columns:
-                ax.plot(c["load"], c[m50], label=pol, **lay, **st.kwargs())
+                ax.plot(c["load"], c[m50], label=policy_label(pol), **lay, **st.kwargs())
             if m99 is not None and m99 in c.columns:  # p99: same colour and marker, hollow
                 ax.plot(c["load"], c[m99], color=st.color, marker=st.marker, linestyle="--",
                         linewidth=lay["linewidth"] * 0.6, markersize=lay["markersize"],
@@ -229,7 +240,8 @@ def plot_load(table: pd.DataFrame, axes: Any = None, *, trace: str | None = None
         ax.set_ylabel(label)
         ax.set_xlabel(LOAD_LABEL[kind])
         ax.grid(True, alpha=0.3)
-    axes[0].legend(title="policy", fontsize=7, title_fontsize=7)
+    axes[1].legend(title="policy", fontsize=7, title_fontsize=7, loc="upper left",
+                   bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)  # fmt: skip
     axes[2].legend(
         [
             Line2D([], [], color="k", marker="o"),
@@ -349,12 +361,15 @@ def _policy_handles(pols: list[str], bars: bool = False) -> list[Any]:
             Patch(
                 facecolor=policy_style(p).color,
                 hatch=policy_style(p).hatch,
-                label=p,
+                label=policy_label(p),
                 edgecolor="white",
             )  # fmt: skip
             for p in pols
         ]
-    return [Line2D([], [], label=p, markersize=5, **policy_style(p).kwargs()) for p in pols]
+    return [
+        Line2D([], [], label=policy_label(p), markersize=5, **policy_style(p).kwargs())
+        for p in pols
+    ]
 
 
 def _drop_policy_legends(axes: Any) -> None:
@@ -399,7 +414,7 @@ def figure(
     pols = _policies(table)
     profile = ", ".join(sorted(set(table["profile"].astype(str)))) if "profile" in table else ""
     if kind == "load":  # one row per trace, the four metrics side by side
-        fig, axes = plt.subplots(n, 4, figsize=(16, 3.1 * n + 1.6), squeeze=False)
+        fig, axes = plt.subplots(n, 4, figsize=(14, 2.9 * n + 1.6), squeeze=False)
         for i, name in enumerate(names):
             plot_load(table, axes[i], trace=name)
             for ax in axes[i]:
@@ -419,7 +434,7 @@ def figure(
         if not targets:
             raise SpecsimError("the sla plot needs SLA targets: pass --sla 80,120")
         width = max(7.0, 0.22 * len(pols) * len(targets) + 2.0)
-        fig, axes = plt.subplots(n, 1, figsize=(width, 4.4 * n + 0.9), squeeze=False)
+        fig, axes = plt.subplots(n, 1, figsize=(width, 3.8 * n + 0.9), squeeze=False)
         for ax, name in zip(axes[:, 0], names, strict=True):
             plot_sla(table, targets, ax, baseline=baseline, trace=name)
             ax.set_title(f"trace {name}", fontsize=10)
@@ -459,11 +474,17 @@ def figure(
 
 
 def ratio_figure(
-    ratios: pd.DataFrame, *, value: str = "ratio", label: str = "", title: str = ""
+    ratios: pd.DataFrame,
+    *,
+    value: str = "ratio",
+    label: str = "",
+    title: str = "",
+    span: float = 0.10,
 ) -> Any:
     """Heat maps of one ratio per (trace, load), one panel per profile: ``ratios`` has columns
     profile, trace, load and ``value``. Cells print the value; the colour is centred at 1.0
-    (red below: worse than the reference; blue above).
+    (red below: worse than the reference; blue above) and reaches full depth at 1 -/+ ``span``
+    or the data's extremes, whichever is further: a 1% gap stays pale, not deep red.
 
     The panels share their rows, so only the first column prints the trace names (long names
     otherwise run into the panel to their left), and constrained layout spaces the panels and
@@ -487,7 +508,7 @@ def ratio_figure(
     )
     v = ratios[value].to_numpy(dtype=float)
     lo, hi = float(np.nanmin(v)), float(np.nanmax(v))
-    norm = TwoSlopeNorm(vcenter=1.0, vmin=min(lo, 0.999), vmax=max(hi, 1.001))
+    norm = TwoSlopeNorm(vcenter=1.0, vmin=min(lo, 1.0 - span), vmax=max(hi, 1.0 + span))
     im = None
     for k, (ax, prof) in enumerate(zip(axes.ravel(), profiles, strict=False)):
         sub = ratios[ratios["profile"].astype(str) == prof]
@@ -523,7 +544,7 @@ def save_figure(fig: Any, out: str | Path, *, force: bool = False, dpi: int = 15
         raise SpecsimError(f"{out} exists; pass --force to overwrite it")
     if not out.parent.exists():
         raise SpecsimError(f"folder {str(out.parent)!r} does not exist; create it first")
-    with atomic(out) as tmp:
+    with writing(out) as tmp:
         fig.savefig(tmp, format=fmt, dpi=dpi, metadata=_metadata(fmt))
     return out
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 import warnings
+from pathlib import Path
 
 from specsim.commands.common import (
     POLICY_HELP,
@@ -21,20 +21,25 @@ from specsim.commands.common import (
     add_seed,
     resolve_cv,
 )
-from specsim.errors import SpecsimError
-from specsim.outputs import check_out, jsonable, write_table
+from specsim.outputs import claim, jsonable, write_table
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from specsim.sim.config import default, flag_help
+    from specsim.sim.config import DEFAULT_POLICY, default, flag_help
 
     p = sub.add_parser(
         "replay",
         help="replay a trace in the serving simulator under a policy and a load",
         description=__doc__.split("\n")[0],
     )
-    p.add_argument("trace", metavar="TRACE", help="trace file (.parquet)")
-    p.add_argument("--policy", default="hw-aware", help=POLICY_HELP + " (default: hw-aware)")
+    p.add_argument(
+        "trace",
+        metavar="TRACE",
+        help="trace file (.parquet) or a shipped trace name (chat, code, math)",
+    )
+    p.add_argument(
+        "--policy", default=DEFAULT_POLICY, help=f"{POLICY_HELP} (default: {DEFAULT_POLICY})"
+    )
     load = p.add_mutually_exclusive_group()
     load.add_argument("--rate", type=float, help=flag_help("rate"))
     load.add_argument("--concurrency", type=int, help=flag_help("concurrency"))
@@ -71,73 +76,119 @@ def _fmt(x: float, spec: str = ".1f") -> str:
     return "n/a" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:{spec}}"
 
 
-def _pcts(s: dict, name: str, spec: str) -> str:
-    return " / ".join(_fmt(s[f"{name}_ms_p{q}"], spec) for q in (50, 90, 99)) + " ms"
+def _lat(s: dict, name: str, label: str, spec: str) -> list[tuple[str, str]]:
+    """Mean, median and tail of one latency, the way `vllm bench serve` lists them."""
+    rows = [(f"Mean {label} (ms)", _fmt(s.get(f"{name}_ms_mean"), spec))]
+    rows.append((f"Median {label} (ms)", _fmt(s.get(f"{name}_ms_p50"), spec)))
+    rows += [(f"P{q} {label} (ms)", _fmt(s.get(f"{name}_ms_p{q}"), spec)) for q in (90, 99)]
+    return rows
 
 
-def table(summary: dict, config: dict) -> str:
-    """The readable report: one line per quantity."""
-    s = summary
-    rows = [
-        ("policy", f"{config['policy']}" + (" (ZOS)" if config["zos"] else "")),
-        ("load", config["load"]),
-        ("profile", config["profile"]),
-        ("requests completed", f"{s['requests_completed']:,}"),
-        ("simulated time", f"{_fmt(s['sim_time_s'], '.2f')} s"),
-        ("throughput", f"{_fmt(s['throughput_tok_s'], ',.0f')} tok/s"),
-        *(
-            [("steady-state throughput", f"{_fmt(s['steady_throughput_tok_s'], ',.0f')} tok/s")]
-            if math.isfinite(s["steady_throughput_tok_s"])
-            else []
-        ),
-        ("per-user speed", f"{_fmt(s['per_user_tps_mean'])} tok/s (mean)"),
-        ("achieved concurrency", _fmt(s["achieved_concurrency"], ".1f")),
-        ("request throughput", f"{_fmt(s['request_throughput'], '.2f')} req/s"),
-        ("TTFT p50 / p90 / p99", _pcts(s, "ttft", ".1f")),
-        ("TPOT p50 / p90 / p99", _pcts(s, "tpot", ".2f")),
-        ("ITL p50 / p90 / p99", _pcts(s, "itl", ".2f")),
-        (
-            "ITL p99.9 / max",
-            f"{_fmt(s.get('itl_ms_p99.9'), '.2f')} / {_fmt(s.get('itl_ms_max'), '.2f')} ms",
-        ),
-        ("E2E p50 / p90 / p99", _pcts(s, "e2e", ",.0f")),
-        ("tau (tokens/step)", _fmt(s["tau"], ".3f")),
-        ("verify efficiency", _fmt(s["verify_efficiency"], ".3f")),
-        ("mean batch", f"{_fmt(s['mean_batch_tokens'])} tokens"),
+def table(summary: dict, config: dict, requested: str | None = None) -> str:
+    """The readable report, laid out like `vllm bench serve` so its users find their numbers.
+
+    ``requested``: the policy name as the user typed it (``auto`` runs ``calibrated-zos``).
+    Throughput is printed for the whole deployment and per GPU, named as such: the figures and
+    reports plot per GPU, and a multi-GPU profile's total is ``gpus`` times larger.
+    """
+    s, c = summary, config
+    gpus = int(s.get("gpus", 1))
+    name = c["policy"] + (" (ZOS)" if c["zos"] else "")
+    if requested and requested != c["policy"]:
+        name = f"{requested} = {name}"
+    per = "tok/s/GPU" if gpus > 1 else "tok/s"  # one-device profiles (the CPU one) say tok/s
+    head: list[tuple[str, str]] = [
+        ("Policy", name),
+        ("Load", c["load"]),
+        ("Profile", c["profile"] + (f" ({gpus} GPUs)" if gpus > 1 else "")),
+        ("Successful requests", f"{s['requests_completed']:,}"),
+        ("Benchmark duration (s, simulated)", _fmt(s["sim_time_s"], ".2f")),
+        ("Total input tokens", f"{s.get('input_tokens', 0):,}"),
+        ("Total generated tokens", f"{s['output_tokens']:,}"),
+        ("Request throughput (req/s)", _fmt(s["request_throughput"], ".2f")),
+    ]
+    if gpus > 1:
+        head.append(
+            (f"Output token throughput (tok/s, {gpus} GPUs)", _fmt(s["throughput_tok_s"], ",.0f"))
+        )
+    head += [
+        (f"Output token throughput ({per})", _fmt(s["throughput_per_gpu_tok_s"], ",.0f")),
+        (f"Total token throughput ({per})", _fmt(s["total_throughput_tok_s"] / gpus, ",.0f")),
+    ]
+    if math.isfinite(s["steady_throughput_tok_s"]):
+        steady = s["steady_throughput_tok_s"] / gpus
+        head.append((f"Steady-state output throughput ({per})", _fmt(steady, ",.0f")))
+    head += [
+        ("Achieved concurrency", _fmt(s["achieved_concurrency"], ".1f")),
+        ("Per-user speed, mean (tok/s)", _fmt(s["per_user_tps_mean"])),
+    ]
+    spec = [
+        ("tau (tokens/step/request)", _fmt(s["tau"], ".3f")),
+        ("Verify efficiency (accepted/verified)", _fmt(s["verify_efficiency"], ".3f")),
+        ("Mean batch (tokens/step)", _fmt(s["mean_batch_tokens"])),
     ]
     if s.get("preemptions"):
-        rows.append(("preemptions", f"{s['preemptions']:,} ({s['recomputed_tokens']:,} tokens "
-                                    "recomputed)"))  # fmt: skip
-    if config.get("slo_ms"):
-        slo = ", ".join(f"{k} <= {v:g} ms" for k, v in config["slo_ms"].items())
-        rows.append(
-            (
-                "goodput",
-                f"{_fmt(s['goodput_req_s'], '.2f')} req/s meet {slo} "
-                f"({_fmt(100 * s['slo_attainment'])}%)",
-            )
+        spec.append(
+            ("Preemptions", f"{s['preemptions']:,} ({s['recomputed_tokens']:,} tokens recomputed)")
         )
-    if config.get("sla_tps") is not None:
-        rows.append(
-            (
-                f"SLA >= {config['sla_tps']:g} tok/s",
-                f"{_fmt(100 * s['sla_attainment'])}% of requests",
-            )
+    if c.get("slo_ms"):
+        slo = ", ".join(f"{k} <= {v:g} ms" for k, v in c["slo_ms"].items())
+        spec.append(("Goodput (req/s)", f"{_fmt(s['goodput_req_s'], '.2f')} meet {slo} "
+                                        f"({_fmt(100 * s['slo_attainment'])}%)"))  # fmt: skip
+    if c.get("sla_tps") is not None:
+        spec.append((f"SLA >= {c['sla_tps']:g} tok/s", f"{_fmt(100 * s['sla_attainment'])}%"))
+    sections = [
+        ("Serving result (simulated)", head),
+        ("Time to First Token", _lat(s, "ttft", "TTFT", ".1f")),
+        ("Time per Output Token (excl. 1st token)", _lat(s, "tpot", "TPOT", ".2f")),
+        ("Inter-token Latency", [*_lat(s, "itl", "ITL", ".2f"), _itl_tail(s)]),
+        ("End-to-end Latency", _lat(s, "e2e", "E2EL", ",.0f")),
+        ("Speculative decoding", spec),
+    ]
+    width = max(len(k) for _, rows in sections for k, _ in rows) + 2
+    lines: list[str] = []
+    for title, rows in sections:
+        lines.append(f" {title} ".center(width + 14, "=" if not lines else "-"))
+        lines += [f"{k + ':':<{width}}{v:>12}" if len(v) <= 12 else f"{k + ':':<{width}}{v}"
+                  for k, v in rows]  # fmt: skip
+    lines.append(f"wall time: {_fmt(s['wall_time_s'], '.2f')} s")
+    return "\n".join(lines + _notes(s, c))
+
+
+def _itl_tail(s: dict) -> tuple[str, str]:
+    return (
+        "P99.9 / max ITL (ms)",
+        f"{_fmt(s['itl_ms_p99.9'], '.2f')} / {_fmt(s['itl_ms_max'], '.2f')}",
+    )
+
+
+def _notes(s: dict, c: dict) -> list[str]:
+    """What a reader of the numbers above should know and would not guess."""
+    notes = []
+    if not c.get("concurrency") and c.get("requests") is None and c.get("duration") is None:
+        notes.append(
+            f"note: {s['requests_completed']} requests (the trace's count); a P99 over so few "
+            "is noisy: pass --requests N (vLLM's default is 1000)"
         )
-    rows.append(("wall time", f"{_fmt(s['wall_time_s'], '.2f')} s"))
-    width = max(len(k) for k, _ in rows)
-    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+    if c.get("concurrency"):
+        notes.append(
+            f"note: closed loop: the first {c['concurrency']} requests arrive at t=0 and are "
+            "prefilled together, so TTFT percentiles can coincide; use --rate for the TTFT a "
+            "user meets"
+        )
+    return notes
 
 
 def run(args: argparse.Namespace) -> int:
+    with claim(args.out, force=args.force) as out:  # checked and locked before the work
+        return _run(args, out)
+
+
+def _run(args: argparse.Namespace, out: Path | None) -> int:
     from specsim.progress import Progress
     from specsim.sim.simulate import replay
 
-    out = None if args.out is None else check_out(args.out, force=args.force)
     cv = resolve_cv(args)
-    if not os.path.isfile(args.trace):
-        what = "is a directory" if os.path.isdir(args.trace) else "does not exist"
-        raise SpecsimError(f"trace file {args.trace!r} {what}; give a .parquet trace")
     from specsim.trace.io import read_trace
 
     trace = read_trace(args.trace)
@@ -176,7 +227,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(jsonable({**res.summary, "config": res.config}), sort_keys=True))
     else:
-        print(table(res.summary, res.config))
+        print(table(res.summary, res.config, requested=args.policy))
         if out is not None:
             print(f"per-request table: {out}")
     return 0

@@ -10,12 +10,19 @@ changes it everywhere.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from specsim.errors import SpecsimError
 from specsim.options import default_of, help_text
 from specsim.options import option as _f
+
+# The scheduler a replay runs when none is named: ``auto`` plans each step's draft lengths from
+# the cost profile (docs/policies.md), so it does not trap under load as ``hw-aware`` does.
+DEFAULT_POLICY = "auto"
+# More requests in flight than any server holds: a mistyped 1e30 is refused, not attempted.
+MAX_CONCURRENCY = 10_000_000
 
 
 @dataclass(frozen=True)
@@ -83,6 +90,39 @@ class ReplayConfig:
             raise SpecsimError("--cv/--burstiness shape open-loop arrivals; use them with --rate")
         if self.requests is not None and self.duration is not None:
             raise SpecsimError("give --requests or --duration, not both")
+        if self.rate is not None and not (
+            isinstance(self.rate, numbers.Real) and math.isfinite(self.rate) and self.rate >= 1e-6
+        ):
+            raise SpecsimError(
+                f"--rate must be a number of requests/s of at least 1e-6, got {self.rate}"
+            )  # fmt: skip
+        if self.concurrency is not None and (
+            isinstance(self.concurrency, bool)
+            or not isinstance(self.concurrency, numbers.Real)
+            or not math.isfinite(self.concurrency)
+            or int(self.concurrency) != self.concurrency
+            or not 1 <= self.concurrency <= MAX_CONCURRENCY
+        ):
+            raise SpecsimError(
+                f"--concurrency must be a whole number of requests in flight in [1, "
+                f"{MAX_CONCURRENCY:,}], got {self.concurrency}"
+            )
+        if self.requests is not None and (
+            isinstance(self.requests, bool)
+            or not isinstance(self.requests, numbers.Real)
+            or int(self.requests) != self.requests
+            or self.requests < 1
+        ):
+            raise SpecsimError(
+                f"--requests must be a whole number of at least 1, got {self.requests}"
+            )
+        if self.duration is not None and not (
+            isinstance(self.duration, numbers.Real) and math.isfinite(self.duration)
+            and self.duration >= 1e-3
+        ):  # fmt: skip
+            raise SpecsimError(
+                f"--duration must be simulated seconds, at least 0.001, got {self.duration}"
+            )
         if self.sla_tps is not None and not (math.isfinite(self.sla_tps) and self.sla_tps > 0):
             raise SpecsimError(f"--sla-tps must be a positive number, got {self.sla_tps}")
         if self.serving not in ("v1", "v2"):

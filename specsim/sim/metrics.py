@@ -316,6 +316,12 @@ def summarize(
     out["recomputed_tokens"] = int(raw.recomputed_tokens)
     out["gpus"] = int(gpus)
     out["throughput_per_gpu_tok_s"] = out["throughput_tok_s"] / gpus
+    # what `vllm bench serve` prints beside output throughput: prompts of the requests that
+    # finished (a request's prompt counts once even if it was recomputed after a preemption)
+    total_in = float(raw.prompt_len[done].sum())
+    out["input_tokens"] = int(total_in)
+    out["input_throughput_tok_s"] = total_in / sim_t if sim_t > 0 else float("nan")
+    out["total_throughput_tok_s"] = out["input_throughput_tok_s"] + out["throughput_tok_s"]
     return out
 
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from specsim.errors import SpecsimError
 from specsim.policies.base import Policy, get_policy
-from specsim.sim.config import ReplayConfig
+from specsim.sim.config import DEFAULT_POLICY, ReplayConfig
 from specsim.sim.cost import CostModel
 from specsim.sim.cost_profiles import get_profile
 from specsim.sim.engine import Engine, EngineLimits
@@ -48,14 +48,9 @@ class ReplayResult:
 def _load_trace(trace: Trace | str | os.PathLike) -> Trace:
     if isinstance(trace, Trace):
         return trace
-    path = str(trace)
-    if not os.path.exists(path):
-        raise SpecsimError(f"trace file {path!r} does not exist; record or synthesise one first")
-    try:
-        from specsim.trace.io import read_trace
-    except ImportError:  # pragma: no cover - the trace I/O module ships with specsim
-        raise SpecsimError("specsim.trace.io is missing; reinstall specsim") from None
-    return read_trace(path)
+    from specsim.trace.io import read_trace
+
+    return read_trace(trace)  # a path, or a shipped trace's name (trace.io.resolve_trace)
 
 
 def _calibrate(trace: Trace, calibrate: str | None, seed: int) -> tuple[Trace, dict]:
@@ -92,7 +87,7 @@ def _warn_static_beyond_block(policy: str, block: int) -> None:
 
 def replay(
     trace: Trace | str | os.PathLike,
-    policy: str | Policy = "hw-aware",
+    policy: str | Policy = DEFAULT_POLICY,
     *,
     progress=None,
     **options: Any,
@@ -125,6 +120,28 @@ def replay(
         known = ", ".join(f.name for f in fields(ReplayConfig))
         raise SpecsimError(f"replay(): {exc}; the options are: {known}") from None
     return _replay(trace, policy, cfg, progress)
+
+
+def check_summary(summary: dict, load: str, profile: str) -> None:
+    """Refuse a run whose headline numbers are impossible, instead of returning them.
+
+    No request finished (a rate so low, or a duration so short, that nothing arrived or
+    completed), or simulated time / throughput / latency that is not a finite number (a
+    profile's step time so large that the clock overflowed): a table with those in it would
+    be read as a result.
+    """
+    if summary["requests_completed"] == 0:
+        raise SpecsimError(
+            f"no request completed under {load}; raise --rate, --duration or --requests"
+        )
+    for key in ("sim_time_s", "throughput_tok_s", "e2e_ms_mean", "ttft_ms_mean"):
+        v = summary.get(key)
+        if v is None or not np.isfinite(v):
+            raise SpecsimError(
+                f"the run's {key} is not a finite number ({v}) under {load} with profile "
+                f"{profile!r}; check the profile's step times (milliseconds, finite, "
+                "reasonable)"
+            )
 
 
 def _replay(trace, policy, cfg: ReplayConfig, progress) -> ReplayResult:  # noqa: ANN001
@@ -185,6 +202,7 @@ def _replay(trace, policy, cfg: ReplayConfig, progress) -> ReplayResult:  # noqa
     wall = time.perf_counter() - t0
     closed_c = int(wl.concurrency) if wl.kind == "closed" else None
     summary = summarize(raw, sla_tps, wall, slo_ms, closed_c, cost.gpus)
+    check_summary(summary, wl.describe, cost.name)
     if raw.max_batch_tokens > cost.b_max:
         warnings.warn(
             f"profile {cost.name!r} covers token batches up to {cost.b_max}; this run reached "

@@ -10,6 +10,7 @@ complete, so a crash never leaves a file that looks finished.
 from __future__ import annotations
 
 import json
+from importlib import resources
 from pathlib import Path
 
 import numpy as np
@@ -23,14 +24,52 @@ from specsim.trace.model import TRACE_VERSION, Trace
 from specsim.trace.validate import VERSION_KEY, table_meta, validate_table
 
 
-def _read_table(path: str | Path) -> pa.Table:
+def shipped_traces() -> dict[str, Path]:
+    """The traces installed with specsim, by name (``chat`` -> .../data/traces/chat.parquet).
+
+    Why shipped: a ``pip install`` without the checkout must still run the Quickstart and the
+    tour, which name ``traces/chat.parquet``; the repository's ``traces`` folder is a link here.
+    """
+    folder = Path(str(resources.files("specsim") / "data" / "traces"))
+    return {p.stem: p for p in sorted(folder.glob("*.parquet"))}
+
+
+def resolve_trace(path: str | Path) -> Path:
+    """The file a trace argument names: the path itself when it exists, else a shipped trace.
+
+    ``chat``, ``chat.parquet`` and ``traces/chat.parquet`` all name the shipped chat trace when
+    no such file exists relative to the working directory, so the README's commands run from any
+    folder. Anything else that does not exist is an error naming the shipped traces.
+    """
     p = Path(path)
-    if not p.exists():
-        raise TraceError(f"{p}: no such file; check the path")
+    if p.exists():
+        if p.is_dir():
+            raise TraceError(f"{p}: is a directory, not a trace file; give a .parquet file")
+        return p
+    shipped = shipped_traces()
+    parts = p.parts
+    bare = len(parts) == 1 or (len(parts) == 2 and parts[0] == "traces")
+    name = p.name[: -len(".parquet")] if p.name.endswith(".parquet") else p.name
+    if bare and name in shipped:
+        return shipped[name]
+    raise TraceError(
+        f"trace file {str(p)!r} does not exist; give a .parquet path or a shipped trace name "
+        f"({', '.join(shipped)})"
+    )
+
+
+def _read_table(path: str | Path) -> pa.Table:
+    p = resolve_trace(path)
     if p.is_dir():
         raise TraceError(f"{p}: is a directory, not a trace file; give a .parquet file")
     try:
         return pq.read_table(p)
+    except MemoryError:  # ArrowMemoryError is one too: say which limit, not "unreadable"
+        size = p.stat().st_size / 2**20
+        raise TraceError(
+            f"{p}: not enough memory to read this trace ({size:,.0f} MiB on disk, several times "
+            "that in memory); raise the memory limit (ulimit -v) or use a machine with more"
+        ) from None
     except (pa.ArrowException, OSError) as exc:
         raise TraceError(
             f"{p}: not a readable Parquet file ({type(exc).__name__}: {exc}); write traces "
@@ -40,7 +79,19 @@ def _read_table(path: str | Path) -> pa.Table:
 
 def read_trace(path: str | Path) -> Trace:
     """Read, validate and return the trace in ``path`` (rows by request, then position)."""
-    return validate_table(_read_table(path), path)
+    table = _read_table(path)
+    try:
+        return validate_table(table, path)
+    except (UnicodeDecodeError, pa.ArrowInvalid) as exc:
+        raise TraceError(
+            f"{path}: a column holds values Arrow cannot convert ({type(exc).__name__}: "
+            f"{str(exc)[:120]}); text must be UTF-8: rewrite the file with write_trace"
+        ) from None
+    except MemoryError:
+        raise TraceError(
+            f"{path}: not enough memory to load this trace; raise the memory limit (ulimit -v) "
+            "or use a machine with more"
+        ) from None
 
 
 def validate_file(path: str | Path) -> Trace:
@@ -50,9 +101,7 @@ def validate_file(path: str | Path) -> Trace:
 
 def load_meta(path: str | Path) -> dict[str, str]:
     """The key-value metadata of a trace file (str -> str), read without loading the rows."""
-    p = Path(path)
-    if not p.exists():
-        raise TraceError(f"{p}: no such file; check the path")
+    p = resolve_trace(path)
     try:
         schema = pq.read_schema(p)
     except (pa.ArrowException, OSError) as exc:
@@ -124,7 +173,7 @@ def write_trace(
     are stored as JSON. ``specsim.trace_version`` and ``block_size`` are set from the data.
     Refuses to replace an existing file unless ``force``. The file appears only when complete.
     """
-    path = check_out(path, force=force, suffixes=(), flag="trace")
+    path = check_out(path, force=force, suffixes=(".parquet",), flag="trace")
 
     if isinstance(frame_or_trace, Trace):
         base = dict(frame_or_trace.meta)

@@ -35,7 +35,8 @@ from specsim.rng import stream
 from specsim.trace.model import TRACE_VERSION, Trace
 from specsim.version import __version__
 
-# Conditional acceptance per draft position k = 1..7 (block size 7), from dspark.md:
+# Conditional acceptance per draft position k = 1..7 (block size 7), from the DSpark paper
+# (DeepSeek, 2026; DSpark_paper.pdf in github.com/deepseek-ai/DeepSpec) and the engines it cites:
 # - chat: the survival prior a_1..a_7 = 0.78, 0.55, 0.37, 0.24, 0.16, 0.11, 0.08 measured by a
 #   public engine, turned into conditionals c_k = a_k / a_{k-1}; tau = 1 + sum a = 3.29 (chat
 #   benchmarks: Arena-Hard 3.21, Alpaca 3.58, MT-Bench 3.72).

@@ -11,10 +11,29 @@ import pandas as pd
 from specsim.analysis.report import ReportContext
 from specsim.analysis.reports.common import sweep_into_folder
 
-# The paper's production figures (notes/dspark.md): DSpark-5 against MTP-1 on V4-Flash.
+# The DSpark paper's production figures (DeepSeek, 2026; DSpark_paper.pdf in
+# github.com/deepseek-ai/DeepSpec): DSpark-5 against MTP-1 on V4-Flash.
 PAPER_FLASH_GAIN = {80.0: 51.0, 120.0: 661.0}  # % throughput gain at the SLA (tok/s/user)
 PAPER_FLASH_SPEED_GAIN = (60.0, 85.0)  # % per-user tok/s gain at matched throughput
 PAPER_VERIFIED_PER_REQ = (4.0, 6.0)  # draft tokens verified per request at moderate load
+
+
+def trace_groups(names: list[str]) -> dict[str, list[str]]:
+    """Recorded, synthetic and stress traces apart: one figure per group keeps each readable
+    (a figure of eleven traces is a 28-panel poster no one reads)."""
+    groups: dict[str, list[str]] = {}
+    for n in names:
+        kind = next((k for k in ("synthetic", "stress") if n.startswith(f"{k}-")), "recorded")
+        groups.setdefault(kind, []).append(n)
+    return groups
+
+
+def _png(kind: str, group: str, groups: dict) -> str:
+    return f"{kind}.png" if len(groups) == 1 else f"{kind}-{group}.png"
+
+
+def _on(group: str, groups: dict) -> str:
+    return "" if len(groups) == 1 else f" ({group} traces)"
 
 
 def build(ctx: ReportContext) -> None:
@@ -28,11 +47,11 @@ def build(ctx: ReportContext) -> None:
     trace_paths = [ctx.path(t) for t in ctx.get("traces", kind=list)]
     policies = [str(p) for p in ctx.get("policies", kind=list)]
     profile = str(ctx.get("profile", "v4-flash-like"))
-    conc = [float(x) for x in ctx.get("concurrency", kind=list)]
+    conc = ctx.numbers("concurrency")
     seeds = int(ctx.get("seeds", 1))
-    requests = ctx.get("requests", None)
-    per_c = ctx.get("requests_per_concurrency", None)
-    targets = [float(x) for x in ctx.get("sla_targets", [80.0, 120.0], kind=list)]
+    requests = ctx.get("requests", None, kind=int)
+    per_c = ctx.get("requests_per_concurrency", None, kind=(int, float))
+    targets = ctx.numbers("sla_targets", [80.0, 120.0])
     baseline = str(ctx.get("baseline", "mtp1"))
     seed = int(ctx.get("seed", 0))
 
@@ -85,7 +104,13 @@ def build(ctx: ReportContext) -> None:
         "curve runs from low load (right: fast users, low throughput) to high load (left).",
         "",
     )
-    ctx.figure(figure("pareto", table), "pareto.png", "Throughput per GPU against per-user speed")
+    groups = trace_groups(names)
+    for group, members in groups.items():
+        ctx.figure(
+            figure("pareto", table, traces=members),
+            _png("pareto", group, groups),
+            f"Throughput per GPU against per-user speed{_on(group, groups)}",
+        )
 
     sla = throughput_at_sla(table, targets, baseline=baseline)
     ctx.md(
@@ -99,16 +124,23 @@ def build(ctx: ReportContext) -> None:
     sla_pols = [str(p) for p in ctx.get("sla_policies", policies, kind=list)]
     if baseline not in sla_pols:
         sla_pols = [baseline, *sla_pols]
-    ctx.figure(
-        figure("sla", table, targets=targets, baseline=baseline, policies=sla_pols),
-        "sla.png",
-        f"Throughput at SLA targets, % gain over {baseline}",
-    )
+    for group, members in groups.items():
+        ctx.figure(
+            figure("sla", table, targets=targets, baseline=baseline, policies=sla_pols,
+                   traces=members),
+            _png("sla", group, groups),
+            f"Throughput at SLA targets, % gain over {baseline}{_on(group, groups)}",
+        )  # fmt: skip
     wide = _sla_wide(sla, targets)
     ctx.table(wide, "{:,.0f}")
 
     ctx.md("## Speculation and latency against load", "")
-    ctx.figure(figure("load", table), "load.png", "tau, verify efficiency, TTFT and TPOT")
+    for group, members in groups.items():
+        ctx.figure(
+            figure("load", table, traces=members),
+            _png("load", group, groups),
+            f"tau, verify efficiency, TTFT and TPOT{_on(group, groups)}",
+        )
     cur = curves(table, by=("trace", "policy"))
     cur["verified_per_request"] = _verified_per_request(cur)
     vp = cur.pivot_table(index="policy", columns="load", values="verified_per_request").reindex(

@@ -10,10 +10,10 @@ from specsim.analysis.reports.common import cells_resumable
 
 ZOS_LABELS = {
     "hw-aware": "hw-aware (serial, fresh, early stop)",
-    "hw-aware-global": "hw-aware-global (serial, fresh)",
+    "hw-aware-global": "hw-aware-global (serial, fresh; lossy)",
     "zos-serial": "zos-serial (serial, lagged)",
     "zos": "zos (overlapped, lagged)",
-    "fresh-overlapped": "fresh-overlapped (ideal: overlapped, fresh)",
+    "fresh-overlapped": "fresh-overlapped (ideal: overlapped, fresh; impossible)",
 }
 
 
@@ -25,10 +25,10 @@ def build(ctx: ReportContext) -> None:
 
     trace = ctx.path(ctx.get("trace"))
     base_name = str(ctx.get("profile", "v4-flash-like"))
-    scales = [float(x) for x in ctx.get("sched_scales", kind=list)]
-    conc = [float(x) for x in ctx.get("concurrency", kind=list)]
+    scales = ctx.numbers("sched_scales")
+    conc = ctx.numbers("concurrency")
     seeds = int(ctx.get("seeds", 1))
-    requests = ctx.get("requests", None)
+    requests = ctx.get("requests", None, kind=int)
     base = get_profile(base_name)
     prof_paths = {s: scaled_profile_name(base_name, s) for s in scales}
     specs = {
@@ -109,7 +109,7 @@ def build(ctx: ReportContext) -> None:
         "loads: " + ", ".join(f"{v:.1f} ms at concurrency {c:g}" for c, v in step_ms.items()) + ".",
         "",
     )
-    fig = _zos_figure(mean, conc, base_name)
+    fig = _zos_figure(mean, conc, base_name, trace.stem)
     ctx.figure(fig, "zos.png", "Throughput and per-user speed as the scheduler's cost grows")
     ctx.md("## What overlap buys and what the lag costs", "")
     piv = mean.pivot_table(index=["load", "sched_scale"], columns="variant",
@@ -126,7 +126,7 @@ def build(ctx: ReportContext) -> None:
     ctx.md(*_zos_discussion(piv, step_ms), "")
 
 
-def _zos_figure(mean: pd.DataFrame, conc: list[float], base_name: str):
+def _zos_figure(mean: pd.DataFrame, conc: list[float], base_name: str, trace_name: str):
     import matplotlib.pyplot as plt
 
     from specsim.analysis.palette import policy_style
@@ -152,12 +152,13 @@ def _zos_figure(mean: pd.DataFrame, conc: list[float], base_name: str):
             ax.grid(True, alpha=0.3)
     handles, labels = axes[0, 0].get_legend_handles_labels()
     h = fig.get_size_inches()[1]
-    fig.suptitle("zero-overhead scheduling: serial vs overlapped, lagged vs fresh budget",
-                 y=1 - 0.12 / h, va="top")  # fmt: skip
+    fig.suptitle("zero-overhead scheduling: serial vs overlapped, lagged vs fresh budget\n"
+                 f"trace {trace_name}, profile {base_name}, simulated clock",
+                 y=1 - 0.12 / h, va="top", fontsize=11)  # fmt: skip
     fig.legend(handles, labels, title="scheduler (coincident lines: the wider one is under)",
-               loc="upper center", bbox_to_anchor=(0.5, 1 - 0.45 / h), ncols=3, fontsize=8,
+               loc="upper center", bbox_to_anchor=(0.5, 1 - 0.62 / h), ncols=3, fontsize=8,
                title_fontsize=8, frameon=False)  # fmt: skip
-    fig.tight_layout(rect=(0, 0, 1, 1 - 1.0 / h))
+    fig.tight_layout(rect=(0, 0, 1, 1 - 1.2 / h))
     return fig
 
 
