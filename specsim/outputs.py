@@ -12,13 +12,20 @@ Every file specsim writes for a user goes through here, so the rules hold everyw
   meanwhile), the table is kept in the system's temporary folder and the one-line error says
   where, so a computed result is not lost.
 - ``lock`` takes an exclusive, non-blocking lock beside an output, so a second writer to the same
-  ``--out`` is refused in one line instead of silently replacing the first one's table.
+  ``--out`` is refused in one line instead of silently replacing the first one's table. Only the
+  owner removes the lock file, and only while it still holds the lock; a refused writer leaves
+  it alone (issue #38: a refused writer once deleted the running one's lock).
+- ``claim`` is what a command uses: ``check_out`` and ``lock`` together, held for the whole run.
+- Hidden names (temporary files, locks) always fit the file system's name limit, so a legal
+  255-byte output name never fails after the work; finished files get the mode the umask asks
+  for (0666 & ~umask), not ``mkstemp``'s private 0600.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import math
 import os
 import tempfile
@@ -29,6 +36,8 @@ from typing import Any
 from specsim.errors import SpecsimError
 
 TABLE_SUFFIXES = (".parquet", ".csv", ".json")
+NAME_MAX = 255  # bytes in one path component on Linux, macOS and Windows file systems
+PATH_MAX = 4096
 
 
 def _one_of(items: tuple[str, ...]) -> str:
@@ -44,6 +53,7 @@ def check_out(
 ) -> Path:
     """Refuse, in one line, an output that could not be written or would overwrite a file."""
     p = Path(path)
+    _check_length(p, flag)
     if p.is_dir():
         raise SpecsimError(f"{flag} {str(p)!r} is a directory; give a file name inside it")
     if suffixes and p.suffix.lower() not in suffixes:
@@ -62,15 +72,63 @@ def check_out(
     return p
 
 
+def _check_length(p: Path, flag: str) -> None:
+    """Names the file system cannot hold are refused before the work, not after it."""
+    name_max, path_max = NAME_MAX, PATH_MAX
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        parent = p.parent if str(p.parent) else Path(".")
+        name_max = os.pathconf(parent, "PC_NAME_MAX")
+        path_max = os.pathconf(parent, "PC_PATH_MAX")
+    n = len(os.fsencode(p.name))
+    if n > name_max:
+        raise SpecsimError(
+            f"{flag}: the file name is {n} bytes, more than the file system's {name_max}; "
+            "choose a shorter name"
+        )
+    full = len(os.fsencode(os.path.abspath(p)))
+    if full >= path_max:
+        raise SpecsimError(
+            f"{flag}: the path is {full} bytes, more than the file system's {path_max - 1}; "
+            "choose a shorter path"
+        )
+
+
+def hidden_name(path: Path, tag: str, room: int = 0) -> str:
+    """``.NAME.TAG`` beside ``path``, shortened (with a hash of the full name, so two long names
+    never share it) to fit NAME_MAX with ``room`` bytes to spare (``mkstemp``'s random part)."""
+    full = f".{path.name}.{tag}"
+    budget = NAME_MAX - room
+    if len(os.fsencode(full)) <= budget:
+        return full
+    digest = hashlib.sha1(os.fsencode(path.name)).hexdigest()[:12]
+    keep = budget - len(f".~{digest}.{tag}".encode())
+    stem = os.fsencode(path.name)[: max(keep, 0)].decode("utf-8", "ignore")
+    return f".{stem}~{digest}.{tag}"
+
+
+def _umask() -> int:
+    """The process umask, read without changing it where Linux allows (/proc), else briefly set."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
+
+
 @contextlib.contextmanager
 def atomic(path: str | Path) -> Iterator[Path]:
-    """``with atomic(out) as tmp: write(tmp)``: renamed into place only if the block succeeds."""
+    """``with atomic(out) as tmp: write(tmp)``: renamed into place only if the block succeeds,
+    with the mode a plain ``open()`` would have given (0666 & ~umask)."""
     path = Path(path)
-    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+    prefix = hidden_name(path, "", room=8 + len(".tmp"))  # mkstemp adds 8 random characters
+    fd, name = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=path.parent or ".")
     os.close(fd)
     tmp = Path(name)
     try:
         yield tmp
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
@@ -85,11 +143,29 @@ def write_table(frame: Any, path: str | Path, meta: dict[bytes, bytes] | None = 
         return path
     except OSError as exc:
         kept = _keep_elsewhere(frame, path, meta)
-        reason = os.strerror(exc.errno) if exc.errno else str(exc)
-        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            reason = "no space left on the device"
         where = f"the result was kept in {kept}" if kept else "it could not be kept anywhere"
-        raise SpecsimError(f"could not write {str(path)!r} ({reason}); {where}") from None
+        raise SpecsimError(f"could not write {str(path)!r} ({os_reason(exc)}); {where}") from None
+
+
+def os_reason(exc: OSError) -> str:
+    """Why a write failed, in words a user can act on."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return "no space left on the device"
+    if exc.errno == errno.EFBIG:
+        return "the file size limit (ulimit -f) was reached"
+    if exc.errno == errno.ENAMETOOLONG:
+        return "the name is too long for the file system"
+    return os.strerror(exc.errno) if exc.errno else str(exc)
+
+
+@contextlib.contextmanager
+def writing(path: str | Path) -> Iterator[Path]:
+    """``atomic`` whose OS failures (disk full, ulimit -f, read-only folder) are one line."""
+    try:
+        with atomic(path) as tmp:
+            yield tmp
+    except OSError as exc:
+        raise SpecsimError(f"could not write {str(path)!r} ({os_reason(exc)})") from None
 
 
 def _write_frame_as(frame: Any, tmp: Path, suffix: str, meta: dict[bytes, bytes] | None) -> None:
@@ -111,7 +187,8 @@ def _write_frame_as(frame: Any, tmp: Path, suffix: str, meta: dict[bytes, bytes]
 
 def _keep_elsewhere(frame: Any, path: Path, meta: dict[bytes, bytes] | None) -> Path | None:
     try:
-        fd, name = tempfile.mkstemp(prefix=f"specsim-{path.stem}-", suffix=path.suffix)
+        stem = os.fsencode(path.stem)[:100].decode("utf-8", "ignore")
+        fd, name = tempfile.mkstemp(prefix=f"specsim-{stem}-", suffix=path.suffix)
         os.close(fd)
         _write_frame_as(frame, Path(name), path.suffix, meta)
         return Path(name)
@@ -122,35 +199,75 @@ def _keep_elsewhere(frame: Any, path: Path, meta: dict[bytes, bytes] | None) -> 
 def write_text(text: str, path: str | Path) -> Path:
     """Write a text file atomically (README of a report, a profile CSV, a JSON summary)."""
     path = Path(path)
-    with atomic(path) as tmp:
+    with writing(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
     return path
 
 
 @contextlib.contextmanager
-def lock(path: str | Path) -> Iterator[None]:
-    """Hold an exclusive lock on ``path`` (a hidden ``.NAME.lock`` beside it) or refuse at once."""
+def lock(path: str | Path, flag: str = "--out") -> Iterator[None]:
+    """Hold an exclusive lock on ``path`` (a hidden ``.NAME.lock`` beside it) or refuse at once.
+
+    The owner unlinks the lock file while it still holds the lock; a writer that locked a file
+    which was unlinked meanwhile (the previous owner finished between our open and our flock)
+    sees a different inode at the path and starts again, so two runs never both believe they
+    own one output. A refused writer only closes its descriptor.
+    """
     import fcntl
 
     path = Path(path)
-    lock_path = path.with_name(f".{path.name}.lock")
-    try:
-        fd = os.open(lock_path, os.O_CREAT | os.O_RDWR, 0o644)
-    except OSError as exc:
-        raise SpecsimError(f"cannot lock {str(path)!r}: {exc.strerror}") from None
-    try:
+    lock_path = path.with_name(hidden_name(path, "lock"))
+    while True:
+        try:
+            fd = os.open(lock_path, os.O_CREAT | os.O_RDWR, 0o644)
+        except OSError as exc:
+            raise SpecsimError(f"cannot lock {str(path)!r}: {exc.strerror}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            os.close(fd)
             raise SpecsimError(
                 f"{str(path)!r} is being written by another specsim run; wait for it to "
-                "finish or choose another --out"
+                f"finish or choose another {flag}"
             ) from None
+        try:
+            same = os.stat(lock_path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)  # we locked a lock file its owner had already removed: take the new one
+    try:
         yield
     finally:
-        os.close(fd)
         with contextlib.suppress(OSError):
-            lock_path.unlink()
+            lock_path.unlink()  # still holding it: nobody can be between open and flock on it
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def claim(
+    path: str | Path | None,
+    *,
+    force: bool = False,
+    suffixes: tuple[str, ...] = TABLE_SUFFIXES,
+    flag: str = "--out",
+) -> Iterator[Path | None]:
+    """``with claim(args.out, force=args.force) as out:`` around a command's whole run.
+
+    Checked before the work (``check_out``) and locked until the block ends, so a second run to
+    the same output is refused at its start. Under the lock the existence check is repeated: a
+    run that finished between our check and our lock has written the file we were about to
+    replace. ``None`` (no output asked for) yields None.
+    """
+    if path is None:
+        yield None
+        return
+    p = check_out(path, force=force, suffixes=suffixes, flag=flag)
+    with lock(p, flag=flag):
+        if p.exists() and not force:
+            raise SpecsimError(f"{flag} {str(p)!r} already exists; pass --force to overwrite it")
+        yield p
 
 
 def jsonable(x: object) -> object:

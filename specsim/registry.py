@@ -102,10 +102,16 @@ def load_callable(spec: str, kind: str = "callable") -> object:
         raise SpecsimError(f"{kind} {spec!r} is not of the form module:callable")
     try:
         mod = importlib.import_module(mod_name)
-    except Exception as exc:  # noqa: BLE001 - any import failure is the user's to fix
+    except SystemExit as exc:
         raise SpecsimError(
-            f"cannot import module {mod_name!r} for {kind} {spec!r}: {type(exc).__name__}: {exc}; "
-            "check the module is on PYTHONPATH"
+            f"module {mod_name!r} (for {kind} {spec!r}) called sys.exit({exc.code!r}) when "
+            "imported; a plug-in module must only define things"
+        ) from None
+    except Exception as exc:  # noqa: BLE001 - any import failure is the user's
+        hint = "check the module is on PYTHONPATH" if isinstance(exc, ImportError) else "fix it"
+        raise SpecsimError(
+            f"cannot import module {mod_name!r} for {kind} {spec!r}: {type(exc).__name__}: "
+            f"{str(exc)[:200]}; {hint}"
         ) from None
     obj = mod
     for part in attr.split("."):

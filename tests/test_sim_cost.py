@@ -94,7 +94,7 @@ def test_csv_2d_interpolates_in_context(tmp_path):
     [
         ("batch,ms\n1,2\n", "needs columns"),
         ("batch_tokens,step_ms\n1,2\n", "at least 2"),
-        ("batch_tokens,step_ms\n1,2\n2,-1\n", "positive"),
+        ("batch_tokens,step_ms\n1,2\n2,-1\n", "step_ms must be"),
         ("# kv_tokens: lots\nbatch_tokens,step_ms\n1,2\n2,3\n", "not a number"),
         ("batch_tokens,step_ms\n1,2\n1,3\n", "twice"),
     ],

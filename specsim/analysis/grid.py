@@ -241,6 +241,19 @@ def _float(p: str, what: str, text: str) -> float:
     return v
 
 
+# The most values one '...' may add: counted before any is built, so a mistyped range
+# (1,2,...,1e9 or 1,1.0000000001,...,2) is refused at once instead of filling memory.
+MAX_EXPANSION = 10_000
+
+
+def _check_count(n: float, what: str, text: str) -> None:
+    if not math.isfinite(n) or n > MAX_EXPANSION:
+        raise SpecsimError(
+            f"{what} {text!r}: '...' would expand to more than {MAX_EXPANSION:,} values; "
+            "give a coarser progression (e.g. 1,2,4,...,256)"
+        )
+
+
 def _progression(head: list[float], end: float, what: str, text: str) -> list[float]:
     a, b = head[-2], head[-1]
     geometric = (
@@ -252,6 +265,7 @@ def _progression(head: list[float], end: float, what: str, text: str) -> list[fl
     )
     if geometric and end > b:
         ratio = b / a
+        _check_count(math.log(end / b) / math.log(ratio), what, text)
         vals, x = [], b
         while True:
             x *= ratio
@@ -264,6 +278,7 @@ def _progression(head: list[float], end: float, what: str, text: str) -> list[fl
     step = b - a
     if step <= 0 or end <= b:
         raise SpecsimError(f"{what} {text!r}: '...' must continue an increasing progression")
+    _check_count((end - b) / step, what, text)
     n = math.floor((end - b) / step + 1e-9)
     vals = [float(round(b + step * (k + 1), 9)) for k in range(n)]
     if not vals or not math.isclose(vals[-1], end):

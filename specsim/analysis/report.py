@@ -72,18 +72,45 @@ class ReportContext:
                 )
             return default
         value = self.config[key]
-        if kind is not None and not isinstance(value, kind):
+        if kind is None and default is not ... and default is not None:
+            # the default's type is the key's type: a string where a number belongs is refused
+            # here in one line, not as a ValueError in the middle of a report
+            if isinstance(default, bool):
+                kind = bool
+            elif isinstance(default, int | float):
+                kind = (int, float)
+            elif isinstance(default, list | str | dict):
+                kind = type(default)
+        if kind is not None and (
+            not isinstance(value, kind) or (isinstance(value, bool) and bool not in _kinds(kind))
+        ):
             raise SpecsimError(
                 f"{self.folder / 'config.toml'}: {key!r} must be {_kind_name(kind)}, "
                 f"got {type(value).__name__}"
             )
         return value
 
+    def numbers(self, key: str, default: Any = ..., allow_empty: bool = False) -> list[float]:
+        """A list of numbers from the config (``concurrency = [1, 2, 4]``), checked element by
+        element (and not empty, unless ``allow_empty``)."""
+        values = self.get(key, default, kind=list)
+        if not values and not allow_empty:
+            raise SpecsimError(
+                f"{self.folder / 'config.toml'}: {key!r} is empty; list at least one number"
+            )
+        bad = [v for v in values if isinstance(v, bool) or not isinstance(v, int | float)]
+        if bad:
+            raise SpecsimError(
+                f"{self.folder / 'config.toml'}: {key!r} must list numbers, but holds "
+                f"{bad[0]!r}; write it as [1, 2, 4]"
+            )
+        return [float(v) for v in values]
+
     def path(self, entry: str | list[str]) -> Path:
         """Resolve a config path (or the first existing of a list of candidates)."""
         candidates = [entry] if isinstance(entry, str) else list(entry)
         for c in candidates:
-            p = (self.folder / c).resolve()
+            p = Path(os.path.abspath(self.folder / c))  # keeps the `traces` link's name in READMEs
             if p.exists():
                 return p
         raise SpecsimError(
@@ -121,6 +148,10 @@ class ReportContext:
         write_table(frame, out)
         self.written.append(out)
         return out
+
+
+def _kinds(kind: type | tuple[type, ...]) -> tuple[type, ...]:
+    return kind if isinstance(kind, tuple) else (kind,)
 
 
 def _kind_name(kind: type | tuple[type, ...]) -> str:
@@ -166,6 +197,8 @@ def read_config(folder: Path) -> dict[str, Any]:
             return tomllib.load(f)
     except tomllib.TOMLDecodeError as exc:
         raise SpecsimError(f"{path} is not valid TOML: {exc}") from None
+    except UnicodeDecodeError:
+        raise SpecsimError(f"{path} is not UTF-8 text; save it as UTF-8") from None
 
 
 def _made_by_command(folder: Path) -> str | None:

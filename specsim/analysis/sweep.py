@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 
 from specsim.analysis.grid import Cell, file_digest, make_grid
 from specsim.errors import SpecsimError
-from specsim.outputs import check_out, lock, write_table
+from specsim.outputs import NAME_MAX, check_out, lock, write_table
 from specsim.progress import Progress
 
 SWEEP_META_KEY = b"specsim.sweep"
@@ -150,7 +150,9 @@ def max_cells() -> int:
         value = int(raw)
     except ValueError:
         raise SpecsimError(f"{MAX_CELLS_ENV}={raw!r} must be a whole number") from None
-    return max(value, 1)
+    if value < 1:
+        raise SpecsimError(f"{MAX_CELLS_ENV}={raw!r} must be at least 1")
+    return value
 
 
 def build_cells(
@@ -187,6 +189,12 @@ def build_cells(
         )
     else:
         kind, loads = ("concurrency", concurrency) if concurrency is not None else ("rate", rates)
+        loads = list(loads)  # type: ignore[arg-type]
+        from specsim.sim.config import ReplayConfig
+
+        for x in loads:  # each load as a replay would take it: a clear error before any cell
+            ReplayConfig(**{kind: x})
+        ReplayConfig(requests=requests, duration=duration)
     n_cells = len(trace_list) * len(pol_list) * len(list(loads)) * int(seeds)  # type: ignore[arg-type]
     if n_cells > max_cells():
         raise SpecsimError(
@@ -198,9 +206,10 @@ def build_cells(
 
         for x in loads:  # type: ignore[union-attr]
             check_request_count(float(x) * float(duration), f"--rates {x:g} for {duration:g} s")
+    from specsim.trace.io import resolve_trace
+
     for t in trace_list:
-        if not Path(t).is_file():
-            raise SpecsimError(f"trace file {t!r} does not exist; check the path")
+        resolve_trace(t)  # a clear error now, not in a worker
     if kind == "concurrency" and duration is not None:
         pass  # bounded by time: each replay checks its own request count
     elif kind == "concurrency":
@@ -408,7 +417,17 @@ class _Store:
     def __init__(self, out: Path) -> None:
         # resuming an existing table is the default, so an existing file is not refused here
         self.out = check_out(out, force=True, suffixes=(".parquet",))
+        if len(os.fsencode(out.name + ".parts")) > NAME_MAX:
+            raise SpecsimError(
+                f"--out {out.name[:40]!r}...: the name leaves no room for its '.parts' folder of "
+                f"finished cells ({NAME_MAX} bytes at most with it); choose a shorter name"
+            )
         self.parts = out.with_name(out.name + ".parts")
+        if self.parts.exists() and not self.parts.is_dir():
+            raise SpecsimError(
+                f"{self.parts} is a file, but a sweep keeps its finished cells in a folder of "
+                "that name; move the file away"
+            )
 
     def load_done(self, keys: set[str], *, force: bool) -> dict[str, pd.DataFrame]:
         """Rows already computed for this grid (from a complete ``out`` and from parts)."""
@@ -447,7 +466,19 @@ class _Store:
                 f"{self.out} exists and is not a specsim sweep table; pass --force to "
                 "overwrite it, or choose another --out"
             )
-        return pd.read_parquet(self.out)
+        try:
+            old = pd.read_parquet(self.out)
+        except Exception as exc:  # noqa: BLE001 - any damage to the file
+            raise SpecsimError(
+                f"{self.out} is marked as a sweep table but cannot be read "
+                f"({type(exc).__name__}); pass --force to replace it"
+            ) from None
+        if "cell_key" not in old.columns:
+            raise SpecsimError(
+                f"{self.out} is marked as a sweep table but has no cell_key column (edited by "
+                "hand?); pass --force to replace it, or choose another --out"
+            )
+        return old
 
     def _part_path(self, cell: Cell) -> Path:
         return self.parts / f"{cell.key_hash}.parquet"

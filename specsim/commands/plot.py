@@ -37,26 +37,37 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specsim.analysis.plots import figure, save_figure
+    if args.kind == "calibration":
+        from specsim.trace.io import resolve_trace
 
-    src = Path(args.input)
-    if not src.is_file():
-        raise SpecsimError(f"input file {args.input!r} does not exist; check the path")
-    from specsim.outputs import check_out
+        src = resolve_trace(args.input)  # a path or a shipped trace's name
+    else:
+        src = Path(args.input)
+        if not src.is_file():
+            raise SpecsimError(f"input file {args.input!r} does not exist; check the path")
+    targets = None
+    if args.sla:
+        from specsim.analysis.grid import parse_numbers
+
+        targets = parse_numbers(args.sla, "--sla")
+        if min(targets) <= 0:
+            raise SpecsimError(f"--sla {args.sla!r}: targets are per-user speeds, above 0 tok/s")
+    from specsim.outputs import claim
 
     # before any drawing: a figure of minutes must not end in "cannot write"
-    out = check_out(args.out, force=args.force, suffixes=(".png", ".svg", ".pdf"))
+    with claim(args.out, force=args.force, suffixes=(".png", ".svg", ".pdf")) as out:
+        return _draw(args, src, out, targets)
+
+
+def _draw(args: argparse.Namespace, src: Path, out: Path, targets: list[float] | None) -> int:
+    from specsim.analysis.plots import figure, save_figure
+
     if args.kind == "calibration":
         from specsim.trace.io import read_trace
 
         data = read_trace(src)
     else:
         data = _read_results(src)
-    targets = None
-    if args.sla:
-        from specsim.analysis.grid import parse_numbers
-
-        targets = parse_numbers(args.sla, "--sla")
     baseline = None if args.baseline in ("", "none") else args.baseline
     fig = figure(
         args.kind, data, targets=targets, baseline=baseline, traces=args.trace, title=args.title
@@ -76,9 +87,21 @@ def _read_results(path: Path):
             f"cannot read {path} as Parquet ({type(exc).__name__}); "
             "give the table written by specsim sweep"
         ) from None
-    if "policy" not in table.columns or "throughput_tok_s" not in table.columns:
+    need = ("policy", "trace", "load", "throughput_per_gpu_tok_s", "per_user_tps_mean")
+    missing = [c for c in need if c not in table.columns]
+    if missing:
         raise SpecsimError(
-            f"{path} is not a sweep table (no policy/throughput_tok_s columns); for "
+            f"{path} is not a sweep table (no {', '.join(missing)} column); for "
             "--kind calibration give a trace, otherwise the output of specsim sweep"
         )
+    if table.empty:
+        raise SpecsimError(f"{path} has no rows; sweep at least one cell first")
+    if table["policy"].isna().any() or table["trace"].isna().any():
+        raise SpecsimError(f"{path}: some rows have no policy or trace; rewrite it with sweep")
+    for col in need[2:]:
+        if not pd.api.types.is_numeric_dtype(table[col]):
+            raise SpecsimError(
+                f"{path}: column {col!r} holds {table[col].dtype} values, not numbers; "
+                "rewrite it with specsim sweep"
+            )
     return table

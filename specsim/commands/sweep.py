@@ -94,15 +94,12 @@ def run(args: argparse.Namespace) -> int:
         if args.sla_tps is None:
             raise SpecsimError("--find-max-rate needs --sla-tps X (tok/s/user)")
         from specsim.analysis.maxload import find_max_load
-        from specsim.outputs import write_table
+        from specsim.outputs import claim, write_table
 
-        if out.suffix.lower() != ".parquet":
-            raise SpecsimError(f"--out {args.out!r} must end in .parquet")
-        if out.exists() and not args.force:
-            raise SpecsimError(f"{out} exists; pass --force to overwrite it")
         opts.pop("sla_tps")
-        table = find_max_load(args.traces, policies, sla_tps=args.sla_tps, **common, **opts)
-        write_table(table, out)
+        with claim(out, force=args.force, suffixes=(".parquet",)):
+            table = find_max_load(args.traces, policies, sla_tps=args.sla_tps, **common, **opts)
+            write_table(table, out)
         cols = ["trace", "policy", "max_load", "capped", "probes"]
         print(table[cols].to_string(index=False))
         print(f"wrote {out}", file=sys.stderr)

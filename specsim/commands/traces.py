@@ -172,6 +172,14 @@ MAX_SYNTH_REQUESTS = 1_000_000
 
 
 def run_synth(args: argparse.Namespace) -> int:
+    from specsim.outputs import claim
+
+    # checked and locked before the synthesis: a full run never ends in "cannot write"
+    with claim(args.out, force=args.force, suffixes=(".parquet",)) as out:
+        return _synth(args, out)
+
+
+def _synth(args: argparse.Namespace, out) -> int:  # noqa: ANN001 - a Path from claim
     from specsim.trace.io import write_trace
     from specsim.trace.stats import trace_stats
     from specsim.trace.synth import DEFAULT_AUROC, LogNormal, fit_profile, synth_trace
@@ -215,7 +223,7 @@ def run_synth(args: argparse.Namespace) -> int:
         seed=args.seed,
         category=args.category or name,
     )
-    path = write_trace(trace, args.out, force=args.force)
+    path = write_trace(trace, out, force=args.force)
     s = trace_stats(trace)
     target = f" (target {auroc})" if auroc is not None else ""
     print(

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -164,35 +165,48 @@ class Policy:
 POLICIES: Registry[Policy] = Registry("policy")
 
 
-def _guarded(schedule: Callable[[StepInput], np.ndarray], spec: str) -> Callable:
-    """A plug-in's ``schedule`` whose exceptions become one line naming the policy.
+def _guarded(fn: Callable, spec: str, what: str = "policy") -> Callable:
+    """A plug-in's callable (``schedule``, ``solo``, ``plan``) whose failures become one line
+    naming the policy.
 
     A user's policy is code specsim did not write: when it raises, the user needs to know it was
-    the policy (and what it raised), not read a traceback through the engine. Errors that are
+    the policy (and what it raised), not read a traceback through the engine; when it calls
+    ``sys.exit``, the run must not end with a bare exit code and no word. Errors that are
     already one-liners, and Ctrl-C, pass through unchanged.
     """
 
-    def guarded(inp: StepInput) -> np.ndarray:
+    def guarded(*args: Any, **kwargs: Any) -> Any:
         try:
-            return schedule(inp)
+            return fn(*args, **kwargs)
         except SpecsimError:
             raise
+        except SystemExit as exc:
+            raise SpecsimError(
+                f"{what} {spec!r} called sys.exit({exc.code!r}) while running; a policy returns "
+                "lengths, it must not exit"
+            ) from None
         except Exception as exc:  # noqa: BLE001 - anything a plug-in raises
             raise SpecsimError(
-                f"policy {spec!r} raised {type(exc).__name__}: {str(exc)[:200]}; fix the policy "
+                f"{what} {spec!r} raised {type(exc).__name__}: {str(exc)[:200]}; fix the policy "
                 "(it gets a StepInput and returns one integer length per request)"
             ) from exc
 
-    guarded.__name__ = getattr(schedule, "__name__", "schedule")
+    guarded.__name__ = getattr(fn, "__name__", "schedule")
     guarded.__qualname__ = f"plugin[{spec}]"
     return guarded
 
 
 def _wrap_user(obj: object, spec: str) -> Policy:
     """A user's ``module:callable`` may be a Policy, a factory returning one, or a bare
-    ``schedule(StepInput) -> lengths`` function. Its schedule is guarded (``_guarded``)."""
+    ``schedule(StepInput) -> lengths`` function. Every callable it hands the engine (schedule,
+    the solo walk, the step planner) is guarded (``_guarded``)."""
     policy = _wrap_user_unguarded(obj, spec)
-    return replace(policy, schedule=_guarded(policy.schedule, spec))
+    return replace(
+        policy,
+        schedule=_guarded(policy.schedule, spec),
+        solo=None if policy.solo is None else _guarded(policy.solo, spec, "policy (solo)"),
+        plan=None if policy.plan is None else _guarded(policy.plan, spec, "policy (plan)"),
+    )
 
 
 def _wrap_user_unguarded(obj: object, spec: str) -> Policy:
@@ -213,7 +227,7 @@ def _wrap_user_unguarded(obj: object, spec: str) -> Policy:
         if not params:  # a zero-argument factory
             try:
                 made = obj()
-            except Exception as exc:  # noqa: BLE001 - a plug-in's own failure
+            except (Exception, SystemExit) as exc:  # noqa: BLE001 - a plug-in's own failure
                 raise SpecsimError(
                     f"policy factory {spec!r} raised {type(exc).__name__}: {str(exc)[:200]}"
                 ) from exc
@@ -241,24 +255,74 @@ def get_policy(spec: str | Policy) -> Policy:
     return POLICIES.get(spec, wrap=_wrap_user)
 
 
-def check_lengths(lengths: np.ndarray, inp: StepInput, name: str) -> np.ndarray:
-    """Validate a policy's output: (R,) integers in [0, gamma]. One-line error otherwise."""
-    arr = np.asarray(lengths)
-    if arr.shape != (inp.n_requests,):
+def check_lengths(lengths: object, inp: StepInput, name: str) -> np.ndarray:
+    """The one validation boundary for what a policy returns: any sequence of real integers in
+    [0, gamma], one per request, becomes an int64 array; anything else is a one-line error.
+
+    Accepted: integer arrays and lists, integral floats, and objects that are integers in value
+    (Python big ints, ``Fraction(3)``, ``Decimal('3')``). Refused, naming what came back: other
+    shapes, strings, booleans, complex numbers, NaN, fractions of a token, masked entries.
+    """
+    n, gamma = inp.n_requests, inp.gamma
+    if isinstance(lengths, np.ma.MaskedArray):
+        if np.ma.count_masked(lengths):
+            raise SpecsimError(
+                f"policy {name!r} returned a masked array with masked entries; return plain "
+                "integers, one per request"
+            )
+        lengths = lengths.filled()
+    try:
+        arr = np.asarray(lengths)
+    except Exception as exc:  # noqa: BLE001 - whatever a plug-in returned
         raise SpecsimError(
-            f"policy {name!r} returned shape {arr.shape}, expected ({inp.n_requests},): one "
+            f"policy {name!r} returned {type(lengths).__name__}, which is not an array of "
+            f"lengths ({type(exc).__name__}); return one integer per request"
+        ) from None
+    if arr.shape != (n,):
+        raise SpecsimError(
+            f"policy {name!r} returned shape {arr.shape}, expected ({n},): one "
             "verification length per request"
         )
-    if arr.size and (not np.issubdtype(arr.dtype, np.integer)):
-        if not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr)):
-            raise SpecsimError(f"policy {name!r} returned non-integer lengths; return integers")
-    arr = arr.astype(np.int64)
-    if arr.size and (arr.min() < 0 or arr.max() > inp.gamma):
+    kind = arr.dtype.kind
+    if kind == "f" and (not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr))):
+        raise SpecsimError(f"policy {name!r} returned non-integer lengths; return integers")
+    if kind == "O":  # Python ints of any size, Fraction, Decimal: compared exactly, in Python
+        values = [_integral(x, name) for x in arr.tolist()]
+    elif kind in "iuf":
+        values = arr
+    else:  # b (bool), c (complex), U/S (text), M/m (dates), V (records)
         raise SpecsimError(
-            f"policy {name!r} returned lengths outside [0, {inp.gamma}] (min {arr.min()}, "
-            f"max {arr.max()})"
+            f"policy {name!r} returned {arr.dtype} values; return integers in [0, {gamma}]"
         )
-    return arr
+    if n and (min(values) < 0 or max(values) > gamma):
+        raise SpecsimError(
+            f"policy {name!r} returned lengths outside [0, {gamma}] (min {min(values)}, "
+            f"max {max(values)})"
+        )
+    return np.asarray(values).astype(np.int64)
+
+
+def _integral(x: object, name: str) -> int:
+    """One element of an object array: an integer in value, or a one-line error."""
+    import numbers
+
+    if isinstance(x, bool) or not isinstance(x, numbers.Real | np.number):
+        from decimal import Decimal
+
+        if not isinstance(x, Decimal):
+            raise SpecsimError(
+                f"policy {name!r} returned a {type(x).__name__} ({str(x)[:40]!r}) as a length; "
+                "return integers"
+            )
+    try:
+        if isinstance(x, numbers.Integral):
+            return int(x)
+        as_int = int(x)  # type: ignore[call-overload]
+        if as_int == x:
+            return as_int
+    except (TypeError, ValueError, OverflowError, ArithmeticError):
+        pass
+    raise SpecsimError(f"policy {name!r} returned {str(x)[:40]!r}, not a whole number of tokens")
 
 
 _U64 = np.dtype(np.uint64)

@@ -63,13 +63,19 @@ def fit_sts(
     gamma = conf.shape[1]
     temps = np.ones(gamma)
     prefix = np.ones(conf.shape[0])  # calibrated a'_{k-1}
+    # the temperatures are scored a few at a time, so memory stays a few rows' worth of the
+    # trace whatever its length (a (grid, rows) block of a 1M-position trace is gigabytes)
+    chunk = max(1, (1 << 20) // max(conf.shape[0], 1))  # about 8 MB of candidates at a time
     for k in range(gamma):
         labels = (accept_len >= k + 1).astype(np.float64)
-        cand = prefix[None, :] * _sigmoid(_logit(conf[:, k])[None, :] / grid[:, None])
-        score = ece_many(cand, labels) + LOG_T_PENALTY * np.abs(np.log(grid))
-        best = int(np.argmin(score))
+        logit = _logit(conf[:, k])
+        ece = np.concatenate([
+            ece_many(prefix[None, :] * _sigmoid(logit[None, :] / grid[i : i + chunk, None]), labels)
+            for i in range(0, grid.shape[0], chunk)
+        ])  # fmt: skip
+        best = int(np.argmin(ece + LOG_T_PENALTY * np.abs(np.log(grid))))
         temps[k] = grid[best]
-        prefix = cand[best]
+        prefix = prefix * _sigmoid(logit / grid[best])
     return temps
 
 

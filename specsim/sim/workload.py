@@ -255,6 +255,12 @@ def read_arrivals(spec: str | os.PathLike) -> tuple[str, np.ndarray, np.ndarray,
     d = pd.to_numeric(df["num_decode_tokens"], errors="coerce").to_numpy(np.float64)
     if not (np.all(np.isfinite(t)) and np.all(np.isfinite(p)) and np.all(np.isfinite(d))):
         raise SpecsimError(f"arrivals {name!r} has empty or non-numeric cells")
+    if np.any(t < 0):
+        bad = int(np.flatnonzero(t < 0)[0])
+        raise SpecsimError(
+            f"arrivals {name!r} row {bad + 2}: arrived_at = {t[bad]:g} is negative; arrival "
+            "times are seconds from the start of the log, 0 or more"
+        )
     if np.any(p < 0) or np.any(d < 1):
         raise SpecsimError(f"arrivals {name!r}: prefill tokens must be >= 0 and decode >= 1")
     for col, v in (("num_prefill_tokens", p), ("num_decode_tokens", d)):

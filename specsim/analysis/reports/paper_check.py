@@ -292,8 +292,8 @@ def build(ctx: ReportContext) -> None:
     min_req = int(ctx.get("min_requests", 96, kind=int))
     trace_req = int(ctx.get("trace_requests", 300, kind=int))
     seed = int(ctx.get("seed", 0, kind=int))
-    grid_o = [float(x) for x in ctx.get("fit_overhead_ms", kind=list)]
-    grid_t = [float(x) for x in ctx.get("fit_per_token_us", kind=list)]
+    grid_o = ctx.numbers("fit_overhead_ms")
+    grid_t = ctx.numbers("fit_per_token_us")
     do_sens = bool(ctx.get("sensitivity", True, kind=bool))
     base = Variant()
 
@@ -354,7 +354,7 @@ def build(ctx: ReportContext) -> None:
                                       "high": hi.label, "gain_high": r_hi})  # fmt: skip
     sens = pd.DataFrame(sens_rows)
     # ---- the missing mechanism: what fixed overhead would Pro need?
-    probe_ms = [float(x) for x in ctx.get("pro_probe_fixed_ms", [], kind=list)]
+    probe_ms = ctx.numbers("pro_probe_fixed_ms", [], allow_empty=True)
     # the probe sets the whole fixed cost per step (carried overhead + floor), so the floor is 0
     probe_jobs = [job("v4-pro", o_fit, t_fit, Variant(f"fixed-{x:g}", fixed_ms=x, floor_us=0.0))
                   for x in probe_ms]  # fmt: skip

@@ -51,7 +51,7 @@ def auto_section(ctx, trace_paths, sla, targets, baseline, traces, seed) -> None
     auto = str(ctx.get("auto_policy", "auto"))
     refs = [str(p) for p in ctx.get("auto_reference", kind=list)]
     profiles = [str(p) for p in ctx.get("auto_profiles", kind=list)]
-    conc = [float(x) for x in ctx.get("auto_concurrency", kind=list)]
+    conc = ctx.numbers("auto_concurrency")
     requests = int(ctx.get("auto_requests", 200))
     per_c = float(ctx.get("requests_per_concurrency", 4))
     caps = ctx.get("auto_max_concurrency", {}, kind=dict)  # profile -> highest load it covers
