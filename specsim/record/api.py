@@ -41,6 +41,16 @@ def load_drafter_spec(spec: str, target: Any, block_size: int | None) -> tuple[A
     return drafter, f"dspark:{path.name}"
 
 
+def _status(text: str) -> None:
+    """A line at once (a model load takes minutes on a loaded CPU with no bar to show)."""
+    import os
+    import sys
+
+    if os.environ.get("SPECSIM_PROGRESS") not in ("0", "off", "no", "false"):
+        sys.stderr.write(f"specsim: record: {text}\n")
+        sys.stderr.flush()
+
+
 def record_run(
     prompts: str | list[str],
     out: str | Path,
@@ -81,11 +91,16 @@ def record_run(
     loaded = load_many(plist, category)
     if limit:
         loaded = loaded[:limit]
-    tgt = load_target(target, device)
-    drf, name = load_drafter_spec(drafter, tgt, block_size)
+    from specsim.record.recorder import check_partial, early_key
+
     cfg = RecordConfig(
         temperature=temperature, max_new_tokens=max_new_tokens, batch_size=batch_size, seed=seed
     )
+    check_partial(out, early_key(loaded, cfg))  # a changed --limit is refused before the load
+    _status(f"loading target {target!r} and drafter {drafter!r}")
+    tgt = load_target(target, device)
+    drf, name = load_drafter_spec(drafter, tgt, block_size)
+    _status(f"loaded {tgt.name} and {name}; recording {len(loaded)} prompts into {out}")
     extra = {"command": command or f"specsim.record.api.record_trace({plist!r}, ...)"}
     if getattr(drf.cfg, "sts_temperatures", None):
         extra["confidence"] = "sts"

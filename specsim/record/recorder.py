@@ -76,6 +76,41 @@ def rows_frame(rows: RequestRows, request_id: int, prompt_len: int, category: st
     return frame
 
 
+def early_key(prompts: list[Prompt], cfg: RecordConfig) -> dict[str, Any]:
+    """What changes a recording's output and is known before any model loads: the prompts'
+    text (hashed) and categories, and the settings. A resumed run must match it."""
+    import hashlib
+
+    text = hashlib.sha256("\x00".join(p.text for p in prompts).encode("utf-8")).hexdigest()
+    return {
+        "prompts": [p.source for p in prompts],
+        "prompt_text_sha256": text,
+        "categories": sorted({p.category for p in prompts}),
+        "temperature": cfg.temperature,
+        "max_new_tokens": cfg.max_new_tokens,
+        "seed": cfg.seed,
+    }
+
+
+def check_partial(out: Path, key: dict[str, Any]) -> None:
+    """Refuse to resume a partial recording made with other settings (only the fields both
+    keys have are compared, so this runs before the model loads and again after)."""
+    key_file = out.with_name(out.name + ".partial") / "key.json"
+    if not key_file.exists():
+        return
+    try:
+        old = json.loads(key_file.read_text())
+    except (OSError, ValueError):
+        return  # a torn key: the chunks it guarded are re-checked after the load
+    diff = sorted(k for k in key if k in old and old[k] != key[k])
+    missing = sorted(k for k in key if k not in old)
+    if diff or missing:
+        raise SpecsimError(
+            f"{key_file.parent} holds a partial recording made with other "
+            f"{', '.join(diff or missing)}; delete it to start over, or rerun with its settings"
+        )
+
+
 def record(
     target: Any,
     drafter: Any,
@@ -99,18 +134,13 @@ def record(
     part_dir = out.with_name(out.name + ".partial")
     part_dir.mkdir(parents=True, exist_ok=True)
     key = {
-        "prompts": [p.source for p in prompts],
-        "temperature": cfg.temperature,
-        "max_new_tokens": cfg.max_new_tokens,
-        "seed": cfg.seed,
+        **early_key(prompts, cfg),
         "target": target.sha256,
         "drafter": drafter_name,
+        "block_size": int(drafter.cfg.block_size),
     }
+    check_partial(out, key)
     key_file = part_dir / "key.json"
-    if key_file.exists() and json.loads(key_file.read_text()) != key:
-        raise SpecsimError(
-            f"{part_dir} holds a partial recording with other settings; delete it or use them"
-        )
     key_file.write_text(json.dumps(key))
     done = {int(f.stem.split("-")[1]) for f in part_dir.glob("chunk-*.parquet")}
     ids = [prompt_ids(target.tokenizer, p.text) for p in prompts]
