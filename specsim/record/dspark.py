@@ -327,14 +327,31 @@ class DSparkDrafter(nn.Module):
 
     def _draft_chunk(self, feats, seq, anchors, temperature, generator, start) -> Drafts:  # type: ignore[no-untyped-def]
         h = self.backbone(feats, seq, anchors, start)
-        prev = seq[anchors]
+        return self.markov_walk(h, seq[anchors], temperature, generator)
+
+    def markov_walk(
+        self,
+        h: torch.Tensor,
+        prev: torch.Tensor,
+        temperature: float = 0.0,
+        generator: torch.Generator | None = None,
+    ) -> Drafts:
+        """The sequential half of drafting, the one loop the recorder and the real engine share:
+        position by position, the Markov head's step logits from the previous token, a greedy
+        or sampled token, and the confidence of it (raw and STS-scaled).
+
+        h: [R, gamma, H] block hidden states (``backbone``); prev: [R] the anchors' token ids.
+        Sampling draws on the generator's device (a CPU generator with GPU logits works), so one
+        seed gives one block wherever the model runs. ``q`` is over the draft vocabulary.
+        """
         toks, confs, qs = [], [], []
         for k in range(self.cfg.block_size):
             logits, c = self.heads(h[:, k], prev)
             logits = logits.float()
             if temperature > 0:
                 q = torch.softmax(logits / temperature, -1)
-                d = torch.multinomial(q, 1, generator=generator).squeeze(-1)
+                on = generator.device if generator is not None else q.device
+                d = torch.multinomial(q.to(on), 1, generator=generator).squeeze(-1).to(q.device)
                 qs.append(q)
             else:
                 d = logits.argmax(-1)
@@ -343,10 +360,10 @@ class DSparkDrafter(nn.Module):
             confs.append(c.float())
         raw = torch.stack(confs, 1)
         temps = self.cfg.sts_temperatures
-        scaled = raw / torch.tensor(temps, dtype=raw.dtype) if temps else raw
+        scale = torch.tensor(temps, dtype=raw.dtype, device=raw.device) if temps else None
         return Drafts(
             tokens=torch.stack(toks, 1),
-            conf=torch.sigmoid(scaled),
+            conf=torch.sigmoid(raw / scale if scale is not None else raw),
             raw_conf=torch.sigmoid(raw),
             q=torch.stack(qs, 1) if qs else None,
         )

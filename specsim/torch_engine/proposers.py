@@ -70,31 +70,15 @@ class DSparkProposer:
         ]
         h = torch.cat(hs)  # [R, gamma, H]
         prev = seq_buf[torch.as_tensor(slots, device=dev), torch.as_tensor(anchors, device=dev)]
-        toks, confs, qs = [], [], []
-        for k in range(self.gamma):
-            logits, c = d.heads(h[:, k], prev)
-            logits = logits.float()
-            if temperature > 0:
-                q = torch.softmax(logits / temperature, -1).cpu()
-                x = torch.multinomial(q, 1, generator=generator).squeeze(-1).to(dev)
-                qs.append(q)
-            else:
-                x = logits.argmax(-1)
-            prev = d.d2t[x]
-            toks.append(prev)
-            confs.append(c.float())
-        raw = torch.stack(confs, 1)
-        temps = d.cfg.sts_temperatures
-        scale = torch.tensor(temps, dtype=raw.dtype, device=raw.device) if temps else None
-        conf = torch.sigmoid(raw / scale if scale is not None else raw)
+        drafts = d.markov_walk(h, prev, temperature, generator)  # the recorder's loop, shared
         q_full = None
-        if qs:
-            qd = torch.stack(qs, 1)  # [R, gamma, V_draft]
+        if drafts.q is not None:
+            qd = drafts.q.cpu()  # [R, gamma, V_draft]
             q_full = torch.zeros((*qd.shape[:2], self.vocab), dtype=qd.dtype)
             q_full[..., d.d2t.cpu()] = qd
         return Proposal(
-            tokens=torch.stack(toks, 1).cpu().numpy().astype(np.int64),
-            conf=conf.cpu().numpy().astype(np.float64),
+            tokens=drafts.tokens.cpu().numpy().astype(np.int64),
+            conf=drafts.conf.cpu().numpy().astype(np.float64),
             q=q_full,
         )
 
