@@ -65,7 +65,7 @@ def test_the_shipped_drafter_reproduces_the_shipped_chat_trace():
     from specsim.record.features import target_pass
     from specsim.record.generate import greedy_batch
     from specsim.record.models import load_target, prompt_ids
-    from specsim.record.prompts import load_prompts
+    from specsim.prompts import load_prompts
     from specsim.record.recorder import greedy_rows
 
     torch.set_num_threads(1)

@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     from specsim.options import from_args
     from specsim.outputs import check_out, jsonable, write_table
     from specsim.progress import Progress
-    from specsim.record.prompts import load_many
+    from specsim.prompts import load_many
     from specsim.serve.bench import make_jobs, result_frame, run_bench, summarize_bench
     from specsim.serve.bench_config import BenchConfig
     from specsim.sim.metrics import parse_slo

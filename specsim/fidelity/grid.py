@@ -130,7 +130,7 @@ def traces_and_profiles(g: _Grid) -> None:
     """Each drafter's trace (recorded if missing, then checked against the prompts) and the
     engine's cost profile measured with that drafter (or the given ``--profile``)."""
     from specsim.record.models import prompt_ids
-    from specsim.record.prompts import load_many
+    from specsim.prompts import load_many
     from specsim.sim.cost_profiles import get_profile
     from specsim.torch_engine.proposers import make_proposer
     from specsim.trace.io import read_trace

@@ -74,7 +74,7 @@ def record_run(
     The arguments are :func:`record_trace`'s."""
     from specsim.outputs import check_out
     from specsim.record.models import load_target, set_threads
-    from specsim.record.prompts import load_many
+    from specsim.prompts import load_many
     from specsim.record.recorder import RecordConfig, record
 
     if not temperature >= 0 or temperature == float("inf"):

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from specsim.progress import Progress
-from specsim.record.prompts import Prompt
+from specsim.prompts import Prompt
 
 
 def default_drafter_dir(target: Any) -> Path:

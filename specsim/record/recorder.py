@@ -30,7 +30,7 @@ import pandas as pd
 from specsim.errors import SpecsimError
 from specsim.outputs import atomic
 from specsim.progress import Progress
-from specsim.record.prompts import Prompt
+from specsim.prompts import Prompt
 from specsim.record.rows import RecordConfig, RequestRows
 
 
