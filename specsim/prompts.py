@@ -1,8 +1,10 @@
 """Prompt sets: the bundled ones by name (``gsm8k[80:380]``) or any JSONL file.
 
 A prompt file has one JSON object per line with either ``"turns": [str, ...]`` (first turn
-used) or ``"prompt": str``. Slices select a fixed, documented subset, so the prompts a drafter is
-trained on and the prompts a trace is recorded on can be kept apart by construction.
+used) or ``"prompt": str``, and optionally ``"category"`` (else ``--category``, else the file's:
+a bundled set's category or a user file's stem). Slices select a fixed, documented subset, so
+the prompts a drafter is trained on and the prompts a trace is recorded on can be kept apart by
+construction.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ BUNDLED = {
     "dolly-context": "passage",  # evaluation only: questions on / summaries of a given passage
     "code-train": "code",  # training only: templated Python tasks (scripts/make_train_prompts.py)
     "math-train": "math",  # training only: templated arithmetic word problems (same script)
+    "reasoning-gym": "reasoning",  # evaluation only: Reasoning Gym puzzles (make_eval_prompts)
 }
 # a line's own "source" field overrides the file's category (chat-train mixes in GSM8K train)
 SOURCE_CATEGORY = {"gsm8k": "math"}
@@ -64,11 +67,14 @@ def load_prompts(spec: str, category: str | None = None) -> list[Prompt]:
                 obj = json.loads(line)
                 text = obj["turns"][0] if "turns" in obj else obj["prompt"]
                 src = obj.get("source") if isinstance(obj, dict) else None
+                own = obj.get("category") if isinstance(obj, dict) else None
             except (json.JSONDecodeError, KeyError, IndexError, TypeError):
                 raise SpecsimError(
                     f"{path}:{i + 1} is not a JSON object with 'turns' or 'prompt'; fix that line"
                 ) from None
-            row_cat = cat if category else SOURCE_CATEGORY.get(str(src), cat)
+            # --category wins; then the line's own "category"; then its source's; then the
+            # file's (a bundled set's, or the file stem of a user's JSONL)
+            row_cat = category or (str(own) if own else SOURCE_CATEGORY.get(str(src), cat))
             rows.append(Prompt(text=str(text), category=row_cat, source=f"{path.stem}#{i}"))
     start = int(m.group("start")) if m.group("start") else None
     stop = int(m.group("stop")) if m.group("stop") else None
