@@ -76,13 +76,13 @@ def test_torch_verifier_passes_the_losslessness_suite_and_a_mutant_does_not():
     )
     assert len(good) >= 10 and good["lossless"].all(), good[~good["lossless"]]
     assert {"exact", "statistical"} <= set(good["check"])
-    bad = check_pipeline(
-        Pipeline(name="mutant", rule=truncated(_residual_from_p)),
-        samples=20_000,
-        progress=False,
-    )
-    for kind in ("exact", "statistical"):  # both kinds of check have teeth
-        assert not bad.loc[bad["check"] == kind, "lossless"].all(), kind
+    # Both kinds of check have teeth, each on its own: in a full run a world found LOSSY by the
+    # exact check gets no statistical check (the verdict is known), so each kind runs alone here.
+    mutant = Pipeline(name="mutant", rule=truncated(_residual_from_p))
+    for kind in ("exact", "statistical"):
+        bad = check_pipeline(mutant, samples=20_000, checks=(kind,), progress=False)
+        assert (bad["check"] == kind).all() and not bad["lossless"].all(), bad
+        assert (bad["status"] == "LOSSY").any(), bad
 
 
 def _recorded(target, drafter, prompt, max_new):
