@@ -218,3 +218,53 @@ def test_report_refuses_an_unknown_key(tmp_path: Path) -> None:
     folder = _tiny(tmp_path, bogus=1)
     with pytest.raises(SpecsimError, match="unknown key 'bogus'"):
         run_report("pc", root=folder.parent, workers=1)
+
+
+def test_transfer_rules_carry_the_fixed_cost_as_they_say() -> None:
+    from specsim.sim.deployments import TRANSFER_RULES
+
+    layers = V4_PRO.layers.value / V4_FLASH.layers.value
+    width = V4_PRO.hidden.value / V4_FLASH.hidden.value
+    got = {rule: transfer(FLASH_FIT, V4_PRO, rule=rule) for rule in TRANSFER_RULES}
+    assert math.isclose(got["layers"].overhead_ms, FLASH_FIT.overhead_ms * layers)
+    assert math.isclose(got["layers-hidden"].overhead_ms, FLASH_FIT.overhead_ms * layers * width)
+    assert got["constant"].overhead_ms == FLASH_FIT.overhead_ms
+    assert got["constant"].per_token_us == FLASH_FIT.per_token_us
+    for rule in ("layers", "layers-hidden"):  # the per-token cost always by layers x hidden
+        assert math.isclose(got[rule].per_token_us, FLASH_FIT.per_token_us * layers * width)
+    with pytest.raises(ValueError, match="unknown transfer rule"):
+        transfer(FLASH_FIT, V4_PRO, rule="hidden")
+
+
+def test_only_variants_that_change_flash_are_refitted() -> None:
+    from specsim.analysis.reports.paper_check import Variant, sensitivity_variants
+
+    assert not Variant("floor-0", floor_us=0.0).touches_flash
+    assert not Variant("transfer-lh", transfer="layers-hidden").touches_flash
+    assert Variant("h800", gpu="H800").touches_flash
+    assert Variant("bw-0.6", mem_derate=0.6).touches_flash
+    assert Variant("mtp-0.85", mtp_accept=0.85).touches_flash
+    labels = {v.label for _, lo, hi in sensitivity_variants() for v in (lo, hi)}
+    assert {"h800", "bw-0.6", "flops-0.3", "transfer-lh", "transfer-const"} <= labels
+
+
+def test_out_of_reach_is_named_not_zero() -> None:
+    from specsim.analysis.reports.paper_check import reach
+
+    nan = float("nan")
+    assert reach({"mtp1_0": 10.0, "zos_0": 12.0}, 0) == "ok"
+    assert reach({"mtp1_0": nan, "zos_0": 12.0}, 0) == "MTP-1 cannot serve"
+    assert reach({"mtp1_0": 10.0, "zos_0": nan}, 0) == "DSpark cannot serve"
+    assert reach({"mtp1_0": nan, "zos_0": nan}, 0) == "neither serves"
+
+
+def test_the_h800_variant_changes_the_hardware_not_the_fit() -> None:
+    from specsim.analysis.reports.paper_check import Job, Variant, profile_for
+
+    def prof(v):  # noqa: ANN001, ANN202
+        return profile_for(Job("v4-flash", 12.9, 60.0, v, (1.0,), 8, 8, 0))
+
+    h20, h800 = prof(Variant()), prof(Variant("h800", gpu="H800"))
+    assert h800.step_time(256) != h20.step_time(256)
+    slower_bw = prof(Variant("bw-0.6", mem_derate=0.6))
+    assert slower_bw.step_time(1) > h20.step_time(1)  # a small batch is bandwidth-bound

@@ -31,6 +31,7 @@ from specsim.errors import SpecsimError
 KEYS = {
     "kind", "title", "summary", "concurrency", "min_requests", "trace_requests", "seed",
     "fit_overhead_ms", "fit_per_token_us", "sensitivity", "pro_probe_fixed_ms",
+    "refit_overhead_ms", "refit_per_token_us",
 }  # fmt: skip
 X = "per_user_tps_mean"
 
@@ -49,11 +50,22 @@ class Variant:
     sched_scale: float = 1.0
     output_median: float = 220.0
     prompt_median: float = 512.0  # 0: disaggregated prefill (a 1-token stub reaches the engine)
-    transfer: str = "scaled"  # scaled | constant (Pro's overheads = Flash's)
+    transfer: str = "layers"  # Pro's fixed cost: layers | layers-hidden | constant (= Flash's)
     a2a_scale: float = 1.0  # x the derived all-to-all bandwidth term (0: none; 10: a tenth)
     floor_us: float | None = None  # cross-node floor per MoE layer (None: derived from DeepEP)
     kv_scale: float = 1.0  # x the derived KV capacity
     fixed_ms: float | None = None  # override the (transferred) fixed overhead: the Pro probe
+    gpu: str = "H20"  # deployments.GPUS
+    mem_derate: float | None = None  # None: the deployment's (0.75)
+    flops_derate: float | None = None  # None: the deployment's (0.45)
+
+    @property
+    def touches_flash(self) -> bool:
+        """Whether this variant changes the V4-Flash model (and so needs a Flash refit):
+        the transfer rule and the cross-node floor act on Pro only."""
+        pro_only = replace(Variant(), label=self.label, transfer=self.transfer,
+                           floor_us=self.floor_us, fixed_ms=self.fixed_ms)  # fmt: skip
+        return self != pro_only
 
 
 @dataclass(frozen=True)
@@ -110,13 +122,18 @@ def profile_for(job: Job):  # noqa: ANN201 - CostModel, imported lazily
     fabric's facts and are not carried from single-node Flash.
     """
     from specsim.sim.cost_profiles import deployment_profile
-    from specsim.sim.deployments import DEPLOYMENTS, V4_FLASH, FreeParams, transfer
+    from specsim.sim.deployments import DEPLOYMENTS, GPUS, V4_FLASH, Fact, FreeParams, transfer
 
-    dep = DEPLOYMENTS[job.deployment]
     v = job.variant
+    dep = DEPLOYMENTS[job.deployment]
+    dep = replace(dep, gpu=GPUS[v.gpu])
+    if v.mem_derate is not None:
+        dep = replace(dep, mem_derate=Fact(v.mem_derate, "paper-check sensitivity"))
+    if v.flops_derate is not None:
+        dep = replace(dep, flops_derate=Fact(v.flops_derate, "paper-check sensitivity"))
     fit = FreeParams(job.overhead_ms, job.per_token_us, "paper-check grid")
-    if dep.model is not V4_FLASH and v.transfer == "scaled":
-        fit = transfer(fit, dep.model)
+    if dep.model is not V4_FLASH:
+        fit = transfer(fit, dep.model, rule=v.transfer)
     if v.fixed_ms is not None:
         fit = replace(fit, overhead_ms=v.fixed_ms)
     return deployment_profile(
@@ -262,10 +279,36 @@ def sensitivity_variants() -> list[tuple[str, Variant, Variant]]:
         (f"cross-node latency floor per MoE layer: {FLOOR_US:.0f} us (DeepEP EP 16 minus its "
          f"transfer) -> none / {RAW_FLOOR_US:.0f} us (the whole published latency)",
          Variant("floor-0", floor_us=0.0), Variant("floor-raw", floor_us=RAW_FLOOR_US)),
-        ("Pro overheads: scaled by layers(x hidden) -> equal to Flash's",
-         Variant("transfer-const", transfer="constant"),
+        ("Pro's fixed overhead carried x layers -> x layers x hidden / unchanged (= Flash's)",
+         Variant("transfer-lh", transfer="layers-hidden"),
          Variant("transfer-const", transfer="constant")),
+        ("GPU: H20-class (96 GB, 4.0 TB/s, 296 TFLOP/s) -> H800 (80 GB, 3.35 TB/s, 1,979)",
+         Variant("h800", gpu="H800"), Variant("h800", gpu="H800")),
+        ("bandwidth derate 0.75 -> 0.6 / 0.9",
+         Variant("bw-0.6", mem_derate=0.6), Variant("bw-0.9", mem_derate=0.9)),
+        ("compute derate 0.45 -> 0.3 / 0.6",
+         Variant("flops-0.3", flops_derate=0.3), Variant("flops-0.6", flops_derate=0.6)),
     ]  # fmt: skip
+
+
+def reach(res: dict[str, Any], i: int) -> str:
+    """Why a gain is what it is at SLA point ``i``: ok, or which policy cannot serve the SLA
+    (MTP-1 out of reach: the gain is unbounded, not zero; DSpark out of reach: -100%)."""
+    m, z = res[f"mtp1_{i}"], res[f"zos_{i}"]
+    m_ok, z_ok = math.isfinite(m) and m > 0, math.isfinite(z) and z > 0
+    if m_ok and z_ok:
+        return "ok"
+    if not m_ok and not z_ok:
+        return "neither serves"
+    return "MTP-1 cannot serve" if not m_ok else "DSpark cannot serve"
+
+
+def best_fit(results: list[dict[str, Any]], grid: list[tuple[float, float]]) -> int:
+    """Index of the grid point with the smallest Flash fit error (the first on ties)."""
+    from specsim.sim.deployments import FLASH_DEPLOYMENT
+
+    errs = [fit_error(r, FLASH_DEPLOYMENT.published_gain_pct) for r in results]
+    return int(np.argmin(errs)) if np.isfinite(errs).any() else 0
 
 
 def build(ctx: ReportContext) -> None:
@@ -323,35 +366,56 @@ def build(ctx: ReportContext) -> None:
     pro_no_a2a = evaluate(
         job("v4-pro", o_fit, t_fit, Variant("no-a2a", a2a_scale=0.0, floor_us=0.0))
     )
+    # the pre-registered secondary transfer rules for Pro's fixed cost, same fit
+    pro_lh = evaluate(job("v4-pro", o_fit, t_fit, Variant("transfer-lh", transfer="layers-hidden")))
+    pro_const = evaluate(
+        job("v4-pro", o_fit, t_fit, Variant("transfer-const", transfer="constant"))
+    )
     pro_fit = transfer(replace(FLASH_FIT, overhead_ms=o_fit, per_token_us=t_fit), V4_PRO)
-    # ---- (e) sensitivity
+    # ---- (e) sensitivity: every variant that changes Flash is refitted on Flash first
     sens_rows = []
+    refits: dict[str, tuple[float, float]] = {}
     if do_sens:
         pairs = sensitivity_variants()
-        uniq: dict[tuple[str, str], Job] = {}
-        for _, lo, hi in pairs:
-            for v in (lo, hi):
-                for dep in ("v4-flash", "v4-pro"):
-                    if v.transfer == "constant" and dep == "v4-flash":
-                        continue
-                    if v.label in CROSS_NODE_ONLY and dep == "v4-flash":
-                        continue  # Flash is one node: the floor is 0, the baseline stands
-                    uniq[(dep, v.label)] = job(dep, o_fit, t_fit, v)
-        keys = list(uniq)
-        res = dict(zip(keys, _run([uniq[k] for k in keys], ctx.workers), strict=True))
+        rgrid = [(o, t) for o in ctx.numbers("refit_overhead_ms", [12.0, 12.5, 12.7, 12.9, 13.0])
+                 for t in ctx.numbers("refit_per_token_us", [20.0, 60.0, 120.0])]  # fmt: skip
+        variants = {v.label: v for _, lo, hi in pairs for v in (lo, hi)}
+        refit_jobs = [(lab, o, t) for lab, v in variants.items() if v.touches_flash
+                      for o, t in rgrid]  # fmt: skip
+        refit_res = _run([job("v4-flash", o, t, variants[lab]) for lab, o, t in refit_jobs],
+                         ctx.workers)  # fmt: skip
+        flash_v: dict[str, dict[str, Any]] = {}
+        for lab in {lab for lab, _, _ in refit_jobs}:
+            idx = [k for k, (b, _, _) in enumerate(refit_jobs) if b == lab]
+            k = idx[best_fit([refit_res[i] for i in idx], rgrid)]
+            refits[lab] = (refit_jobs[k][1], refit_jobs[k][2])
+            flash_v[lab] = refit_res[k]
+        pro_labels = list(variants)
+        pro_res = _run([job("v4-pro", *refits.get(lab, (o_fit, t_fit)), variants[lab])
+                        for lab in pro_labels], ctx.workers)  # fmt: skip
+        res = {("v4-pro", lab): r for lab, r in zip(pro_labels, pro_res, strict=True)}
+        res.update({("v4-flash", lab): r for lab, r in flash_v.items()})
         basel = {"v4-flash": flash, "v4-pro": pro}
         for name, lo, hi in pairs:
             for dep in ("v4-flash", "v4-pro"):
-                if lo.transfer == "constant" and dep == "v4-flash":
-                    continue  # the transfer rule does not touch the fitted model
+                if dep == "v4-flash" and not (lo.touches_flash or hi.touches_flash):
+                    continue  # a Pro-only assumption: Flash is its baseline
                 d = FLASH_DEPLOYMENT if dep == "v4-flash" else PRO_DEPLOYMENT
                 for i, sla in enumerate(d.sla_tps):
-                    b = basel[dep][f"gain_{i}"]
-                    r_lo = res.get((dep, lo.label), basel[dep])[f"gain_{i}"]
-                    r_hi = res.get((dep, hi.label), basel[dep])[f"gain_{i}"]
-                    sens_rows.append({"assumption": name, "deployment": dep, "sla_tps": sla,
-                                      "baseline_gain": b, "low": lo.label, "gain_low": r_lo,
-                                      "high": hi.label, "gain_high": r_hi})  # fmt: skip
+                    r_lo = res.get((dep, lo.label), basel[dep])
+                    r_hi = res.get((dep, hi.label), basel[dep])
+                    f_lo = refits.get(lo.label, (o_fit, t_fit))
+                    f_hi = refits.get(hi.label, (o_fit, t_fit))
+                    sens_rows.append({
+                        "assumption": name, "deployment": dep, "sla_tps": sla,
+                        "baseline_gain": basel[dep][f"gain_{i}"],
+                        "low": lo.label, "gain_low": r_lo[f"gain_{i}"],
+                        "reach_low": reach(r_lo, i),
+                        "fit_low": f"{f_lo[0]:g} ms, {f_lo[1]:g} us",
+                        "high": hi.label, "gain_high": r_hi[f"gain_{i}"],
+                        "reach_high": reach(r_hi, i),
+                        "fit_high": f"{f_hi[0]:g} ms, {f_hi[1]:g} us",
+                    })  # fmt: skip
     sens = pd.DataFrame(sens_rows)
     # ---- the missing mechanism: what fixed overhead would Pro need?
     probe_ms = ctx.numbers("pro_probe_fixed_ms", [], allow_empty=True)
