@@ -111,7 +111,7 @@ def test_info_command_text_and_json(hand_trace, capsys):
     assert main(["traces", "info", hand_trace.path]) == 0
     text = capsys.readouterr().out
     assert "requests   2   rows 7   tokens 7   block size 3" in text
-    assert "tau        3.667 (full-verification replay" in text
+    assert "tau        3.667 [95% CI 3.500, 4.000] (full-verification replay" in text
     assert "AUROC 0.790" in text
     assert "x                        1          5   3.50" in text
     assert main(["traces", "info", hand_trace.path, "--json"]) == 0
@@ -121,3 +121,27 @@ def test_info_command_text_and_json(hand_trace, capsys):
     assert data["meta"]["source"] == "recorded"
     assert [r["n"] for r in data["per_position"]] == [7, 5, 3]
     assert set(data["categories"]) == {"x", "y"}
+
+
+def test_tau_interval_resamples_requests_and_holds_the_point_estimate(hand_trace):
+    from specsim.trace.stats import tau_interval
+
+    trace = hand_trace
+    # A visits A0 (2+1), A3 (3+1): 7 over 2; B visits B0 (3+1): 4 over 1 -> tau = 11 / 3
+    lo, hi = tau_interval(trace)
+    assert lo <= 11 / 3 <= hi
+    # resampling whole requests: every bootstrap draw is A-only (3.5), B-only (4) or a mix
+    assert lo >= 3.5 - 1e-12 and hi <= 4.0 + 1e-12
+    assert tau_interval(trace) == (lo, hi)  # fixed seed: same trace, same interval
+    assert trace_stats(trace)["tau_ci95"] == [lo, hi]
+
+
+def test_tau_interval_narrows_with_more_requests():
+    from specsim.trace.stats import tau_interval
+    from specsim.trace.synth import synth_trace
+
+    def width(n: int) -> float:
+        lo, hi = tau_interval(synth_trace(n_requests=n, accept_profile=[0.7] * 5, seed=1))
+        return hi - lo
+
+    assert width(400) < width(25)

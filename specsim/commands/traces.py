@@ -110,7 +110,9 @@ def run_info(args: argparse.Namespace) -> int:
         ),
         f"requests   {stats['requests']:,}   rows {stats['rows']:,}   tokens "
         f"{stats['tokens']:,}   block size {stats['gamma']}",
-        f"tau        {_fmt(stats['tau_replay'])} (full-verification replay, bonus included)   "
+        f"tau        {_fmt(stats['tau_replay'])} [95% CI {_fmt(stats['tau_ci95'][0])}, "
+        f"{_fmt(stats['tau_ci95'][1])}] (full-verification replay, bonus included; interval: "
+        "requests resampled)   "
         f"{_fmt(stats['tau_rows'])} (1 + mean accept_len over all rows)   "
         f"{_fmt(stats['tokens_per_step'])} tokens/step",
         f"confidence conditional c_k: AUROC {_fmt(stats['conf_auroc'])}  ECE "

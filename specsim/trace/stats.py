@@ -103,6 +103,33 @@ def replay_full(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     return rows, steps
 
 
+def tau_interval(
+    trace: Trace, level: float = 0.95, n_boot: int = 4000, seed: int = 0
+) -> tuple[float, float]:
+    """A ``level`` bootstrap interval of ``tau_replay``, resampling whole requests.
+
+    Why requests and not rows: positions of one request share its text, so their acceptances
+    are correlated and a row bootstrap would be far too narrow. The statistic is the same ratio
+    as ``tau_replay`` (accepted + 1 summed over visited positions, over their count), so long
+    requests weigh as they do in the point estimate. Percentile interval, fixed seed: the same
+    trace always gives the same interval.
+    """
+    visited, _ = replay_full(trace)
+    n = trace.n_requests
+    if visited.size == 0 or n < 2:
+        return float("nan"), float("nan")
+    req = np.searchsorted(trace.offsets, visited, side="right") - 1
+    total = np.bincount(req, weights=trace.accept_len[visited].astype(np.float64) + 1, minlength=n)
+    count = np.bincount(req, minlength=n).astype(np.float64)
+    rng = np.random.default_rng(seed)
+    lo, hi = (1 - level) / 2, 1 - (1 - level) / 2
+    boot = np.empty(n_boot)
+    for start in range(0, n_boot, 500):  # bounded memory for long traces
+        idx = rng.integers(0, n, size=(min(500, n_boot - start), n))
+        boot[start : start + idx.shape[0]] = total[idx].sum(1) / count[idx].sum(1)
+    return float(np.quantile(boot, lo)), float(np.quantile(boot, hi))
+
+
 def per_position_table(trace: Trace) -> pd.DataFrame:
     """One row per draft position k = 1..gamma.
 
@@ -150,6 +177,7 @@ def _core_stats(trace: Trace) -> dict:
         "tau_replay": float(trace.accept_len[visited].astype(np.float64).mean() + 1)
         if visited.size
         else float("nan"),
+        "tau_ci95": list(tau_interval(trace)),
         "tokens_per_step": tokens / n_steps if n_steps else float("nan"),
         "replay_steps": n_steps,
         "tau_rows": float(trace.accept_len.astype(np.float64).mean() + 1)
