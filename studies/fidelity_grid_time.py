@@ -21,12 +21,12 @@ import time
 import numpy as np
 
 import specsim.torch_engine.cost_calibration as prof
-from specsim.torch_engine.timing import probe_ms
 from specsim.fidelity.real import _STATE, PROBE_POINTS
 from specsim.fidelity.real import init_worker as _init_worker
 from specsim.policies.base import get_policy
 from specsim.torch_engine.clock import use_reference
 from specsim.torch_engine.speed import speed_reference
+from specsim.torch_engine.timing import probe_ms
 from specsim.trace.io import read_trace
 
 DRAFTERS = ("dspark", "ngram")

@@ -61,11 +61,11 @@ def test_the_shipped_drafter_reproduces_the_shipped_chat_trace():
     tokens and acceptance lengths, the same confidences to float32 rounding."""
     import torch
 
+    from specsim.prompts import load_prompts
     from specsim.record.api import load_drafter_spec
     from specsim.record.features import target_pass
     from specsim.record.generate import greedy_batch
     from specsim.record.models import load_target, prompt_ids
-    from specsim.prompts import load_prompts
     from specsim.record.recorder import greedy_rows
 
     torch.set_num_threads(1)

@@ -96,8 +96,8 @@ def run(args: argparse.Namespace) -> int:
     check_clock(args.clock, args.device, args.threads)
     set_threads(args.threads)
     from specsim.progress import Progress
-    from specsim.record.models import load_target, prompt_ids
     from specsim.prompts import load_many
+    from specsim.record.models import load_target, prompt_ids
     from specsim.sim.cost_profiles import get_profile
     from specsim.sim.workload import TraceLengths, synthetic
     from specsim.torch_engine.engine import EngineConfig, RealEngine

@@ -157,9 +157,9 @@ def run_record(args: argparse.Namespace) -> int:
 
 def run_train(args: argparse.Namespace) -> int:
     _threads(args)
+    from specsim.prompts import load_many
     from specsim.record.build import build_drafter, default_drafter_dir
     from specsim.record.models import load_target
-    from specsim.prompts import load_many
     from specsim.record.train import TrainConfig
 
     prompts = load_many(args.prompts)

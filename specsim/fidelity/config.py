@@ -203,6 +203,11 @@ class ValidationConfig:
         "measure how far each clock moves (hog.csv)",
     )
     # -- output
+    grid_label: str = option(
+        "tuning",
+        "the 'grid' column of fidelity.csv: 'tuning' for cells the method was tuned on, "
+        "'held-out' for a grid run once after the method was frozen",
+    )
     out: Path = option(Path("reports/fidelity"), "report folder", type=Path)
     force: bool = option(False, "overwrite the report in --out")
 
@@ -214,6 +219,8 @@ class ValidationConfig:
             raise SpecsimError(f"--open-repeats must be at least 1, got {self.open_repeats}")
         if not self.ref_every > 0:
             raise SpecsimError(f"--ref-every must be positive seconds, got {self.ref_every}")
+        if self.grid_label not in ("tuning", "held-out"):
+            raise SpecsimError(f"--grid-label is 'tuning' or 'held-out', got {self.grid_label!r}")
         if self.ref_large < 0 or 0 < self.ref_large <= 4:
             raise SpecsimError(
                 "--ref-large must be 0 (off) or more tokens than the small probe's 4, e.g. 64; "

@@ -129,8 +129,8 @@ def take_reference(g: _Grid) -> None:
 def traces_and_profiles(g: _Grid) -> None:
     """Each drafter's trace (recorded if missing, then checked against the prompts) and the
     engine's cost profile measured with that drafter (or the given ``--profile``)."""
-    from specsim.record.models import prompt_ids
     from specsim.prompts import load_many
+    from specsim.record.models import prompt_ids
     from specsim.sim.cost_profiles import get_profile
     from specsim.torch_engine.proposers import make_proposer
     from specsim.trace.io import read_trace
@@ -290,7 +290,7 @@ def write_tables(g: _Grid, table_path: Path) -> pd.DataFrame:
         g.grid, g.specs, g.results, g.sims, g.per, g.cfg.repeats, g.cfg.clock
     )
     out = g.cfg.out
-    table = pd.DataFrame(rows)
+    table = pd.DataFrame(rows).assign(grid=g.cfg.grid_label)
     _atomic_csv(table, table_path)
     _atomic_csv(pd.DataFrame(runs), out / "runs.csv")
     _atomic_csv(pd.DataFrame(decomp), out / "decomposition.csv")

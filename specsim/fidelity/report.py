@@ -17,6 +17,7 @@ from specsim.fidelity.tables import (
     machine_verdict,
     misses_markdown,
     pct,
+    three_clocks,
     ttft_misses_markdown,
     within_spread,
 )
@@ -64,6 +65,24 @@ def _large_probe(cfg: dict) -> str:
     )
 
 
+def _grid_note(table: pd.DataFrame) -> str:
+    """Which cells the method was tuned on and which it never saw (the ``grid`` column)."""
+    grids = (
+        table["grid"].fillna("tuning") if "grid" in table else pd.Series(["tuning"] * len(table))
+    )
+    counts = grids.value_counts()
+    held = int(counts.get("held-out", 0))
+    text = (
+        f"Cells: {int(counts.get('tuning', 0))} tuning, {held} held-out (`grid` column). A tuning "
+        "cell is one the method was developed on: its calibration concurrencies are the scored "
+        "ones and it went through several versions on the same prompts, so its errors are "
+        "in-sample."
+    )
+    if not held:
+        text += " No held-out grid has been run yet: read every number here as in-sample."
+    return text
+
+
 def render(out_dir: Path, command: str, load_note: str = "") -> str:
     """README.md of a finished grid (written next to its tables); returns its text."""
     from specsim.outputs import write_text
@@ -92,6 +111,17 @@ def render(out_dir: Path, command: str, load_note: str = "") -> str:
         f"Target {cfg.get('target')}, drafters {', '.join(cfg.get('drafters', {}).values())}, "
         f"prompts {' '.join(cfg.get('prompts', []))}, {cfg.get('max_new_tokens')} new tokens "
         f"(traces: {', '.join(cfg.get('traces', {}).values())}).",
+        "",
+        "## Three clocks, side by side",
+        "",
+        "The same runs scored on each clock (signed errors per cell in `fidelity.csv`: "
+        "`err_*` ref, `wall_err_*` wall; raw CPU derived from each run's speed factor, "
+        "`specsim.fidelity.tables.with_raw_clock`). The simulator is "
+        "'faster' in a cell when its throughput is above the engine's.",
+        "",
+        three_clocks(table).to_markdown(index=False),
+        "",
+        _grid_note(table),
         "",
         "## Goals (issue 15) on the " + clock + " clock",
         "",

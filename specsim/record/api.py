@@ -73,8 +73,8 @@ def record_run(
     recorder's summary (timings, counts). Checks its arguments before loading anything.
     The arguments are :func:`record_trace`'s."""
     from specsim.outputs import check_out
-    from specsim.record.models import load_target, set_threads
     from specsim.prompts import load_many
+    from specsim.record.models import load_target, set_threads
     from specsim.record.recorder import RecordConfig, record
 
     if not temperature >= 0 or temperature == float("inf"):
