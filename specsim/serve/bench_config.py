@@ -72,6 +72,7 @@ class Result:
     done_s: float = float("nan")
     chunk_s: list[float] = field(default_factory=list)  # arrival of each streamed chunk
     chunk_tokens: list[int] = field(default_factory=list)  # tokens in it (1 unless known)
+    tokens: list[int] = field(default_factory=list)  # the output's token ids, where streamed
     output_tokens: int = 0
     prompt_tokens: int = 0
     draft_n: int | None = None  # llama-server timings: tokens drafted ...

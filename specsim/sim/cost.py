@@ -25,6 +25,12 @@ verifying 8 tokens each pays ~17 ms of it and one verifying 1 token each ~2 (v5 
 folded it into the per-request curve measured at 4 tokens a request, which charged ``full``
 half and ``ar`` three times what their steps paid.
 
+``emit_per_token_ms`` (serving model v2 only) is charged per decode token a step EMITS
+(accepted drafts and the bonus or correction token), not per verified one: llama-server samples
+the verified rows one by one and stops at the first draft its sample rejects
+(``common_sampler_sample_and_accept_n``), then streams each emitted token, so a rejected draft
+costs its logits (in the table) but no sampling or streaming.
+
 ``overhead_curve`` ((R, ms) points, measured at R = 1, 2, 4, 8, 16 running requests) replaces
 ``step_overhead_ms + verify_per_request_ms * R`` when given: on the CPU engine that overhead is
 ~0 at one or two requests and ~4.5 ms per request from four on (caches: the requests' KV and
@@ -74,6 +80,7 @@ COST_KEYS = (
     "accept_per_token_ms",
     "draft_prefill_us_per_token",
     "kv_read_us_per_ktoken",
+    "emit_per_token_ms",
 )
 
 
@@ -137,6 +144,10 @@ class CostModel:
     # roofline profiles' table then covers weights and compute only)
     draft_prefill_us_per_token: float = 0.0
     kv_read_us_per_ktoken: float = 0.0
+    # serving model v2: the server's cost per decode token EMITTED (not verified): a server
+    # that samples row by row and stops at the first rejected draft (llama-server), and
+    # streams every emitted token, pays this per accepted draft and bonus token only
+    emit_per_token_ms: float = 0.0
     max_running: int = 256
     kv_tokens: int = 1 << 20
     prefill_budget: int = 16384  # serving model v1: prompt tokens admitted per step
@@ -235,6 +246,7 @@ class CostModel:
             or self.draft_per_context_us
             or self.prefill_token_ms
             or self.accept_per_token_ms
+            or self.emit_per_token_ms
         )
 
     def policy_step_fn(self, step_fn, prefill_tokens: int):  # type: ignore[no-untyped-def]
@@ -351,6 +363,7 @@ class CostModel:
             "accept_per_token_ms": self.accept_per_token_ms,
             "draft_prefill_us_per_token": self.draft_prefill_us_per_token,
             "kv_read_us_per_ktoken": self.kv_read_us_per_ktoken,
+            **({"emit_per_token_ms": self.emit_per_token_ms} if self.emit_per_token_ms else {}),
             "max_running": self.max_running,
             "kv_tokens": self.kv_tokens,
             "prefill_budget": self.prefill_budget,

@@ -28,7 +28,9 @@ One step, at time t:
    (``draft_prefill_us_per_token``, when the policy drafts at all) + the scheduler (only for a
    policy that decides, and not under ZOS) + the target step over every token in it (the
    table) + the KV it reads (``kv_read_us_per_ktoken`` per cached token of every sequence in
-   the step: the decoders' contexts and the prefillers' prefixes).
+   the step: the decoders' contexts and the prefillers' prefixes) + ``emit_per_token_ms`` per
+   decode token emitted (a server that samples verified rows only up to the first rejection
+   and streams each token: llama-server).
 
 ZOS, the acceptance estimate and the verification history are v1's (:mod:`specsim.sim.engine`).
 A mixin of :class:`specsim.sim.engine.Engine`; one SimPy timeout per step.
@@ -73,6 +75,7 @@ class ServingV2:
         is2d = cost.is_2d
         engine_terms = cost.has_engine_terms
         kv_coef = cost.kv_read_us_per_ktoken * 1e-9  # seconds per cached token read
+        emit_coef = cost.emit_per_token_ms * 1e-3  # seconds per emitted decode token
         uses_drafter = pol.draft_len != 0
         dpre = cost.draft_prefill_us_per_token * 1e-6 if uses_drafter else 0.0
         p_tok = cost.prefill_token_ms * 1e-3
@@ -317,10 +320,12 @@ class ServingV2:
             batch = n_dec + n_ver + prefill_tokens
             if batch > self.max_b:
                 self.max_b = batch
-            if b_limit is not None and batch > b_limit:
+            # the tokens the table prices (prompt tokens have their own cost when measured)
+            tabled = batch - prefill_tokens if p_tok else batch
+            if b_limit is not None and tabled > b_limit:
                 raise SpecsimError(
                     f"profile {cost.name!r} is measured up to {cost.b_max} tokens a step and this "
-                    f"run needs {batch} (more than {MEASURED_RANGE}x its range): measure a "
+                    f"run needs {tabled} (more than {MEASURED_RANGE}x its range): measure a "
                     "profile that covers it (specsim profile) or lower the load"
                 )
             # -- the step's cost
@@ -343,6 +348,8 @@ class ServingV2:
                 verify_s = float(cost.step_time(batch))
             kv_s = kv_coef * (ctx_dec + pre_ctx) if kv_coef else 0.0
             duration = draft_s + dpre * prefill_tokens + sched_s + verify_s + kv_s
+            if emit_coef and n_dec:  # the server's sampling and streaming, per emitted token
+                duration += emit_coef * emitted
             if zos:
                 zos_s = cost.sched_s(n_run)
                 zos_proc = env.process(self._zos_sched(env, zos_s)) if zos_s >= duration else None

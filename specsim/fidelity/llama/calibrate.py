@@ -1,0 +1,87 @@
+"""Calibration runs: closed loops on other prompts at other concurrencies than the grid's, each
+rebuilt into the server's steps (:mod:`specsim.serve.llama_steps`) for the profile fit.
+
+Why closed loops of the real workload rather than a kernel benchmark: a step of llama-server
+is more than its ``llama_decode`` (the per-slot loop, sampling row by row, streaming each token
+to the HTTP threads, the client on the other core), and all of it is on the wall clock the grid
+is scored on. The drafts and acceptances of each request come from its own output
+(reconstruction exact at any temperature), so every step's make-up is known.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from specsim.fidelity.llama.config import LlamaValidationConfig, SpecSetting
+from specsim.fidelity.llama.servers import drafter_of, send
+from specsim.serve.bench_config import Job, Result
+from specsim.serve.llama_steps import align, request_groups, step_table
+from specsim.serve.ngram import positions
+
+
+def run_steps(
+    cfg: LlamaValidationConfig,
+    s: SpecSetting,
+    jobs: Sequence[Job],
+    results: Sequence[Result],
+) -> tuple[pd.DataFrame, dict[str, float]]:
+    """The steps of one run, and how well they were rebuilt (requests whose predicted draft
+    counts equal the server's, the alignment's worst misfit)."""
+    d = drafter_of(cfg, s)
+    groups, exact, checked = [], 0, 0
+    for i, (job, res) in enumerate(zip(jobs, results, strict=True)):
+        drafted = accepted = None
+        if d is not None and res.tokens:
+            pos = positions(d, job.prompt, res.tokens, cfg.ctx_per_slot)
+            drafted, accepted = pos.drafted, pos.accepted
+            if not res.error:
+                checked += 1
+                exact += int(_path_drafted(pos) == (res.draft_n or 0, res.draft_accepted or 0))
+        gs = request_groups(i, res, len(job.prompt), drafted, accepted)
+        if gs is not None:
+            groups.append(gs)
+    steps, worst = align(groups)
+    sent = {i: r.sent_s for i, r in enumerate(results)}
+    table = step_table(steps, sent)
+    info = {"requests_exact": exact, "requests_checked": checked, "align_worst": worst,
+            "requests_unusable": len(results) - len(groups)}  # fmt: skip
+    return table, info
+
+
+def _path_drafted(pos) -> tuple[int, int]:  # noqa: ANN001
+    from specsim.serve.ngram import server_path
+
+    drafted, accepted, _ = server_path(pos)
+    return drafted, accepted
+
+
+def calibrate(
+    cfg: LlamaValidationConfig,
+    s: SpecSetting,
+    srv,  # noqa: ANN001 - a started LlamaServer
+    ids: list[list[int]],
+    lengths: list[int],
+    log: Callable[[str], None],
+) -> tuple[pd.DataFrame, list[dict]]:
+    """Every calibration run of setting ``s`` on ``srv``: their steps (one frame) and a row of
+    run-level numbers each."""
+    frames, rows = [], []
+    for t in cfg.temperatures:
+        for c in cfg.calib_concurrency:
+            n = int(np.ceil(cfg.calib_requests * c))
+            jobs, res, summary = send(srv, ids, lengths, temperature=t, seed=cfg.seed + 1,
+                                      concurrency=c, requests=n)  # fmt: skip
+            table, info = run_steps(cfg, s, jobs, res)
+            table["spec"], table["temperature"], table["concurrency"] = s.name, float(t), c
+            frames.append(table)
+            rows.append({"spec": s.name, "temperature": t, "concurrency": c, "requests": n,
+                         "throughput_tok_s": summary["throughput_tok_s"],
+                         "tpot_ms_mean": summary["tpot_ms_mean"], "steps": len(table),
+                         **info})  # fmt: skip
+            log(f"  calibration {s.name} T={t:g} C={c}: {summary['throughput_tok_s']:.1f} tok/s, "
+                f"{len(table)} steps, align {info['align_worst']:.2f}, drafts exact "
+                f"{info['requests_exact']}/{info['requests_checked']}")  # fmt: skip
+    return pd.concat(frames, ignore_index=True), rows

@@ -1,0 +1,184 @@
+"""A cost profile of llama-server, fitted on its own steps in calibration runs.
+
+The steps come from :mod:`specsim.serve.llama_steps` (each step's end time, the requests it
+decoded, the tokens each verified and emitted, the prompts it prefilled). A step's duration is
+fitted, by least squares with Huber weights, as the simulator's serving model v2 composes a
+step from a profile (``specsim.sim.serving``, ``CostModel.verify_s``):
+
+    table(B, ctx) + prefill_token_ms * P + emit_ms[T] * E
+
+- ``table(B, ctx) = t(B) + attn * B * ctx``: ``B`` the verified tokens (every decoding slot's
+  sampled token and its drafts: each gets logits), ``t`` piecewise linear between knots
+  (1, 2, 4, ..., the largest B seen), ``ctx`` the decoders' mean context (prompt + output so
+  far): the attention each verified token does over its cache;
+- ``P`` prompt tokens prefilled in the step (no logits but the last one's);
+- no term per running request (the per-slot loop): without drafts every decoding request
+  verifies one token, so R equals B and the two cannot be told apart; fitted together they
+  traded a negative table against a large R term on small calibrations (the table, clamped
+  at 0, then under-priced every step). Its cost is in the table's per-token slope;
+- ``E`` decode tokens emitted, at temperature T: sampling and streaming. The server samples
+  row by row and stops at the first draft its sample rejects
+  (``common_sampler_sample_and_accept_n``), so a rejected draft costs its logits (in ``B``)
+  but no sampling; T = 0 and T = 1 sample with different chains, so each has its own term.
+
+A step with no decoder costs ``t`` at the first knot (what the simulator charges, its
+``step_time(0)``). The fitted numbers become one :class:`specsim.sim.cost.CostModel` per
+temperature: a 2-D table (rows at two contexts: linear in ctx, so the table is exact between
+them), ``prefill_token_ms`` and ``emit_per_token_ms``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+BASE_KNOTS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+CONTEXT_ROWS = (0.0, 8192.0)
+HUBER_K = 1.5  # residuals beyond this many robust sd get less weight (VM hiccups)
+
+
+@dataclass(frozen=True)
+class StepFit:
+    """The fitted step model (ms; ``attn_us`` in microseconds per verified token per context
+    token) and how well it fits the calibration steps."""
+
+    knots: tuple[int, ...]
+    table_ms: tuple[float, ...]
+    attn_us: float
+    prefill_token_ms: float
+    per_request_ms: float
+    emit_ms: dict[float, float]
+    steps: int = 0
+    resid_sd_ms: float = float("nan")
+    r2: float = float("nan")
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+def knots_for(b_max: int) -> tuple[int, ...]:
+    """The table's knots: powers of two below the largest verified batch, and it."""
+    ks = [k for k in BASE_KNOTS if k < b_max]
+    return (*ks, int(b_max)) if b_max > 1 else (1, 2)
+
+
+def hat_basis(b: np.ndarray, knots: Sequence[int]) -> np.ndarray:
+    """(n, len(knots)): linear interpolation weights of each B between the knots (the first
+    value held below the first knot, the last segment extended beyond the last)."""
+    k = np.asarray(knots, dtype=np.float64)
+    x = np.asarray(b, dtype=np.float64)
+    out = np.zeros((x.shape[0], k.shape[0]))
+    for j in range(k.shape[0]):
+        e = np.zeros(k.shape[0])
+        e[j] = 1.0
+        out[:, j] = np.interp(x, k, e)
+        if j >= k.shape[0] - 2:  # linear extrapolation beyond the last knot
+            slope = (e[-1] - e[-2]) / (k[-1] - k[-2])
+            out[:, j] = np.where(x > k[-1], e[-1] + slope * (x - k[-1]), out[:, j])
+    return out
+
+
+def design(frame, knots: Sequence[int], temperatures: Sequence[float]) -> np.ndarray:  # noqa: ANN001
+    """The regression's columns for a step table (with a ``temperature`` column): hats of B,
+    B * ctx, P, then E at each temperature."""
+    b = frame["batch_tokens"].to_numpy(np.float64)
+    dec = frame["decoding"].to_numpy() > 0
+    b_eff = np.where(dec, b, float(knots[0]))
+    ctx = np.where(dec, frame["ctx_mean"].to_numpy(np.float64), CONTEXT_ROWS[0])
+    cols = [hat_basis(b_eff, knots), (b * ctx)[:, None] * 1e-3]
+    cols.append(frame["prefill_tokens"].to_numpy(np.float64)[:, None])
+    temp = frame["temperature"].to_numpy(np.float64)
+    e = frame["emitted"].to_numpy(np.float64)
+    cols += [np.where(np.isclose(temp, t), e, 0.0)[:, None] for t in temperatures]
+    return np.hstack(cols)
+
+
+def fit_steps(frame, temperatures: Sequence[float] | None = None) -> StepFit:  # noqa: ANN001
+    """Fit the step model on the steps with a known duration (ms)."""
+    st = frame[np.isfinite(frame["duration_s"]) & (frame["duration_s"] > 0)]
+    temps = tuple(sorted(set(st["temperature"]))) if temperatures is None else tuple(temperatures)
+    knots = knots_for(int(st["batch_tokens"].max()))
+    x = design(st, knots, temps)
+    y = st["duration_s"].to_numpy(np.float64) * 1000.0
+    nk = len(knots)
+    keep = x.any(axis=0)  # a knot no step reaches stays at 0 (then patched)
+    coef = _huber(x, y, keep)
+    # the terms after the table are costs, never savings: the most negative one (noise, or a
+    # term the calibration loads do not separate) is dropped and the rest refitted, in turn
+    for _ in range(x.shape[1] - nk):
+        worst = int(np.argmin(coef[nk:]))
+        if coef[nk + worst] >= 0:
+            break
+        keep[nk + worst] = False
+        coef = _huber(x, y, keep)
+    table = _fill_knots(knots, coef[:nk], x[:, :nk].any(axis=0))
+    r = y - x @ coef
+    return StepFit(
+        knots=tuple(int(k) for k in knots),
+        table_ms=tuple(float(v) for v in table),
+        attn_us=float(coef[nk]),
+        prefill_token_ms=float(coef[nk + 1]),
+        per_request_ms=0.0,
+        emit_ms={float(t): float(coef[nk + 2 + i]) for i, t in enumerate(temps)},
+        steps=int(y.shape[0]),
+        resid_sd_ms=float(np.std(r)),
+        r2=float(1.0 - np.var(r) / np.var(y)),
+    )
+
+
+def _huber(x: np.ndarray, y: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """Least squares of ``y`` on the kept columns of ``x``, Huber-weighted (IRLS); the other
+    coefficients are 0."""
+    cols = np.flatnonzero(keep)
+    coef = np.zeros(x.shape[1])
+    w = np.ones(y.shape[0])
+    for _ in range(20):
+        sw = np.sqrt(w)
+        sol, *_ = np.linalg.lstsq(x[:, cols] * sw[:, None], y * sw, rcond=None)
+        coef[cols] = sol
+        r = y - x @ coef
+        s = 1.4826 * np.median(np.abs(r - np.median(r))) or 1.0
+        w = np.minimum(1.0, HUBER_K * s / np.maximum(np.abs(r), 1e-12))
+    return coef
+
+
+def _fill_knots(knots: Sequence[int], vals: np.ndarray, seen: np.ndarray) -> np.ndarray:
+    """Knots no step reached take the line through their neighbours that were."""
+    k = np.asarray(knots, dtype=np.float64)
+    v = np.asarray(vals, dtype=np.float64).copy()
+    if seen.sum() >= 2 and not seen.all():
+        v[~seen] = np.interp(k[~seen], k[seen], v[seen])
+    return v
+
+
+def cost_model(fit: StepFit, temperature: float, name: str, limits: dict[str, int],
+               meta: dict[str, str]):  # fmt: skip  # noqa: ANN201 - CostModel
+    """The fit at ``temperature`` as the simulator's profile (``limits``: ``max_running``,
+    ``kv_tokens``, ``max_batched_tokens``)."""
+    from specsim.sim.cost import CostModel
+
+    knots = np.asarray(fit.knots, dtype=np.int64)
+    base = np.maximum(np.asarray(fit.table_ms), 1e-3)
+    rows = np.stack([base + fit.attn_us * 1e-3 * knots * c for c in CONTEXT_ROWS])
+    info = {
+        "source": "measured by specsim validate --engine llama-server (calibration steps)",
+        "fit_steps": str(fit.steps),
+        "fit_resid_sd_ms": f"{fit.resid_sd_ms:.3f}",
+        "fit_r2": f"{fit.r2:.4f}",
+        "attn_us_per_token_ctx": f"{fit.attn_us:.6g}",
+        "temperature": f"{temperature:g}",
+        **meta,
+    }
+    return CostModel(
+        name=name,
+        batch_tokens=knots,
+        step_ms=rows,
+        context_tokens=np.asarray(CONTEXT_ROWS),
+        # never 0: at 0 the simulator would price prompt tokens with the table, which was
+        # fitted on decode tokens only; a dropped (0) term means "free beyond R's term"
+        prefill_token_ms=max(fit.prefill_token_ms, 1e-6),
+        verify_per_request_ms=max(fit.per_request_ms, 0.0),
+        emit_per_token_ms=max(fit.emit_ms.get(float(temperature), 0.0), 0.0),
+        meta=info,
+        **limits,
+    )

@@ -1,0 +1,121 @@
+"""The words of ``reports/llama-cpp/README.md``, filled in with a run's numbers (kept apart
+from :mod:`.report`, which computes them, so the prose can be read and edited as prose)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from specsim.fidelity.llama.config import LlamaValidationConfig
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def _met(ok: bool) -> str:
+    return "met" if ok else "NOT met"
+
+
+def goal_rows(g: dict[str, float], ranks: pd.DataFrame, minutes: float, load: tuple) -> str:
+    """The goals table: one row per goal of issue #34, its measured value, met or not."""
+    rk = ranks[ranks["pairs_beyond_spread"] > 0]
+    pairs, agree = int(rk["pairs_beyond_spread"].sum()), int(rk["pairs_agree"].sum())
+    l0, l1 = load
+    rows = []
+    for m, what in (("throughput", "throughput"), ("tpot_mean", "mean TPOT")):
+        med, worst = g[f"{m}_median_abs"], g[f"{m}_max_abs"]
+        rows.append(
+            (f"median abs. error of {what} <= 5%",
+             f"{_pct(med)} ({_pct(g[f'{m}_within_5'])} of cells within 5%)", med <= 0.05)
+        )  # fmt: skip
+        rows.append(
+            (f"every cell's {what} within 10%",
+             f"worst {_pct(worst)} ({_pct(g[f'{m}_within_10'])} within 10%)", worst <= 0.10)
+        )  # fmt: skip
+    gap = g["accept_gap_max"]
+    rows.append(
+        ("accepted per drafted token, trace vs server, within 3% (per cell)",
+         f"worst {_pct(gap)}, median {_pct(g['accept_gap_median'])}", gap <= 0.03)
+    )  # fmt: skip
+    pooled = g["accept_gap_pooled_max"]
+    rows.append(
+        ("the same, pooled over the loads of each setting and temperature",
+         f"worst {_pct(pooled)}", pooled <= 0.03)
+    )  # fmt: skip
+    rows.append(
+        ("ranking of the settings where the real gap exceeds the spread",
+         f"{agree} of {pairs} pairs agree", agree == pairs)
+    )  # fmt: skip
+    rows.append(
+        ("grid in <= 60 minutes",
+         f"{minutes:.1f} min (1-min load {l0[0]:.2f} before, {l1[0]:.2f} after)", minutes <= 60)
+    )  # fmt: skip
+    body = "\n".join(f"| {a} | {b} | {_met(ok)} |" for a, b, ok in rows)
+    return "| goal | measured | |\n|---|---|---|\n" + body + "\n"
+
+
+def render(
+    cfg: LlamaValidationConfig,
+    g: dict[str, float],
+    ranks: pd.DataFrame,
+    cells: str,
+    minutes: float,
+    load: tuple,
+    machine: str,
+    rescored: bool = False,
+    command: str = "",
+) -> str:
+    """The README: what was run, the goals, every cell, the rankings."""
+    specs = ", ".join(cfg.specs)
+    conc = ", ".join(map(str, cfg.concurrency))
+    rates = ", ".join(f"{r:g}" for r in cfg.rates) or "none"
+    temps = ", ".join(f"{t:g}" for t in cfg.temperatures)
+    calib = ", ".join(map(str, cfg.calib_concurrency))
+    prompts = " ".join(cfg.prompts)
+    rank_cols = ["temperature", "concurrency", "rate", "real_order", "sim_order",
+                 "pairs_beyond_spread", "pairs_agree", "metric"]  # fmt: skip
+    rk = ranks[rank_cols].fillna("").astype(str)
+    rank_md = "| " + " | ".join(rank_cols) + " |\n|" + "---|" * len(rank_cols) + "\n"
+    rank_md += "\n".join("| " + " | ".join(r) + " |" for r in rk.itertuples(index=False))
+    note = (
+        "\n**Rescored** (`--rescore`): the simulator's side was computed again from the saved "
+        "runs after the grid had been seen (the notes below say what, if anything, changed).\n"
+        if rescored
+        else ""
+    )
+    return f"""# llama-server as the simulator's reference (wall clock)
+
+The simulator predicts what `specsim bench` measures on llama.cpp's `llama-server` (build
+11434, SmolLM2-135M-Instruct Q4_1, CPU), from a profile fitted on calibration runs that share
+neither prompts nor concurrencies with the grid. Method and how to use it:
+[docs/llama-cpp.md](../../docs/llama-cpp.md).
+{note}
+## Results against the goals
+
+{goal_rows(g, ranks, minutes, load)}
+## Grid
+
+- settings: {specs} (ngram:M = `--spec-type ngram-simple`, lookup {cfg.ngram_n}, draft size M)
+- closed loops at C = {conc} ({cfg.min_requests} requests or 3C); Poisson at {rates} req/s
+  ({cfg.open_requests} requests); temperatures {temps}; {cfg.repeats} repeats of every cell
+- prompts: {prompts}, outputs of each prompt's greedy length (at most {cfg.max_tokens})
+- calibration (the profile): {cfg.calib_prompts} at C = {calib}
+- server: `-np {cfg.parallel} -c {cfg.parallel * cfg.ctx_per_slot} -t {cfg.threads}`
+- machine: {machine}
+
+Rerun (about the minutes above, alone on the machine):
+
+```
+{command or f"specsim validate --engine llama-server --out {cfg.out} --force"}
+```
+
+and `--rescore` added to score the saved runs again without a server. Every flag is also in
+`config.json`.
+
+## Every cell
+
+{cells}
+## Rankings (per load; pairs counted where the real gap exceeds the real spread)
+
+{rank_md}
+"""

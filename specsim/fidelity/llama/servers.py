@@ -1,0 +1,79 @@
+"""The llama-server processes of a grid and the load sent to them.
+
+One server per speculative setting, the same flags for the calibration runs and the grid:
+``-np`` slots of ``ctx_per_slot`` tokens each, ``-t`` threads, the default batch
+(``-b 2048``, ``-ub 512``), continuous batching on, bound to 127.0.0.1. Every request is sent
+by ``specsim bench``'s client (``run_bench``) with token-id prompts, ``ignore_eos`` and the
+trace's output length, so both sides generate the same number of tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from specsim.fidelity.llama.config import LlamaValidationConfig, SpecSetting
+from specsim.serve.bench_config import BenchConfig, Job, Result
+from specsim.serve.llama_server import LlamaServer, ServerSpec
+from specsim.serve.ngram import NgramSimple
+
+N_BATCH = 2048  # llama-server's default -b: the simulator's max_batched_tokens
+
+
+def drafter_of(cfg: LlamaValidationConfig, s: SpecSetting) -> NgramSimple | None:
+    return NgramSimple(cfg.ngram_n, s.n_max) if s.kind == "ngram" else None
+
+
+def server_args(cfg: LlamaValidationConfig, s: SpecSetting) -> tuple[str, ...]:
+    args = ["-np", str(cfg.parallel), "-c", str(cfg.parallel * cfg.ctx_per_slot)]
+    args += ["-t", str(cfg.threads), "-b", str(N_BATCH)]
+    if s.kind == "ngram":
+        args += list(NgramSimple(cfg.ngram_n, s.n_max).server_args())
+    return tuple(args)
+
+
+def start_server(cfg: LlamaValidationConfig, s: SpecSetting, log_dir: Path | None = None):  # noqa: ANN201
+    """A started-on-enter llama-server for setting ``s`` (a context manager: always stopped)."""
+    from specsim.record.models import smollm2_gguf  # torch-free: locates the GGUF
+
+    log = None if log_dir is None else log_dir / f"server-{s.slug}.log"
+    return LlamaServer(ServerSpec(model=smollm2_gguf(), args=server_args(cfg, s), log_path=log))
+
+
+def limits(cfg: LlamaValidationConfig) -> dict[str, int]:
+    """The simulator's capacity knobs for these servers: slots, fixed per-slot KV (a
+    reservation never preempts), the step's token budget."""
+    return {
+        "max_running": cfg.parallel,
+        "kv_tokens": cfg.parallel * cfg.ctx_per_slot,
+        "max_batched_tokens": N_BATCH,
+    }
+
+
+def send(
+    srv: LlamaServer,
+    prompts: Sequence[list[int]],
+    lengths: Sequence[int],
+    *,
+    temperature: float,
+    seed: int,
+    concurrency: int | None = None,
+    rate: float | None = None,
+    requests: int | None = None,
+) -> tuple[list[Job], list[Result], dict[str, Any]]:
+    """One ``specsim bench`` run against ``srv``: its jobs, per-request results and summary."""
+    from specsim.serve.bench import make_jobs, run_bench, summarize_bench
+
+    bc = BenchConfig(
+        url=srv.url,
+        concurrency=concurrency,
+        rate=rate,
+        requests=requests,
+        max_tokens=max(lengths),
+        temperature=temperature,
+        seed=seed,
+    )
+    jobs = make_jobs(list(prompts), bc, output_len=list(lengths))
+    res = run_bench(bc, jobs)
+    return jobs, res, summarize_bench(res, concurrency)

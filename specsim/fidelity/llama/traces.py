@@ -1,0 +1,119 @@
+"""The grid's inputs: prompts as token ids, output lengths, the server's own outputs, and from
+them one trace per speculative setting and temperature.
+
+- Prompts: each text in the server's chat template, tokenized by the server.
+- Output lengths: each prompt's greedy answer up to its end-of-sequence token, at most
+  ``--max-tokens`` and at least 16 (one run of the plain server); every later request is sent
+  with ``ignore_eos`` and that length, so the server and the simulator generate the same
+  number of tokens.
+- Outputs: one run of the plain server (no drafting) per temperature, seeded as the grid's
+  runs are. A speculative run commits the same tokens (greedy: the argmax; T > 0: llama-server
+  samples each position from the target, one draw per committed token, and accepts a draft
+  iff it equals that sample), so these outputs are what every setting's runs emit, up to the
+  arithmetic's dependence on the batch (the grid reports how many requests differ).
+- Traces: the drafts llama-server makes at every position of those outputs
+  (:mod:`specsim.serve.ngram` for ``ngram:M``), built by
+  :func:`specsim.serve.llama_trace.build_trace`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from specsim.fidelity.llama.config import LlamaValidationConfig, SpecSetting
+from specsim.fidelity.llama.servers import drafter_of, send, start_server
+from specsim.serve.llama_trace import build_trace
+from specsim.serve.ngram import positions
+from specsim.trace.model import Trace
+
+MIN_OUTPUT = 16
+TRACE_CONCURRENCY = 4  # the outputs' runs (not a grid cell; the outputs do not depend on it)
+
+
+@dataclass(frozen=True)
+class GridInputs:
+    """Token-id prompts and output lengths of the grid and of the calibration runs, and the
+    server's outputs of the grid's prompts at each temperature."""
+
+    ids: list[list[int]]
+    lengths: list[int]
+    outputs: dict[float, list[list[int]]]
+    calib_ids: list[list[int]]
+    calib_lengths: list[int]
+
+
+def prepare(
+    cfg: LlamaValidationConfig, texts: list[str], calib_texts: list[str], log: Callable
+) -> GridInputs:
+    """Tokenize, measure output lengths and record the outputs (one plain server)."""
+    from specsim.serve.llama_tokens import chat_prompt_ids
+
+    none = SpecSetting("none")
+    with start_server(cfg, none, cfg.out / "logs") as srv:
+        ids = chat_prompt_ids(srv, texts)
+        calib_ids = chat_prompt_ids(srv, calib_texts)
+        lengths = natural_lengths(srv, ids, cfg)
+        calib_lengths = natural_lengths(srv, calib_ids, cfg)
+        log(f"prompts: grid {len(ids)}, calibration {len(calib_ids)}; mean output "
+            f"{sum(lengths) / len(lengths):.1f} tokens")  # fmt: skip
+        outputs = {}
+        for t in cfg.temperatures:
+            _, res, _ = send(srv, ids, lengths, temperature=t, seed=cfg.seed,
+                             concurrency=TRACE_CONCURRENCY, requests=len(ids))  # fmt: skip
+            by_prompt: dict[int, list[int]] = {r.trace_id: r.tokens for r in res}
+            bad = [i for i, n in enumerate(lengths) if len(by_prompt.get(i, ())) != n]
+            if bad:
+                from specsim.errors import SpecsimError
+
+                raise SpecsimError(f"llama-server returned short outputs for prompts {bad[:5]}")
+            outputs[float(t)] = [by_prompt[i] for i in range(len(ids))]
+    return GridInputs(ids, lengths, outputs, calib_ids, calib_lengths)
+
+
+def natural_lengths(srv, ids: list[list[int]], cfg: LlamaValidationConfig) -> list[int]:  # noqa: ANN001
+    """Each prompt's greedy answer length (to its EOS), clipped to [16, max_tokens]."""
+    out = []
+    for p in ids:
+        ans = srv.completion({"prompt": p, "n_predict": cfg.max_tokens, "temperature": 0.0,
+                              "cache_prompt": False, "seed": cfg.seed})  # fmt: skip
+        n = int(ans.get("timings", {}).get("predicted_n", cfg.max_tokens))
+        out.append(min(max(n, MIN_OUTPUT), cfg.max_tokens))
+    return out
+
+
+def setting_trace(
+    cfg: LlamaValidationConfig, s: SpecSetting, inputs: GridInputs, temperature: float
+) -> Trace:
+    """The trace of setting ``s`` over the outputs at ``temperature``."""
+    outs = inputs.outputs[float(temperature)]
+    plen = [len(p) for p in inputs.ids]
+    meta = {
+        "temperature": f"{temperature:g}",
+        "target": "SmolLM2-135M-Instruct.Q4_1.gguf (llama-server)",
+        "drafter": s.name,
+    }
+    if s.kind == "none":
+        return build_trace(plen, inputs.lengths, None, None, None, 1, meta)
+    d = drafter_of(cfg, s)
+    assert d is not None
+    pos = [positions(d, p, o, cfg.ctx_per_slot) for p, o in zip(inputs.ids, outs, strict=True)]
+    meta["drafter"] = f"ngram-simple n={cfg.ngram_n} m={s.n_max}"
+    return build_trace(
+        plen,
+        inputs.lengths,
+        [p.drafted for p in pos],
+        [p.accepted for p in pos],
+        [p.tokens for p in pos],
+        s.n_max,
+        meta,
+    )
+
+
+def write_traces(traces: dict[tuple[str, float], Trace], folder: Path) -> None:
+    from specsim.trace.io import write_trace
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for (name, t), tr in traces.items():
+        write_trace(tr, folder / f"trace-{name.replace(':', '-')}-t{t:g}.parquet", force=True)
