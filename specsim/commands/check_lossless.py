@@ -7,6 +7,10 @@ it covers, and exits 1 when anything is lossy (checks after the first LOSSY one 
 verdict is known), 0 when there is no evidence of loss (a proof only for the proven worlds, and
 only for the law printed), 2 on a bad callable or argument. ``--mutants`` runs the built-in
 catalogue of broken implementations instead and exits 0 only when every one is caught.
+
+``--server URL`` audits a running server instead (``specsim.serve.audit``): what it emits with
+speculation on, scored token by token against a reference server with speculation off, under
+sequential G-tests at a family-wise false-alarm rate of 1e-6; exit 1 when LOSSY, 0 otherwise.
 """
 
 from __future__ import annotations
@@ -69,6 +73,14 @@ def register(subparsers) -> None:
     p.add_argument("--mutants", action="store_true", help="run the catalogue of broken mutants")
     p.add_argument("--out", metavar="FILE.parquet", help="also write the tidy result table")
     p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
+    from specsim.options import add_options
+    from specsim.serve.audit_config import AuditConfig
+
+    audit = p.add_argument_group(
+        "server audit", "with --server URL: audit a running server against a reference with "
+        "speculation off (docs/losslessness.md, 'Auditing a running server')",
+    )  # fmt: skip
+    add_options(audit, AuditConfig)
     p.set_defaults(func=run)
 
 
@@ -115,7 +127,43 @@ def world_table(df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def run_server_audit(args: argparse.Namespace) -> int:
+    """``--server URL``: the black-box audit of a running server."""
+    from specsim.options import from_args
+    from specsim.serve.audit import run_audit
+    from specsim.serve.audit_config import AuditConfig
+
+    other = [f for f in ("verifier", "policy", "model", "multi", "mutants") if getattr(args, f)]
+    if other:
+        flags = ", ".join("--" + f for f in other)
+        raise SpecsimError(f"--server audits a running server; it does not take {flags}")
+    cfg = from_args(AuditConfig, args)
+    out = None
+    if args.out:
+        from specsim.outputs import check_out
+
+        out = check_out(args.out, force=args.force)
+
+    def progress(run) -> None:  # noqa: ANN001
+        last = run.history[-1] if run.history else None
+        at = f"; look {last['k']} at {last['n']:,}: rank p={last['rank_p']:.3g}" if last else ""
+        sys.stderr.write(f"\r{run.counts.positions:,} positions, {run.minutes():.1f} min{at}  ")
+
+    res = run_audit(cfg, progress=progress)
+    sys.stderr.write("\n")
+    sys.stdout.write(res.text() + "\n")
+    if out is not None:
+        import pandas as pd
+
+        from specsim.outputs import write_table
+
+        write_table(pd.DataFrame([res.row()]), out)
+    return 1 if res.lossy else 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "server", None):
+        return run_server_audit(args)
     from specsim.lossless.check import check_pipeline
     from specsim.lossless.pipeline import Pipeline
     from specsim.lossless.user import validated_model, verifier_pipeline

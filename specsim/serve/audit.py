@@ -1,0 +1,389 @@
+"""Audit a running server: does speculation change the law of what it says?
+
+``run_audit(cfg)`` sends requests to the audited server (speculation on), scores every emitted
+token on a reference server (the same model, speculation off: the law the audited server must
+keep), and runs the sequential checks of :mod:`specsim.serve.audit_stats` at 1,024 x 2^j
+positions until one rejects (LOSSY) or the budget (tokens, minutes) is spent (no evidence of
+loss, with the floor: the TV the run would have caught with 99% power). Positions are counted
+in job order (job j: context j mod the number of contexts, seed derived from the run's), so a
+run gives the same verdict at any concurrency and a resumed run (``state``) continues exactly
+where the saved one stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from specsim.errors import SpecsimError
+from specsim.serve import audit_stats as st
+from specsim.serve.audit_client import (
+    Generation,
+    Sampling,
+    Scored,
+    generate_completions,
+    generate_llama,
+    score,
+    slots,
+    tokenize,
+)
+from specsim.serve.audit_config import (
+    STATE_VERSION,
+    AuditConfig,
+    config_dict,
+    contexts_of,
+    load_state,
+    save_state,
+)
+
+
+@dataclass
+class AuditResult:
+    """The verdict of one audit and everything it rests on (one row of reports' audit.csv)."""
+
+    label: str
+    verdict: str  # "no evidence of loss" | "LOSSY" | "too few positions"
+    positions: int
+    generations: int
+    contexts: int
+    sampling: str
+    spec_types: str
+    accepted_share: float  # share of emitted tokens that were accepted drafts (nan: unknown)
+    roles: dict[str, int]  # positions per place in a speculative step
+    looks: int
+    rank_p: float
+    pit_p: float
+    alpha_look: float
+    tv_floor_99: float
+    pit_floor_99: float
+    evidence: str
+    minutes: float
+    outside_support: int
+    outside_examples: list[dict[str, Any]] = field(default_factory=list)
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def lossy(self) -> bool:
+        return self.verdict == "LOSSY"
+
+    def row(self) -> dict[str, Any]:
+        keys = (
+            "label", "verdict", "positions", "generations", "contexts", "sampling", "spec_types",
+            "accepted_share", "looks", "rank_p", "pit_p", "alpha_look", "tv_floor_99",
+            "pit_floor_99", "outside_support", "minutes", "evidence",
+        )  # fmt: skip
+        return {k: getattr(self, k) for k in keys}
+
+    def text(self) -> str:
+        share = "unknown" if not np.isfinite(self.accepted_share) else f"{self.accepted_share:.1%}"
+        roles = ", ".join(f"{k} {v:,}" for k, v in self.roles.items() if v)
+        lines = [
+            f"server audit{' ' + self.label if self.label else ''}: {self.positions:,} positions "
+            f"tested in {self.generations:,} generations after {self.contexts} contexts "
+            f"({self.minutes:.1f} min)",
+            f"sampling: {self.sampling}; speculation: {self.spec_types or 'not reported'}; "
+            f"emitted tokens that were accepted drafts: {share}; positions by place in a "
+            f"speculative step: {roles or 'unknown'}",
+            f"checks (looks: {self.looks}, alpha per look {self.alpha_look:.2g}, family-wise "
+            f"<= 1e-6): rank cells p={self.rank_p:.3g}, PIT p={self.pit_p:.3g}; tokens the "
+            f"reference gives probability 0: {self.outside_support}",
+        ]
+        if self.lossy:
+            lines.append(f"verdict: LOSSY: {self.evidence}")
+        elif self.verdict == "too few positions":
+            lines.append("verdict: too few positions for a first look (1,024); raise the budget")
+        else:
+            lines.append(
+                f"verdict: no evidence of loss; floor TV {self.tv_floor_99:.2g} (a shift of "
+                f"the rank-cell law of that TV in every stratum is caught with 99% power at "
+                f"these {self.positions:,} positions; PIT floor {self.pit_floor_99:.2g})"
+            )
+        return "\n".join(lines)
+
+
+MAX_EXAMPLES = 20
+
+
+def _request_seed(seed: int, job: int) -> int:
+    return int((seed * 1_000_003 + job * 7_919 + 12_345) % 2_147_483_647)
+
+
+class _Run:
+    """The mutable side of one audit: counts in job order, looks, the stop flag."""
+
+    def __init__(self, cfg: AuditConfig, saved: dict[str, Any] | None) -> None:
+        self.cfg = cfg
+        s = saved or {}
+        self.counts = st.Counts.from_json(s["counts"]) if saved else st.Counts()
+        self.jobs_done = int(s.get("jobs_done", 0))
+        self.history: list[dict[str, Any]] = list(s.get("history", []))
+        self.minutes_before = float(s.get("minutes", 0.0))
+        self.drafted = int(s.get("drafted", 0))
+        self.accepted = int(s.get("accepted", 0))
+        self.generated = int(s.get("generated", 0))
+        self.spec_known = bool(s.get("spec_known", False))
+        self.spec_types = str(s.get("spec_types", ""))
+        self.roles = np.asarray(s.get("roles", [0] * len(st.ROLES)), dtype=np.int64)
+        self.lossy: st.Look | None = None
+        # the first tokens the reference gives probability 0: what a bug report needs
+        self.outside: list[dict[str, Any]] = list(s.get("outside", []))
+        self.evidence = str(s.get("evidence", ""))
+        if s.get("verdict") == "LOSSY":
+            raise SpecsimError(
+                f"--state {cfg.state} already holds a LOSSY verdict ({self.evidence}); "
+                "start a new state file to audit again"
+            )
+        self.pending: dict[int, tuple[Generation, list[Scored]]] = {}
+        self.t0 = time.monotonic()
+
+    @property
+    def stop(self) -> bool:
+        return self.lossy is not None
+
+    def minutes(self) -> float:
+        return self.minutes_before + (time.monotonic() - self.t0) / 60.0
+
+    def absorb(self, job: int, gen: Generation, scored: list[Scored]) -> None:
+        """Queue a finished job; count every job that is next in order."""
+        self.pending[job] = (gen, scored)
+        while self.jobs_done in self.pending and not self.stop:
+            g, sc = self.pending.pop(self.jobs_done)
+            self._count(g, sc)
+            self.jobs_done += 1
+
+    def _count(self, g: Generation, scored: list[Scored]) -> None:
+        v = np.random.default_rng([self.cfg.seed, g.job, 7]).random(len(g.tokens))
+        for t, (tok, sc) in enumerate(zip(g.tokens, scored, strict=True)):
+            hit = np.flatnonzero(sc.ids == tok)
+            rank = int(hit[0]) if hit.size else None
+            outside = rank is None and sc.complete
+            role = g.roles[t] if t < len(g.roles) else 0
+            if outside and len(self.outside) < MAX_EXAMPLES:
+                self.outside.append(
+                    {"job": g.job, "position": t, "role": st.ROLES[role], "token": int(tok),
+                     "reference_ids": sc.ids.tolist(), "reference_probs": sc.probs.tolist()}
+                )  # fmt: skip
+            law = st.cell_law(sc.probs, sc.complete)
+            top1 = float(sc.probs[0]) if sc.probs.size else 0.0
+            u = st.pit(sc.probs, rank, sc.complete, float(v[t]))
+            self.counts.add(st.stratum_of(top1, role), st.cell_of(rank), law, u, outside)
+            self.roles[role] += 1
+            if st.is_look(self.counts.positions):
+                self._look()
+                if self.stop:
+                    return
+        self.generated += len(g.tokens)
+        if g.drafted is not None:
+            self.spec_known = True
+            self.drafted += g.drafted
+            self.accepted += g.accepted or 0
+        if g.spec_types:
+            self.spec_types = g.spec_types
+
+    def _look(self) -> None:
+        lk = st.look(self.counts)
+        self.history.append(
+            {
+                "n": lk.n,
+                "k": lk.k,
+                "alpha": lk.alpha,
+                "rank_p": lk.rank.p_value,
+                "pit_p": lk.pit.p_value,
+                "rank_floor": lk.rank_floor,
+                "pit_floor": lk.pit_floor,
+                "rank_df": lk.rank.df,
+                "minutes": self.minutes(),
+            }  # fmt: skip
+        )
+        self.last = lk
+        if lk.rejected:
+            self.lossy = lk
+            g = lk.rank if lk.rejected == "rank" else lk.pit
+            where = st.worst_cell(self.counts) if lk.rejected == "rank" else self._pit_worst()
+            self.evidence = (
+                f"{lk.rejected} check at look {lk.k} ({lk.n:,} positions, {self.minutes():.1f} "
+                f"min): p={g.p_value:.3g} <= alpha {lk.alpha:.2g}, observed TV {g.observed_tv:.3g}"
+                f"; {where}"
+            )
+
+    def _pit_worst(self) -> str:
+        b = self.counts.pit_bins
+        e = b.sum() / st.PIT_BINS
+        i = int(np.argmax(np.abs(b - e)))
+        lo, hi = i / st.PIT_BINS, (i + 1) / st.PIT_BINS
+        return f"PIT bin [{lo:.2f}, {hi:.2f}): {int(b[i])} vs {e:.1f}"
+
+    def state(self, verdict: str) -> dict[str, Any]:
+        return {
+            "version": STATE_VERSION, "fingerprint": self.cfg.fingerprint(),
+            "config": config_dict(self.cfg), "counts": self.counts.to_json(),
+            "jobs_done": self.jobs_done, "history": self.history, "minutes": self.minutes(),
+            "drafted": self.drafted, "accepted": self.accepted, "generated": self.generated,
+            "spec_known": self.spec_known, "spec_types": self.spec_types,
+            "roles": self.roles.tolist(), "verdict": verdict, "evidence": self.evidence,
+            "outside": self.outside,
+        }  # fmt: skip
+
+
+async def _template(client, url: str, message: str) -> str:  # noqa: ANN001
+    r = await client.post(url.rstrip("/") + "/apply-template",
+                          json={"messages": [{"role": "user", "content": message}]})  # fmt: skip
+    if r.status_code != 200:
+        return message  # no chat template: the message is the prompt
+    return str(r.json().get("prompt", message))
+
+
+def _sampling(cfg: AuditConfig, banned: tuple[int, ...] = ()) -> Sampling:
+    return Sampling(cfg.temperature, cfg.top_k, cfg.top_p, cfg.min_p, cfg.ignore_eos, banned)
+
+
+async def _banned(client, cfg: AuditConfig, ref: str) -> tuple[int, ...]:  # noqa: ANN001
+    """The tokens banned on both servers (``audit_vocab``), from the reference's GGUF."""
+    if not cfg.ban_fragments:
+        return ()
+    from specsim.serve.audit_vocab import fragment_tokens
+
+    path = cfg.reference_model
+    if path is None:
+        r = await client.get(ref.rstrip("/") + "/props")
+        path = (r.json() if r.status_code == 200 else {}).get("model_path")
+    if not path:
+        raise SpecsimError(
+            f"the reference at {ref} does not say its model file (/props model_path): pass "
+            "--reference-model GGUF, or --no-ban-fragments if its stream keeps every token"
+        )
+    return fragment_tokens(str(Path(path).expanduser()))
+
+
+async def _retried(fn: Any, *args: Any, attempts: int = 3) -> Any:
+    """Await ``fn(*args)``, again when the connection dropped before an answer: llama-server may
+    close a kept-alive connection after a streamed answer, and the client only learns it on
+    reuse. A retry repeats the same seeded request, so it chooses nothing by its outcome."""
+    import httpx
+
+    for i in range(attempts):
+        try:
+            return await fn(*args)
+        except (httpx.RemoteProtocolError, httpx.ConnectError):
+            if i == attempts - 1:
+                raise
+    return None
+
+
+async def _audit(cfg: AuditConfig, ref: str, run: _Run, progress: Any) -> None:
+    import httpx
+
+    gen = generate_llama if cfg.api == "llama" else generate_completions
+    limits = httpx.Limits(max_connections=4 * cfg.concurrency + 4)
+    deadline = None if cfg.minutes is None else time.monotonic() + 60.0 * cfg.minutes
+    async with httpx.AsyncClient(timeout=httpx.Timeout(600.0, connect=30.0), limits=limits) as c:
+        try:
+            msgs = contexts_of(cfg)
+            prompts = [await tokenize(c, ref, await _template(c, ref, m)) for m in msgs]
+            n_slots = await slots(c, ref)
+            banned = await _banned(c, cfg, ref)
+        except httpx.HTTPError as exc:
+            raise SpecsimError(f"the reference at {ref} does not answer ({exc})") from None
+        sampling = _sampling(cfg, banned)
+        run.sampling = sampling.describe()
+        run.n_contexts = len(prompts)
+        nxt = run.jobs_done
+
+        async def worker(w: int) -> None:
+            nonlocal nxt
+            # a generation may come back short (llama-server drops a last token that is an
+            # incomplete UTF-8 piece): start jobs until the counted positions, plus n_predict
+            # per job in flight, reach the budget
+            while (
+                not run.stop
+                and run.counts.positions + (nxt - run.jobs_done) * cfg.n_predict < cfg.tokens
+            ):
+                if deadline is not None and time.monotonic() > deadline:
+                    return
+                j = nxt
+                nxt += 1
+                ctx = prompts[j % len(prompts)]
+                try:
+                    seed = _request_seed(cfg.seed, j)
+                    g = await _retried(gen, c, cfg.server, j, ctx, cfg.n_predict, sampling, seed)
+                except httpx.HTTPError as exc:
+                    raise SpecsimError(f"the server at {cfg.server} failed ({exc})") from None
+                if g.error:
+                    raise SpecsimError(f"the server at {cfg.server} answered {g.error}")
+                if run.stop:
+                    return
+                sc = await _retried(score, c, ref, ctx, g.tokens, sampling, w % n_slots,
+                                    cfg.n_probs)  # fmt: skip
+                run.absorb(j, g, sc)
+                save_state(cfg.state, run.state("running"))
+                if progress is not None:
+                    progress(run)
+
+        await asyncio.gather(*(worker(w) for w in range(cfg.concurrency)))
+
+
+@contextlib.contextmanager
+def _reference(cfg: AuditConfig):  # noqa: ANN202
+    """The reference URL: the given one, or a llama-server started here (stopped on exit)."""
+    if cfg.reference:
+        yield cfg.reference
+        return
+    if not cfg.reference_model:
+        raise SpecsimError(
+            "the audit needs a reference: --reference URL (the same model with speculation off) "
+            "or --reference-model GGUF (started here)"
+        )
+    from specsim.serve.llama_server import LlamaServer, ServerSpec
+
+    model = Path(cfg.reference_model).expanduser()
+    if not model.is_file():
+        raise SpecsimError(f"--reference-model {model}: no such file")
+    args = (*cfg.reference_args.split(), "-np", str(cfg.concurrency))
+    with LlamaServer(ServerSpec(model=model, args=args)) as srv:
+        yield srv.url
+
+
+def run_audit(cfg: AuditConfig, progress: Any = None) -> AuditResult:
+    """Audit ``cfg.server`` against the reference; resumes from and saves to ``cfg.state``."""
+    if cfg.server is None:
+        raise SpecsimError("--server URL is required for a server audit")
+    run = _Run(cfg, load_state(cfg.state, cfg))
+    run.n_contexts = len(contexts_of(cfg))
+    with _reference(cfg) as ref:
+        asyncio.run(_audit(cfg, ref, run, progress))
+    return _result(cfg, run)
+
+
+def _result(cfg: AuditConfig, run: _Run) -> AuditResult:
+    c = run.counts
+    n_look = max((p for p in st.look_points(c.positions)), default=0)
+    last = run.history[-1] if run.history else None
+    if run.lossy:
+        verdict = "LOSSY"
+    elif last is None:
+        verdict = "too few positions"
+    else:
+        verdict = "no evidence of loss"
+    save_state(cfg.state, run.state(verdict))
+    share = run.accepted / run.generated if run.spec_known and run.generated else float("nan")
+    return AuditResult(
+        label=cfg.label, verdict=verdict, positions=n_look if not run.lossy else run.lossy.n,
+        generations=run.jobs_done, contexts=run.n_contexts,
+        sampling=getattr(run, "sampling", _sampling(cfg).describe()),
+        spec_types=run.spec_types, accepted_share=share,
+        roles=dict(zip(st.ROLES, (int(x) for x in run.roles), strict=True)),
+        looks=len(run.history), rank_p=last["rank_p"] if last else float("nan"),
+        pit_p=last["pit_p"] if last else float("nan"),
+        alpha_look=last["alpha"] if last else float("nan"),
+        tv_floor_99=last["rank_floor"] if last else float("nan"),
+        pit_floor_99=last["pit_floor"] if last else float("nan"),
+        evidence=run.evidence, minutes=run.minutes(), outside_support=c.outside_support,
+        outside_examples=run.outside,
+        history=run.history,
+    )  # fmt: skip

@@ -1,0 +1,237 @@
+"""The statistics of a server audit: each emitted token scored against the reference law.
+
+Why this design (docs/losslessness.md, "Auditing a running server"): the reference server (the
+same model, speculation off) reports, for every position of what the audited server emitted,
+the law its sampler chain draws from there (top-K post-sampling probabilities, the rest lumped
+as one tail). Under the null (the audited server keeps the model's law) the emitted token x_t
+has that law given everything before it, whatever the history, by the chain rule. Two checks
+use it, each a G-test from :mod:`specsim.lossless.stats`:
+
+- **rank cells**: the reference rank of x_t (1, 2, 3, 4-5, 6-10, 11-K, unreported tail), counted
+  per *stratum* of positions chosen from the past only (the reference's top-1 probability, and,
+  where the server exposes it, the position's place in a speculative step: plain, first or
+  later in a step, or first after a step that rejected a draft), against the sum of
+  the reference's cell probabilities over the stratum's positions. Each position has its own
+  law, so the counts are a sum of independent-given-the-past categoricals, not a multinomial:
+  their covariance, sum_t (diag pi_t - pi_t pi_t'), is below the multinomial one at the pooled
+  law (Cauchy-Schwarz), so the G-test is conservative (Hoeffding's bound for the binary case);
+  the tests below and the real lossless audits check it at the 1e-6 tail. Most power per token:
+  a bug that moves a little mass onto an unlikely rank shows against a small expectation.
+- **PIT**: the randomised probability integral transform u_t = F_t(x_t-) + v p_t(x_t) (tokens in
+  the reference order, the tail as one interval) is exactly i.i.d. uniform under the null, so its
+  20-bin histogram is an exact multinomial: a check whose null needs no argument.
+
+Sequential: looks at 1,024 x 2^j positions (j = 0, 1, ...), fixed in advance, so a run with a
+budget in tokens or minutes and a run resumed from its state file look at the same points; look
+k (1-based) of a check spends alpha_run / n_checks / (k (k + 1)) (the sum over every look ever
+taken is alpha_run = 1e-6 per run, Bonferroni, whatever the budget). The floor: the TV of the
+rank-cell law within strata (a shift of TV eps in every stratum, the strata's shares fixed: the
+G-test conditions on them) that the last look detects with 99% power in the least favourable
+direction (noncentral chi-square, noncentrality 4 n eps^2, as the rest of the suite).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from specsim.lossless.stats import ALPHA_RUN, GTest, detectable_tv, effective_df, g_test
+
+RANK_EDGES = (1, 2, 3, 5, 10)  # cells: ranks 1 | 2 | 3 | 4-5 | 6-10 | 11-K | unreported tail
+CELL_NAMES = ("rank 1", "rank 2", "rank 3", "rank 4-5", "rank 6-10", "rank 11+", "tail")
+N_CELLS = len(CELL_NAMES)
+TAIL = N_CELLS - 1
+TOP1_EDGES = (0.6, 0.9, 0.99)  # strata by the reference's top-1 probability
+ROLES = ("plain", "step-first", "step-later", "after-rejection")  # place in a speculative step
+N_STRATA = len(ROLES) * (len(TOP1_EDGES) + 1)
+PIT_BINS = 20
+SLACK = 1e-6  # tail mass a fully reported law still gets: a token just outside a top-k/top-p
+# boundary because of arithmetic noise is not a proof of loss; many of them are
+FIRST_LOOK = 1024
+CHECKS = ("rank", "pit")
+
+
+def stratum_name(s: int) -> str:
+    role, b = divmod(s, len(TOP1_EDGES) + 1)
+    lo = 0.0 if b == 0 else TOP1_EDGES[b - 1]
+    hi = 1.0 if b == len(TOP1_EDGES) else TOP1_EDGES[b]
+    return f"{ROLES[role]}, top-1 in [{lo:g}, {hi:g})"
+
+
+def cell_law(probs: np.ndarray, complete: bool) -> np.ndarray:
+    """The law of the rank cell at one position from its reported probabilities (sorted,
+    descending). ``complete``: the report holds the whole support (the tail gets SLACK only)."""
+    return cell_laws(np.asarray(probs, dtype=np.float64)[None, :], np.array([complete]))[0]
+
+
+def cell_laws(probs: np.ndarray, complete: np.ndarray) -> np.ndarray:
+    """``cell_law`` of many positions: (n, K) reported probabilities (rows descending, zeros
+    past a short report) -> (n, N_CELLS)."""
+    p = np.asarray(probs, dtype=np.float64)
+    cum = np.concatenate([np.zeros((p.shape[0], 1)), np.cumsum(p, axis=1)], axis=1)
+    k = p.shape[1]
+    bounds = np.minimum((0, *RANK_EDGES, k), k)
+    law = np.zeros((p.shape[0], N_CELLS))
+    law[:, :TAIL] = cum[:, bounds[1:]] - cum[:, bounds[:-1]]
+    rest = np.where(np.asarray(complete, dtype=bool), 0.0, np.maximum(1.0 - cum[:, -1], 0.0))
+    law[:, TAIL] = rest + SLACK
+    return law / law.sum(axis=1, keepdims=True)
+
+
+def cell_of(rank: int | None) -> int:
+    """Cell of a 0-based reference rank (None: not among the reported tokens)."""
+    if rank is None:
+        return TAIL
+    return int(np.searchsorted(RANK_EDGES, rank, side="right"))
+
+
+def pit(probs: np.ndarray, rank: int | None, complete: bool, v: float) -> float:
+    """Randomised PIT of the emitted token: uniform on its interval of the reference law."""
+    p = np.asarray(probs, dtype=np.float64)
+    total = float(p.sum())
+    tail = 0.0 if complete else max(1.0 - total, 0.0)
+    scale = total + tail
+    if rank is None:
+        if tail <= 0.0:  # outside a complete support: the last bin (and the rank check's tail)
+            return 1.0 - 1e-12
+        return (total + v * tail) / scale
+    return float((p[:rank].sum() + v * p[rank]) / scale)
+
+
+def stratum_of(top1: float, role: int) -> int:
+    return role * (len(TOP1_EDGES) + 1) + int(np.searchsorted(TOP1_EDGES, top1, side="right"))
+
+
+@dataclass
+class Counts:
+    """What a run has seen, in job order: all the tests need (and what a state file stores)."""
+
+    observed: np.ndarray = field(default_factory=lambda: np.zeros((N_STRATA, N_CELLS)))
+    expected: np.ndarray = field(default_factory=lambda: np.zeros((N_STRATA, N_CELLS)))
+    pit_bins: np.ndarray = field(default_factory=lambda: np.zeros(PIT_BINS))
+    positions: int = 0
+    outside_support: int = 0  # tokens the reference gives probability 0 (besides SLACK)
+
+    def add(self, stratum: int, cell: int, law: np.ndarray, u: float, outside: bool) -> None:
+        self.observed[stratum, cell] += 1
+        self.expected[stratum] += law
+        self.pit_bins[min(int(u * PIT_BINS), PIT_BINS - 1)] += 1
+        self.positions += 1
+        self.outside_support += int(outside)
+
+    def to_json(self) -> dict:
+        return {
+            "observed": self.observed.tolist(),
+            "expected": self.expected.tolist(),
+            "pit_bins": self.pit_bins.tolist(),
+            "positions": self.positions,
+            "outside_support": self.outside_support,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict) -> Counts:
+        return cls(
+            np.asarray(d["observed"], dtype=np.float64),
+            np.asarray(d["expected"], dtype=np.float64),
+            np.asarray(d["pit_bins"], dtype=np.float64),
+            int(d["positions"]),
+            int(d["outside_support"]),
+        )
+
+    def copy(self) -> Counts:
+        return Counts.from_json(self.to_json())
+
+
+def counts_of(strata: np.ndarray, cells: np.ndarray, laws: np.ndarray, u: np.ndarray) -> Counts:
+    """Counts of many positions at once (simulations and tests): the same sums as ``add``."""
+    c = Counts()
+    np.add.at(c.observed, (strata, cells), 1)
+    np.add.at(c.expected, strata, laws)
+    bins = np.minimum((np.asarray(u) * PIT_BINS).astype(np.int64), PIT_BINS - 1)
+    c.pit_bins = np.bincount(bins, minlength=PIT_BINS).astype(np.float64)
+    c.positions = int(len(cells))
+    return c
+
+
+def look_points(limit: int) -> list[int]:
+    """Positions at which the tests look, up to ``limit``: 1,024 x 2^j."""
+    out, n = [], FIRST_LOOK
+    while n <= limit:
+        out.append(n)
+        n *= 2
+    return out
+
+
+def is_look(n: int) -> bool:
+    """Whether the tests look after n positions."""
+    q, r = divmod(n, FIRST_LOOK)
+    return r == 0 and q > 0 and q & (q - 1) == 0
+
+
+def look_index(n: int) -> int:
+    """1-based index of the look at n positions (n must be a look point)."""
+    return int(round(np.log2(n / FIRST_LOOK))) + 1
+
+
+def alpha_look(k: int, n_checks: int = len(CHECKS), alpha_run: float = ALPHA_RUN) -> float:
+    """Alpha spent by look k of one check: summed over k >= 1 and the checks, alpha_run."""
+    return alpha_run / n_checks / (k * (k + 1))
+
+
+@dataclass(frozen=True)
+class Look:
+    """Both checks at one look: the G-tests, the alpha they were held to and the floors."""
+
+    n: int
+    k: int
+    alpha: float
+    rank: GTest
+    pit: GTest
+    rank_floor: float  # TV of the rank-cell law within strata detected with 99% power
+    pit_floor: float
+
+    @property
+    def rejected(self) -> str | None:
+        """The check that rejected, or None."""
+        for name, g in (("rank", self.rank), ("pit", self.pit)):
+            if g.zero_hits or g.p_value <= self.alpha:
+                return name
+        return None
+
+
+def rank_test(c: Counts, alpha: float) -> GTest:
+    rows = c.expected.sum(axis=1)
+    keep = rows > 0
+    probs = c.expected[keep] / rows[keep, None]
+    return g_test(c.observed[keep], probs, alpha)
+
+
+def pit_test(c: Counts, alpha: float) -> GTest:
+    return g_test(c.pit_bins, np.full(PIT_BINS, 1.0 / PIT_BINS), alpha)
+
+
+def look(c: Counts, n_checks: int = len(CHECKS)) -> Look:
+    """Both checks on counts of exactly a look point's positions."""
+    k = look_index(c.positions)
+    a = alpha_look(k, n_checks)
+    r, p = rank_test(c, a), pit_test(c, a)
+    rows = c.expected.sum(axis=1)
+    keep = rows > 0
+    df = r.df if r.df >= 1 else effective_df(c.expected[keep] / rows[keep, None], c.positions)
+    return Look(
+        c.positions, k, a, r, p,
+        detectable_tv(c.positions, max(df, 1), a),
+        detectable_tv(c.positions, PIT_BINS - 1, a),
+    )  # fmt: skip
+
+
+def worst_cell(c: Counts) -> str:
+    """The (stratum, cell) whose count is furthest from its expectation, in standard units."""
+    e = np.maximum(c.expected, 1e-12)
+    z = (c.observed - e) / np.sqrt(e)
+    s, k = np.unravel_index(int(np.argmax(np.abs(z))), z.shape)
+    return (
+        f"{stratum_name(int(s))}, {CELL_NAMES[int(k)]}: {int(c.observed[s, k])} tokens vs "
+        f"{c.expected[s, k]:.1f} expected"
+    )
