@@ -24,13 +24,13 @@ tokenisations of one string are different samples) and the reference's law at th
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from specsim.errors import SpecsimError
+from specsim.serve.sse import sse_json
 
 APIS = ("llama", "completions")
 
@@ -149,13 +149,7 @@ async def generate_llama(client, url: str, job: int, prompt: list[int], n: int,
         if r.status_code != 200:
             g.error = f"HTTP {r.status_code}: {(await r.aread()).decode(errors='replace')[:300]}"
             return g
-        async for line in r.aiter_lines():
-            if not line.startswith("data:"):
-                continue
-            raw = line[5:].strip()
-            if raw == "[DONE]":
-                break
-            d = json.loads(raw)
+        async for d in sse_json(r):
             toks = d.get("tokens") or []
             tm = d.get("timings") or {}
             probs = d.get("completion_probabilities") or []

@@ -19,7 +19,6 @@ APIs: ``llama`` (llama-server's native ``/completion``: token-id prompts, ``timi
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from typing import Any
 
@@ -27,6 +26,7 @@ import numpy as np
 
 from specsim.errors import SpecsimError
 from specsim.serve.bench_config import BenchConfig, Job, Result
+from specsim.serve.sse import sse_json
 
 PERCENTILES = (50, 90, 95, 99)
 
@@ -74,14 +74,8 @@ async def _send(client, cfg: BenchConfig, i: int, job: Job, t0: float) -> Result
                 text = (await r.aread()).decode(errors="replace")
                 res.error = f"HTTP {r.status_code}: {text[:300]}"
                 return res
-            async for line in r.aiter_lines():
-                if not line.startswith("data:"):
-                    continue
-                raw = line[5:].strip()
-                if raw == "[DONE]":
-                    break
+            async for data in sse_json(r):
                 now = time.perf_counter() - t0
-                data = json.loads(raw)
                 n = _chunk_tokens(cfg, data)
                 if cfg.api == "llama" and isinstance(data.get("tokens"), list):
                     res.tokens.extend(int(t) for t in data["tokens"])
