@@ -437,3 +437,23 @@ def test_goodput_matches_the_array_form_exactly():
             rate[int(rng.integers(0, g))] = rng.choice([np.nan, 1.0, 0.0, -0.0, 1.5])
         inp = StepInput(conf=np.zeros((r, g), np.float32), step_time=cliff, accept_rate=rate)
         assert get_policy("goodput")(inp).tolist() == [_goodput_arrays(inp)] * r
+
+
+def test_the_engines_fast_step_input_is_the_same_object_as_the_dataclass():
+    """``step_input`` (the hot loop's constructor) gives what ``StepInput(**fields)`` gives:
+    every field, defaults included, frozen, and an unknown name refused."""
+    import dataclasses
+
+    from specsim.policies.base import step_input
+
+    conf = np.full((3, 4), 0.5)
+    kw = {"conf": conf, "step_time": lambda b: b * 1.0, "survival": np.cumprod(conf, axis=1)}
+    fast, slow = step_input(**kw), StepInput(**kw)
+    for f in dataclasses.fields(StepInput):
+        assert getattr(fast, f.name) is getattr(slow, f.name), f.name
+    assert (fast.n_requests, fast.gamma) == (3, 4)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.conf = conf  # type: ignore[misc]
+    with pytest.raises(TypeError, match="no field 'confidence'"):
+        step_input(confidence=conf, step_time=kw["step_time"])
+    assert dataclasses.replace(fast, accept_rate=np.ones(4)).survival is kw["survival"]

@@ -36,7 +36,7 @@ x_{r,k} itself through the Markov feature). See docs/ and the losslessness suite
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
@@ -110,6 +110,28 @@ class StepInput:
     @property
     def gamma(self) -> int:
         return int(self.conf.shape[1])
+
+
+_new_object = object.__new__
+_STEP_INPUT_FIELDS = frozenset(f.name for f in fields(StepInput))
+_STEP_INPUT_DEFAULTS = {
+    f.name: f.default for f in fields(StepInput) if f.name not in ("conf", "step_time")
+}
+
+
+def step_input(**fields: Any) -> StepInput:
+    """``StepInput(**fields)`` for the engine's hot loop: the same object, built without the
+    frozen dataclass's one ``object.__setattr__`` per field (2.6 us a step at 64 requests, a
+    tenth of the engine's own per-step cost; issue #33). Fields left out get their defaults;
+    unknown names are refused as ``__init__`` would."""
+    unknown = fields.keys() - _STEP_INPUT_FIELDS
+    if unknown:
+        raise TypeError(f"StepInput has no field {sorted(unknown)[0]!r}")
+    inp = _new_object(StepInput)
+    d = inp.__dict__
+    d.update(_STEP_INPUT_DEFAULTS)
+    d.update(fields)
+    return inp
 
 
 @dataclass(frozen=True, eq=False)

@@ -57,9 +57,9 @@ import simpy
 from specsim.errors import SpecsimError
 from specsim.policies.base import (
     Policy,
-    StepInput,
     TableStepTime,
     checked_lengths,
+    step_input,
 )
 from specsim.rng import stream
 from specsim.sim.admission import fits, reservation
@@ -378,7 +378,7 @@ class Engine(Walks, History, ServingV2):
                 rows = S[_BASE, :n_dec] + pos
                 surv = None
                 if tab is not None:  # one gather: [survival | conf | accept_len]
-                    g = tab[rows]
+                    g = tab.take(rows, axis=0)
                     conf = g[:, gamma : 2 * gamma].astype(conf_dtype)
                     acc = g[:, 2 * gamma].astype(np.int64)
                     if need_surv:
@@ -402,7 +402,7 @@ class Engine(Walks, History, ServingV2):
                     h2 = S[_H2, :n_dec]
                     lag_rows = np.where(h2 >= 0, h2, rows)
                     if need_lag_surv:
-                        g = tab[lag_rows]
+                        g = tab.take(lag_rows, axis=0)
                         lag = g[:, gamma : 2 * gamma].astype(conf_dtype)
                         lag_surv = g[:, :gamma]
                     else:
@@ -411,7 +411,7 @@ class Engine(Walks, History, ServingV2):
                 if need_rate:
                     t = self.trials[1:].astype(np.float64)
                     rate = (self.succ[1:] + PRIOR_RATE * PRIOR_WEIGHT) / (t + PRIOR_WEIGHT)
-                inp = StepInput(
+                inp = step_input(
                     conf=conf,
                     step_time=pol_fn,
                     lagged_conf=lag,
@@ -489,10 +489,9 @@ class Engine(Walks, History, ServingV2):
                 self.tok_time.append(end)
                 self.tok_len.append(n_run)
             done = S[_N] >= S[_OUT]
-            n_fin = 0
-            if done.any():
+            n_fin = int(np.count_nonzero(done))  # (cheaper than done.any())
+            if n_fin:
                 fin = S[:, done]
-                n_fin = fin.shape[1]
                 fj = fin[_JOB]
                 jobs.finish[fj] = end
                 # a running request takes part in every step from its first decode step on

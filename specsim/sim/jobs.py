@@ -14,11 +14,11 @@ from specsim.sim.admission import reservation
 # Rows of the running-batch state array.
 # STEPS holds the index of the request's first decode step until it finishes.
 # RES: the KV tokens the request reserved (prompt + output + gamma).
-# N, VER, ACC are adjacent: one in-place add advances all three after a step.
+# N, VER, ACC (and KV, v2) are adjacent: one in-place add advances them after a step.
 # Serving model v2 only: PRE the prompt tokens prefilled so far, PTGT the tokens its prefill
 # must process (the prompt; prompt + output so far after a preemption), KV the tokens in its
 # cache.
-JOB, BASE, N, VER, ACC, OUT, PROMPT, H1, H2, STEPS, RES, PRE, PTGT, KV = range(14)
+JOB, BASE, N, VER, ACC, KV, OUT, PROMPT, H1, H2, STEPS, RES, PRE, PTGT = range(14)
 NF = 14
 
 

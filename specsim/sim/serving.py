@@ -42,8 +42,8 @@ import numpy as np
 import simpy
 
 from specsim.errors import SpecsimError
-from specsim.policies.base import StepInput, TableStepTime, checked_lengths
-from specsim.sim.jobs import ACC, BASE, H1, H2, JOB, KV, OUT, PRE, PROMPT, PTGT, RES, STEPS, N
+from specsim.policies.base import TableStepTime, checked_lengths, step_input
+from specsim.sim.jobs import ACC, BASE, H1, H2, JOB, KV, OUT, PRE, PROMPT, PTGT, RES, STEPS, VER, N
 from specsim.sim.steptime import row_table
 
 PRIOR_RATE = 0.5  # the online acceptance estimate's prior (as v1's engine)
@@ -55,6 +55,8 @@ MEASURED_RANGE = 2
 
 
 _EMPTY = np.zeros(0, dtype=np.int64)
+if (VER, ACC, KV) != (N + 1, N + 2, N + 3):  # one in-place add advances the four rows
+    raise ImportError("specsim.sim.jobs: N, VER, ACC and KV must be adjacent rows")
 
 
 def _ceil_div(a: np.ndarray, b: int) -> np.ndarray:
@@ -93,6 +95,7 @@ class ServingV2:
         conf_dtype = conf_all.dtype
         fixed_k = pol.draft_len
         plan = pol.plan if fixed_k is None else None
+        track_lag = need_lag or plan is not None  # keep H1/H2, the lagged rows, current
         paged = lim.kv == "paged"
         blk = int(lim.kv_block)
         total_blocks = int(lim.kv_tokens) // blk
@@ -112,9 +115,15 @@ class ServingV2:
         NF = jobs.cols.shape[0]  # noqa: N806
         S = np.zeros((NF, 0), np.int64)
         self._set_draft_terms(cost, gamma)
+        # a full block's drafting, _draft_s's arithmetic inlined (the hot loop's own copy)
+        d_base, d_rt, d_lut = self.d_base, self.d_req + self.d_tok, self._draft_lut
+        n_dlut = len(d_lut) if d_lut is not None else 0
+        s_base, s_per = cost.sched_base_us, cost.sched_us_per_request  # cost.sched_s's terms
+        log_step = self._log_step
         self.lut_list = lut[: 4 * (gamma + 1) + 1].tolist()  # the walk's step times, as floats
         walk_ok = WALK and not is2d and not engine_terms and not p_tok
         kv_used = 0  # reserve mode: tokens reserved
+        kv_all = 0  # the tokens cached by every running request: the sum of S[KV], kept current
         zos_proc = None
         self.preemptions = 0
         self.recomputed = 0
@@ -141,6 +150,7 @@ class ServingV2:
             if walk_ok and n_run == 1 and not n_pref and not queue:
                 durs, end_t = self._solo_walk_v2(S, now, wait, 0, lut, kv_coef)
                 if durs:
+                    kv_all = int(S[KV, 0])  # the walk advanced the request's cache
                     hop = self._exact_delay(now, end_t)
                     if hop is not None:
                         yield env.timeout(hop)
@@ -163,7 +173,7 @@ class ServingV2:
                 p_est = pend_total + (self._queued_prompt(n_run) if queue else 0)
                 p_est = min(max(budget_tokens - n_dec, 0), p_est)
             # the decoders' cached tokens plus the anchor each writes: the KV the step reads
-            ctx_dec = int(np.add.reduce(S[KV, :n_dec])) + n_dec if n_dec else 0
+            ctx_dec = kv_all - pre_ctx + n_dec if n_dec else 0
             kv_est = kv_coef * (ctx_dec + pre_ctx)
             lens = emit = a_ok = rows = None
             n_ver = n_acc = emitted = 0
@@ -191,7 +201,7 @@ class ServingV2:
                     k_draft = min(int(fixed_k), gamma)
                 elif plan is not None:
                     known = h2 >= 0
-                    pinp = StepInput(
+                    pinp = step_input(
                         conf=conf_all[lag_rows],
                         step_time=pol_fn,
                         accept_rate=rate,
@@ -211,7 +221,7 @@ class ServingV2:
                 else:
                     surv = None
                     if tab is not None:
-                        g = tab[rows]
+                        g = tab.take(rows, axis=0)  # one gather: [survival | conf | accept_len]
                         conf = g[:, gamma : 2 * gamma].astype(conf_dtype)
                         acc = g[:, 2 * gamma].astype(np.int64)
                         if need_surv:
@@ -221,12 +231,12 @@ class ServingV2:
                         acc = acc_all[rows]
                     if need_lag:
                         if need_lag_surv:
-                            g = tab[lag_rows]
+                            g = tab.take(lag_rows, axis=0)
                             lag = g[:, gamma : 2 * gamma].astype(conf_dtype)
                             lag_surv = g[:, :gamma]
                         else:
                             lag = conf_all[lag_rows]
-                    inp = StepInput(
+                    inp = step_input(
                         conf=conf,
                         step_time=pol_fn,
                         lagged_conf=lag,
@@ -244,24 +254,30 @@ class ServingV2:
                 a_ok = np.minimum(lens, acc)
                 emit = np.minimum(a_ok + 1, S[OUT, :n_dec] - pos)
             if n_dec:
-                upd = np.array((emit, lens, a_ok), dtype=np.int64)  # rows N, VER, ACC
-                emitted, n_ver, n_acc = np.add.reduce(upd, axis=1).tolist()
+                upd = np.array((emit, lens, a_ok, emit), dtype=np.int64)  # rows N, VER, ACC, KV
+                emitted, n_ver, n_acc, _ = np.add.reduce(upd, axis=1).tolist()
             # -- prompt chunks for the requests already prefilling, oldest first
             left = max(budget_tokens - n_dec - n_ver, 0)
+            chunk_sum = 0
             if n_pref:
                 before = np.cumsum(pend) - pend
                 chunk = np.clip(left - before, 0, pend)
-                left -= int(np.add.reduce(chunk))
+                chunk_sum = int(np.add.reduce(chunk))
+                left -= chunk_sum
             else:
                 chunk = _EMPTY
+            # every prefill in the step ends in it (the usual case: prompts within the budget)
+            all_fit = chunk_sum == pend_total
             # -- paged KV: room for every running request's tokens this step, or preempt
             if paged and n_run:
                 # ceil(x / blk) <= (x + blk - 1) / blk: most steps of a roomy cache stop here
-                upper = (ctx_dec + n_ver + pre_ctx + int(np.add.reduce(chunk))) // blk + n_run
+                upper = (ctx_dec + n_ver + pre_ctx + chunk_sum) // blk + n_run
                 need = upper if upper <= total_blocks else self._blocks_needed(
                     S, n_dec, lens, chunk, blk
                 )  # fmt: skip
+                preempted = False
                 while need > total_blocks and S.shape[1] > 1:
+                    preempted = True
                     was_pref = S.shape[1] > n_dec
                     S, n_dec, lens, a_ok, emit, chunk = self._preempt_last(
                         S, n_dec, lens, a_ok, emit, chunk, now
@@ -271,13 +287,14 @@ class ServingV2:
                 if need > total_blocks:  # cannot happen: _check_capacity fits one request
                     raise SpecsimError("internal: a lone request does not fit the KV cache")
                 free_blocks = total_blocks - need
-                if rows is not None and rows.shape[0] > n_dec:  # decoders were preempted
-                    rows = rows[:n_dec]
-                    upd = np.array((emit, lens, a_ok), dtype=np.int64)
-                    emitted, n_ver, n_acc = np.add.reduce(upd, axis=1).tolist()
-                    ctx_dec = int(np.add.reduce(S[KV, :n_dec])) + n_dec if n_dec else 0
-                if n_pref:
-                    pre_ctx = int(np.add.reduce(S[KV, n_dec:]))
+                if preempted:
+                    kv_all = int(np.add.reduce(S[KV]))
+                    if rows is not None and rows.shape[0] > n_dec:  # decoders were preempted
+                        rows = rows[:n_dec]
+                        upd = np.array((emit, lens, a_ok, emit), dtype=np.int64)
+                        emitted, n_ver, n_acc, _ = np.add.reduce(upd, axis=1).tolist()
+                        ctx_dec = int(np.add.reduce(S[KV, :n_dec])) + n_dec if n_dec else 0
+                    pre_ctx = int(np.add.reduce(S[KV, n_dec:])) if n_pref else 0
             else:
                 free_blocks = total_blocks  # nothing running (reserve mode: unused)
             # -- admissions from the queue with what is left of the budget
@@ -286,7 +303,8 @@ class ServingV2:
                 adm_chunk: list[int] = []
                 while queue and S.shape[1] + len(adm) < max_run and left > 0:
                     j = queue[0]
-                    c = min(int(jobs.cols[PTGT, j]), left)
+                    ptgt = int(jobs.cols[PTGT, j])
+                    c = min(ptgt, left)
                     if paged:
                         b = -(-c // blk)
                         if b > free_blocks:
@@ -301,6 +319,8 @@ class ServingV2:
                     adm.append(j)
                     adm_chunk.append(c)
                     left -= c
+                    if c < ptgt:
+                        all_fit = False
                 if adm:
                     a = np.asarray(adm, dtype=np.int64)
                     fresh = a[np.isnan(jobs.admitted[a])]
@@ -312,8 +332,7 @@ class ServingV2:
                     # a preempted request's count), then the index its decoding started at
                     S = np.concatenate((S, jobs.cols[:, a]), axis=1)
                     chunk = np.concatenate((chunk, np.asarray(adm_chunk, dtype=np.int64)))
-                    n_pref += len(adm)
-                    pre_ctx += int(np.add.reduce(jobs.cols[KV, a]))  # 0: admitted afresh
+                    n_pref += len(adm)  # their KV is 0 (admitted afresh or recomputed)
             n_run = S.shape[1]
             n_queued = len(queue)
             prefill_tokens = int(np.add.reduce(chunk)) if n_pref else 0
@@ -331,12 +350,15 @@ class ServingV2:
             # -- the step's cost
             draft_s = 0.0
             if n_dec and k_draft:
-                draft_s = self._draft_s(n_dec) if k_draft == gamma else (
-                    float(cost.draft_ms(n_dec, k_draft)) * 1e-3
-                )  # fmt: skip
+                if k_draft != gamma:
+                    draft_s = float(cost.draft_ms(n_dec, k_draft)) * 1e-3
+                elif d_lut is None:
+                    draft_s = d_base + d_rt * n_dec
+                else:
+                    draft_s = d_lut[n_dec] if n_dec < n_dlut else self._draft_s(n_dec)
                 if engine_terms:
                     draft_s += cost.draft_context_s(S[PROMPT, :n_dec] + S[N, :n_dec] - 1)
-            sched_s = cost.sched_s(n_dec) if (n_dec and decides and not zos) else 0.0
+            sched_s = (s_base + s_per * n_dec) * 1e-6 if (n_dec and decides and not zos) else 0.0
             if engine_terms:
                 fn = cost.step_time_fn(ctx) if is2d else base_fn
                 verify_s = cost.verify_s(n_dec + n_ver, prefill_tokens, n_run, fn)
@@ -357,45 +379,51 @@ class ServingV2:
             end = env.now
             # -- advance the decoders
             if n_dec:
-                S[N : ACC + 1, :n_dec] += upd
-                S[KV, :n_dec] += emit
+                S[N : KV + 1, :n_dec] += upd  # N, VER, ACC and KV in one add
+                kv_all += emitted  # the decoders' (prefills' first tokens are added below)
                 if need_rate:
                     reach = np.minimum(a_ok + 1, lens)
                     self.trials += np.bincount(reach, minlength=gamma + 1)[::-1].cumsum()[::-1]
                     self.succ += np.bincount(a_ok, minlength=gamma + 1)[::-1].cumsum()[::-1]
                 if need_hist and k_draft:
                     self._hist_add(rows, conf_all[rows], lens, a_ok)
-                S[H2, :n_dec] = S[H1, :n_dec]
-                S[H1, :n_dec] = rows if k_draft else -1  # no confidences when not drafted
+                if track_lag:  # only a lagged policy or a plan reads them
+                    S[H2, :n_dec] = S[H1, :n_dec]
+                    S[H1, :n_dec] = rows if k_draft else -1  # no confidences when not drafted
             # -- advance the prefillers; those done emit their (first) token
+            # (chunks go oldest first, so those done are the first n_first prefillers)
             n_first = 0
-            emit_pf = None
             if n_pref:
                 S[PRE, n_dec:] += chunk
                 S[KV, n_dec:] += chunk
-                done_pf = (S[PRE, n_dec:] >= S[PTGT, n_dec:]) & (chunk > 0)
-                if done_pf.any():
-                    idx = n_dec + np.flatnonzero(done_pf)
-                    jj = S[JOB, idx]
-                    first = np.isnan(jobs.first[jj])
-                    jobs.first[jj[first]] = end
-                    resumed = jj[~first]
-                    if resumed.size:  # a preempted request's gap, end to end
-                        gap = end - jobs.preempted_at[resumed]
-                        jobs.stall[resumed] = np.maximum(jobs.stall[resumed], gap)
-                    S[N, idx] += 1
-                    S[STEPS, idx] = self.n_steps + 1 - S[STEPS, idx]
-                    n_first = int(idx.shape[0])
+                kv_all += prefill_tokens
+                if all_fit:
+                    n_first = n_pref
+                else:
+                    done_pf = (S[PRE, n_dec:] >= S[PTGT, n_dec:]) & (chunk > 0)
+                    n_first = int(np.count_nonzero(done_pf))
+                if n_first:
+                    sl = slice(n_dec, n_dec + n_first)
+                    jj = S[JOB, sl]
+                    if self.preemptions:  # a resumed request keeps its first-token time
+                        first = np.isnan(jobs.first[jj])
+                        jobs.first[jj[first]] = end
+                        resumed = jj[~first]
+                        if resumed.size:  # a preempted request's gap, end to end
+                            gap = end - jobs.preempted_at[resumed]
+                            jobs.stall[resumed] = np.maximum(jobs.stall[resumed], gap)
+                    else:
+                        jobs.first[jj] = end
+                    S[N, sl] += 1
+                    S[STEPS, sl] = self.n_steps + 1 - S[STEPS, sl]
                     n_pref -= n_first
                     emitted += n_first
-                emit_pf = done_pf.astype(np.int64)
             if record:
                 parts_j = [S[JOB, :n_dec]] if n_dec else []
                 parts_c = [emit] if n_dec else []
-                if emit_pf is not None and n_first:
-                    sel = n_dec + np.flatnonzero(emit_pf)
-                    parts_j.append(S[JOB, sel])
-                    parts_c.append(np.ones(sel.shape[0], np.int64))
+                if n_first:
+                    parts_j.append(S[JOB, n_dec : n_dec + n_first])
+                    parts_c.append(np.ones(n_first, np.int64))
                 if parts_j:
                     self.tok_job.append(np.concatenate(parts_j))
                     self.tok_cnt.append(np.concatenate(parts_c))
@@ -403,10 +431,10 @@ class ServingV2:
                     self.tok_len.append(int(sum(p.shape[0] for p in parts_j)))
             # -- finished requests leave
             done = S[N] >= S[OUT]
-            n_fin = 0
-            if done.any():
+            n_fin = int(np.count_nonzero(done))  # (cheaper than done.any())
+            if n_fin:
                 fin = S[:, done]
-                n_fin = fin.shape[1]
+                kv_all -= int(np.add.reduce(fin[KV]))
                 fj = fin[JOB]
                 jobs.finish[fj] = end
                 fin[STEPS] = self.n_steps + 1 - fin[STEPS]
@@ -421,7 +449,7 @@ class ServingV2:
                     for _ in range(n_fin):
                         self._spawn(end)
             if sums is None:
-                self._log_step(
+                log_step(
                     (
                         now, duration, batch, n_run, n_dec, n_first, n_queued, prefill_tokens,
                         n_ver, n_acc, emitted, wait, n_fin,
