@@ -109,9 +109,13 @@ def _stop_count(survival_sorted: np.ndarray, n_requests: int, step_time) -> int 
     return first + 1 if worse.shape[0] and worse[first] else None
 
 
-# Stop count per request of the last early-stop search: where the next one starts looking. A
-# speed hint only (a wrong one costs a second pass, never a different answer).
+# Stop count per request of recent early-stop searches (a slowly decaying maximum): where the
+# next one starts looking. A speed hint only (a wrong one costs a second pass, never a different
+# answer). A decaying maximum, not the last count: under chunked prefill the stop alternates
+# between tiny (a step carrying a prompt chunk) and a step edge of the cost table, and a hint
+# taken from a tiny one made 4 of 5 partial searches fail and sort again (issue #33).
 _STOP_HINT = [1.0]
+_HINT_DECAY = 0.98
 
 
 def _early_stop_lengths(survival: np.ndarray, n_requests: int, gamma: int, step_time):
@@ -140,7 +144,7 @@ def _early_stop_lengths(survival: np.ndarray, n_requests: int, gamma: int, step_
         count = _stop_count(ranked, n_requests, step_time)
         if count is None:
             count = n
-    _STOP_HINT[0] = count / n_requests
+    _STOP_HINT[0] = max(count / n_requests, _STOP_HINT[0] * _HINT_DECAY)
     v = float(ranked[count - 1]) if 0 < count < n else None
     return _top_k_lengths(survival, count, n_requests, gamma, v)
 
