@@ -213,3 +213,20 @@ def test_calibrated_zos_is_lossless_under_any_history(world, seed):
     hist = np.stack([reached, np.floor(reached * rng.random(reached.shape))], axis=-1)
     res = output_law(toy, m, gamma, "auto", batch=dataclasses.replace(batch, accept_hist=hist))
     assert res.tv <= TOLERANCE, res.worst()
+
+
+@EXACT
+@given(worlds(), st.integers(0, 2**31 - 1), st.integers(1, 3))
+def test_calibrated_zos_with_a_shallower_draft_is_lossless(world, seed, drafted):
+    """Its plan may draft fewer tokens than the block (``StepInput.drafted``, priced by depth);
+    the schedule then ranks the drafted columns only. Whatever the depth and the history, the
+    output law is the target's."""
+    import dataclasses
+
+    toy, gamma, m, batch = world
+    rng = np.random.default_rng(seed)
+    reached = rng.integers(0, 60, (1, gamma, 20)).astype(np.float64)
+    hist = np.stack([reached, np.floor(reached * rng.random(reached.shape))], axis=-1)
+    shallow = dataclasses.replace(batch, accept_hist=hist, drafted=min(drafted, gamma))
+    res = output_law(toy, m, gamma, "auto", batch=shallow)
+    assert res.tv <= TOLERANCE, res.worst()

@@ -56,7 +56,9 @@ class Batch:
     (fixed numbers: they never see the current drafts; default: the batch-mates' rows and
     :data:`LAGGED_PRIOR` for the study row). ``accept_rate``: (gamma,) online acceptance
     estimate (for ``goodput``). ``accept_hist``: verification history of earlier steps (for
-    ``calibrated-zos``; default :func:`default_history`).
+    ``calibrated-zos``; default :func:`default_history`). ``drafted``: the plan asked the
+    drafter for fewer tokens than the block (``StepInput.drafted``); verification stays within
+    them (the engine clips to them too).
     """
 
     others: np.ndarray
@@ -65,6 +67,7 @@ class Batch:
     lagged: np.ndarray | None = None
     accept_rate: np.ndarray | None = None
     accept_hist: np.ndarray | None = None  # default: default_history(gamma)
+    drafted: int | None = None  # the plan drafted this many tokens (None: the block)
 
     def step_time(self, b: np.ndarray) -> np.ndarray:
         """Seconds per target step at token batch b (vectorised; b past the table is clipped)."""
@@ -132,8 +135,12 @@ def policy_scheduler(spec: str | Policy, draws: int = POLICY_DRAWS) -> Scheduler
         inp = StepInput(
             conf=conf, step_time=b.step_time, lagged_conf=lagged, accept_rate=b.accept_rate,
             rng=rng, accept_hist=hist, request_class=np.zeros(conf.shape[0], np.int64),
+            drafted=b.drafted,
         )  # fmt: skip
-        return int(check_lengths(policy(inp), inp, policy.name)[b.index])
+        lengths = check_lengths(policy(inp), inp, policy.name)
+        if b.drafted is not None:  # the engine verifies no draft that was not drafted
+            lengths = np.minimum(lengths, b.drafted)
+        return int(lengths[b.index])
 
     def schedule(view: BlockView) -> int | np.ndarray:
         first = _policy_stream(0)

@@ -102,6 +102,9 @@ class StepInput:
     # tokens for every request costs this step (None: the engine charges no drafting).
     lag_known: np.ndarray | None = None
     draft_time: Callable[[int], float] | None = None
+    # How many draft tokens each request has this step when the plan asked for fewer than the
+    # block (None: the whole block): the engine verifies at most that many.
+    drafted: int | None = None
 
     @property
     def n_requests(self) -> int:

@@ -247,6 +247,7 @@ class ServingV2:
                         rng=self.policy_rng,
                         accept_hist=self.hist if need_hist else None,
                         request_class=self.row_class[rows] if need_hist else None,
+                        drafted=k_draft if k_draft < gamma else None,
                     )
                     lens = checked_lengths(schedule(inp), inp, pol.name)
                     if k_draft < gamma:
