@@ -119,11 +119,15 @@ def auto_section(ctx, trace_paths, sla, targets, baseline, traces, seed) -> None
             "speculation) is the best policy. `auto` keeps its drafter's context current "
             "(the drafter's prefill of every prompt token, 1.5-2 us a token on the GPU "
             "profiles, 4-6% of a prompt token's target cost) even in steps it does not draft, "
-            "and its plan (skip the drafter when its lagged, calibrated budget with drafting "
-            "priced in is 0) still drafts in some steps where drafting does not pay. A "
-            "deployment that turns speculation OFF under such load (a server restart, or an "
-            "engine that drops the drafter) is `ar` there; specsim's `auto` does not model "
-            "dropping and re-building the drafter's context.",
+            "and its plan (the draft depth k = 0..gamma whose lagged, calibrated budget pays "
+            "best with drafting k tokens priced in; 0 skips the drafter) still drafts in some "
+            "steps where drafting does not pay: a request with no lagged row (it did not draft "
+            "two steps earlier) is estimated from the pooled acceptance of VERIFIED drafts, "
+            "which verification selected for being likely, so right after steps that skipped "
+            "the drafter the plan over-rates drafting. A deployment that turns speculation OFF "
+            "under such load (a server restart, or an engine that drops the drafter) is `ar` "
+            "there; specsim's `auto` does not model dropping and re-building the drafter's "
+            "context.",
             "",
         )
     synthetic = {n: t for n, t in traces.items() if t.meta.get("source") == "synthetic"}
