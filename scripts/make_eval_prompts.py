@@ -9,8 +9,8 @@ the chat, code and math sets. Ten tasks, eight items each, seed 2026.
 
 Needs reasoning-gym, which specsim does not depend on; run it in its own environment:
 
-    python3 -m venv /tmp/rg && /tmp/rg/bin/pip install reasoning-gym==0.1.25
-    /tmp/rg/bin/python scripts/make_eval_prompts.py  # -> specsim/data/prompts/reasoning-gym.jsonl
+    python3 -m venv .venv-rg && .venv-rg/bin/pip install reasoning-gym==0.1.25
+    .venv-rg/bin/python scripts/make_eval_prompts.py  # -> specsim/data/prompts/reasoning-gym.jsonl
 """
 
 from __future__ import annotations
