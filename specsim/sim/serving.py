@@ -115,10 +115,6 @@ class ServingV2:
         NF = jobs.cols.shape[0]  # noqa: N806
         S = np.zeros((NF, 0), np.int64)
         self._set_draft_terms(cost, gamma)
-        # a full block's drafting, _draft_s's arithmetic inlined (the hot loop's own copy)
-        d_base, d_rt, d_lut = self.d_base, self.d_req + self.d_tok, self._draft_lut
-        n_dlut = len(d_lut) if d_lut is not None else 0
-        s_base, s_per = cost.sched_base_us, cost.sched_us_per_request  # cost.sched_s's terms
         log_step = self._log_step
         self.lut_list = lut[: 4 * (gamma + 1) + 1].tolist()  # the walk's step times, as floats
         walk_ok = WALK and not is2d and not engine_terms and not p_tok
@@ -351,15 +347,12 @@ class ServingV2:
             # -- the step's cost
             draft_s = 0.0
             if n_dec and k_draft:
-                if k_draft != gamma:
-                    draft_s = float(cost.draft_ms(n_dec, k_draft)) * 1e-3
-                elif d_lut is None:
-                    draft_s = d_base + d_rt * n_dec
-                else:
-                    draft_s = d_lut[n_dec] if n_dec < n_dlut else self._draft_s(n_dec)
+                draft_s = self._draft_s(n_dec) if k_draft == gamma else (
+                    float(cost.draft_ms(n_dec, k_draft)) * 1e-3
+                )  # fmt: skip
                 if engine_terms:
                     draft_s += cost.draft_context_s(S[PROMPT, :n_dec] + S[N, :n_dec] - 1)
-            sched_s = (s_base + s_per * n_dec) * 1e-6 if (n_dec and decides and not zos) else 0.0
+            sched_s = cost.sched_s(n_dec) if (n_dec and decides and not zos) else 0.0
             if engine_terms:
                 fn = cost.step_time_fn(ctx) if is2d else base_fn
                 verify_s = cost.verify_s(n_dec + n_ver, prefill_tokens, n_run, fn)
