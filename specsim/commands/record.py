@@ -101,6 +101,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="train only on prompts whose greedy outputs are already cached (no generation)",
     )
+    tr.add_argument(
+        "--prepare-only",
+        action="store_true",
+        help="only generate the target's outputs and run its teacher-forced passes (both "
+        "cached); a later run with the same prompts trains from the cache",
+    )
     tr.add_argument("--force", action="store_true", help="overwrite --out")
     tr.set_defaults(func=run_train)
 
@@ -188,6 +194,7 @@ def run_train(args: argparse.Namespace) -> int:
         cached_only=args.cached_only,
         gen_batch_size=args.gen_batch_size,
         resume=not args.fresh,
+        prepare_only=args.prepare_only,
         log=lambda m: print(m, file=sys.stderr, flush=True),
     )
     report.pop("history", None)

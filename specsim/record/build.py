@@ -69,8 +69,15 @@ def build_drafter(
     gen_batch_size: int = 16,
     curve_sequences: int = 48,
     resume: bool = True,
+    prepare_only: bool = False,
     log: Any = print,
 ) -> dict[str, Any]:
+    """Build a drafter for ``target`` into ``out``; returns the training report.
+
+    ``prepare_only`` stops after steps 1-2 (generation and teacher-forced passes, both cached):
+    the expensive, recipe-independent half, so it can run on a bigger machine or while the
+    training recipe is still being chosen, and a later run trains from the cache.
+    """
     import torch
 
     from specsim.errors import SpecsimError
@@ -87,7 +94,7 @@ def build_drafter(
     from specsim.record.models import prompt_ids
     from specsim.record.train import TrainConfig, choose_vocab, train, vocab_coverage
 
-    if out.exists() and not force:
+    if out.exists() and not force and not prepare_only:
         raise SpecsimError(f"{out} exists; pass --force to overwrite it")
     train_cfg = train_cfg or TrainConfig()
     timings: dict[str, float] = {}
@@ -132,6 +139,12 @@ def build_drafter(
                 seqs.append(s)
             bar.update()
     timings["features_s"] = time.perf_counter() - t
+    if prepare_only:
+        return {
+            "prepared_sequences": len(seqs),
+            "prepared_tokens": int(sum(s.output_len for s in seqs)),
+            "timings_s": {k: round(v, 1) for k, v in timings.items()},
+        }
     held = [s for j, s in enumerate(seqs) if j % 10 == 9]
     trn = [s for j, s in enumerate(seqs) if j % 10 != 9]
     fit_half, report_half = held[0::2], held[1::2]
