@@ -53,13 +53,41 @@ import numpy as np
 
 from specsim.errors import SpecsimError
 
+INTERPOLATIONS = ("linear", "step")
 
-def dense_lookup(batch_tokens: np.ndarray, step_ms: np.ndarray) -> np.ndarray:
-    """Step seconds at every integer B = 0..max(batch_tokens), linear between points."""
+
+def dense_lookup(
+    batch_tokens: np.ndarray,
+    step_ms: np.ndarray,
+    interpolation: str = "linear",
+    capture_max_tokens: int = 0,
+) -> np.ndarray:
+    """Step seconds at every integer B = 0..max(batch_tokens).
+
+    ``linear``: linear between points. ``step``: a batch inside the CUDA-graph capture sizes
+    (B <= ``capture_max_tokens``; 0: the whole table) pays the next profiled size >= B, the
+    graph it is padded to, as vLLM's adaptive verification reads its startup profile; past the
+    capture sizes (eager mode) the table is continuous: linear between the eager points, the
+    first eager point held below it (an eager step is not a blend of a graph and eager one).
+    """
     b = np.asarray(batch_tokens, dtype=np.float64)
     ms = np.asarray(step_ms, dtype=np.float64)
     grid = np.arange(int(b[-1]) + 1, dtype=np.float64)
-    return np.interp(grid, b, ms) / 1000.0  # np.interp holds the end values outside [b0, bN]
+    if interpolation == "linear":
+        return np.interp(grid, b, ms) / 1000.0  # np.interp holds the end values outside
+    cap = capture_max_tokens or int(b[-1])
+    inside = b <= cap
+    out = np.empty_like(grid)
+    n_in = int(inside.sum())
+    g_in = grid <= cap
+    if n_in:
+        idx = np.minimum(np.searchsorted(b[:n_in], grid[g_in], side="left"), n_in - 1)
+        out[g_in] = ms[:n_in][idx]
+    if n_in < b.size:
+        out[~g_in] = np.interp(grid[~g_in], b[n_in:], ms[n_in:])
+    elif np.any(~g_in):  # the capture limit is past the table: hold its last point
+        out[~g_in] = ms[-1]
+    return out / 1000.0
 
 
 # A step table is looked up densely (one entry per token batch size): it may cover up to a
@@ -102,12 +130,16 @@ def _checked_curve(name: str, key: str, curve) -> tuple[tuple[int, float], ...]:
     return out
 
 
-def curve_at(curve: tuple[tuple[int, float], ...], n):  # type: ignore[no-untyped-def]
-    """A (requests, ms) curve at ``n`` requests: linear between points, the first value held
+def curve_at(curve: tuple[tuple[int, float], ...], n, step: bool = False):  # type: ignore[no-untyped-def]
+    """A (requests, ms) curve at ``n`` requests: linear between points (``step``: the next
+    point at or above ``n``, the captured size a batch is padded to), the first value held
     below the first point, the last segment's slope (never negative) beyond the last."""
     rr = np.array([r for r, _ in curve], dtype=np.float64)
     mm = np.array([m for _, m in curve], dtype=np.float64)
-    out = np.interp(n, rr, mm)
+    if step:
+        out = mm[np.minimum(np.searchsorted(rr, n, side="left"), rr.size - 1)]
+    else:
+        out = np.interp(n, rr, mm)
     if rr.size > 1:
         slope = max((mm[-1] - mm[-2]) / (rr[-1] - rr[-2]), 0.0)
         out = np.where(n > rr[-1], mm[-1] + slope * (n - rr[-1]), out)
@@ -153,6 +185,11 @@ class CostModel:
     prefill_budget: int = 16384  # serving model v1: prompt tokens admitted per step
     max_batched_tokens: int = 8192  # serving model v2: tokens a step may hold (vLLM's name)
     gpus: int = 1  # accelerators the step table is for (a node of 8 for an 8-GPU deployment)
+    # how the table is read between its points: "linear", or "step" (a batch pays the next
+    # profiled size, its CUDA-graph capture size, up to ``capture_max_tokens``; 0: everywhere;
+    # ``draft_curve`` is then read the same way, to its last point)
+    interpolation: str = "linear"
+    capture_max_tokens: int = 0
     meta: dict[str, str] = field(default_factory=dict)
     # serving model v1's form of the same profile (a roofline table with its KV read folded in
     # at a fixed context), where it differs; None: this profile serves both models
@@ -182,6 +219,16 @@ class CostModel:
                 )
         for key in ("overhead_curve", "draft_curve"):
             object.__setattr__(self, key, _checked_curve(self.name, key, getattr(self, key)))
+        if self.interpolation not in INTERPOLATIONS:
+            raise SpecsimError(
+                f"profile {self.name!r}: interpolation = {self.interpolation!r}; use one of "
+                f"{', '.join(INTERPOLATIONS)}"
+            )
+        if not 0 <= self.capture_max_tokens <= MAX_PROFILE_BATCH:
+            raise SpecsimError(
+                f"profile {self.name!r}: capture_max_tokens = {self.capture_max_tokens} must be "
+                f"a whole number in [0, {MAX_PROFILE_BATCH:,}] (0: the whole table)"
+            )
         b = np.asarray(self.batch_tokens, dtype=np.int64)
         ms = np.atleast_2d(np.asarray(self.step_ms, dtype=np.float64))
         if b.ndim != 1 or b.size < 2:
@@ -206,7 +253,9 @@ class CostModel:
                 )
         elif ms.shape[0] != 1:
             raise SpecsimError(f"profile {self.name!r}: a 2-D step table needs context_tokens")
-        lut = np.stack([dense_lookup(b, row) for row in ms])  # (m, Bmax+1) seconds
+        lut = np.stack(
+            [dense_lookup(b, row, self.interpolation, self.capture_max_tokens) for row in ms]
+        )  # (m, Bmax+1) seconds
         slope = (ms[:, -1] - ms[:, -2]) / (b[-1] - b[-2]) / 1000.0  # s per token beyond Bmax
         object.__setattr__(self, "batch_tokens", b)
         object.__setattr__(self, "step_ms", ms if self.context_tokens is not None else ms[0])
@@ -334,8 +383,8 @@ class CostModel:
     def draft_ms(self, n_requests, gamma: int):
         """Draft forward for R requests producing a block of ``gamma`` tokens each."""
         r = np.asarray(n_requests, dtype=np.float64)
-        if self.draft_curve:
-            fixed = curve_at(self.draft_curve, r)
+        if self.draft_curve:  # a step-read table's drafter runs captured graphs too
+            fixed = curve_at(self.draft_curve, r, step=self.interpolation == "step")
         else:
             fixed = self.draft_base_ms + self.draft_per_request_ms * r
         out = np.where(r > 0, fixed + self.draft_per_token_ms * r * gamma, 0.0)
@@ -369,4 +418,9 @@ class CostModel:
             "prefill_budget": self.prefill_budget,
             "max_batched_tokens": self.max_batched_tokens,
             "gpus": self.gpus,
+            **(
+                {"interpolation": self.interpolation, "capture_max_tokens": self.capture_max_tokens}
+                if self.interpolation != "linear"
+                else {}
+            ),
         }

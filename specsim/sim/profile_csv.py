@@ -4,9 +4,10 @@ Optional header lines ``# key: value`` hold the scalar costs (``draft_base_ms``,
 ``draft_per_request_ms``, ``draft_per_token_ms``, ``sched_base_us``, ``sched_us_per_request``,
 ``max_running``, ``kv_tokens``, ``prefill_budget``, and the measured engine terms
 ``step_overhead_ms``, ``verify_per_request_ms``, ``draft_per_context_us``,
-``draft_context_window``, ``prefill_token_ms``: specsim.sim.cost); anything else is kept as
-metadata. Then a table with columns ``batch_tokens,step_ms`` and optionally ``context_tokens`` (a
-full grid: every batch size at every context). docs/simulator.md has the details. Reading
+``draft_context_window``, ``prefill_token_ms``, ``interpolation`` (``linear`` or ``step``) and
+``capture_max_tokens``: specsim.sim.cost); anything else is kept as metadata. Then a table
+with columns ``batch_tokens,step_ms`` and optionally ``context_tokens`` (a full grid: every
+batch size at every context). docs/simulator.md has the details. Reading
 validates everything (one-line errors); writing is atomic and refuses to overwrite.
 """
 
@@ -28,6 +29,7 @@ _INT_KEYS = (
     "max_batched_tokens",
     "gpus",
     "draft_context_window",
+    "capture_max_tokens",
 )
 _FLOAT_KEYS = COST_KEYS  # the cost model's non-negative float terms
 
@@ -80,6 +82,8 @@ def parse_profile_csv(text: str, name: str, source: str = "") -> CostModel:
     for key in ("overhead_curve", "draft_curve"):
         if key in meta:
             kwargs[key] = parse_curve(meta.pop(key), where, key)
+    if "interpolation" in meta:
+        kwargs["interpolation"] = meta.pop("interpolation").lower()
     meta.setdefault("source", source or "csv")
     for col in ("batch_tokens", "step_ms", "context_tokens"):
         if col in df.columns:
