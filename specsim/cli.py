@@ -35,6 +35,7 @@ COMMANDS = (
     "traces",
     "check_lossless",
     "record",
+    "profile",
     "sweep",
     "plot",
     "report",
@@ -103,7 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     if sys.stderr is None:  # started with stderr closed: errors have nowhere to go but the code
         sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process
     parser = build_parser()
-    args = parser.parse_args(argv)
+    from specsim.commands.profile import legacy_argv
+
+    args = parser.parse_args(legacy_argv(list(sys.argv[1:] if argv is None else argv)))
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

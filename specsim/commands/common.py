@@ -16,7 +16,9 @@ POLICY_NAMES = (
     "auto", "calibrated-zos", "hw-aware", "zos", "goodput", "mtp1", "static:K", "full", "ar",
     "threshold:T", "cum-threshold:T", "oracle", "hw-aware-global",
 )  # fmt: skip
-PROFILE_NAMES = ("h100-dense-8b", "v4-flash-like", "v4-pro-like", "smollm2-135m-cpu")
+PROFILE_NAMES = (
+    "h100-dense-8b", "v4-flash-like", "v4-pro-like", "vllm-v4-flash-tp4-b300", "smollm2-135m-cpu",
+)  # fmt: skip
 
 POLICY_HELP = (
     f"scheduler: {', '.join(POLICY_NAMES)}, or module:callable for your own (docs/policies.md)"

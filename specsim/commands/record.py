@@ -1,4 +1,4 @@
-"""``specsim record``, ``specsim train-drafter`` and ``specsim profile``: real traces.
+"""``specsim record``, ``specsim train-drafter`` and ``specsim profile measure``: real traces.
 
 All three import torch lazily (inside ``run``), so ``specsim --help`` stays torch-free.
 """
@@ -110,7 +110,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     tr.add_argument("--force", action="store_true", help="overwrite --out")
     tr.set_defaults(func=run_train)
 
-    pr = sub.add_parser("profile", help="measure the target's step time against token batch size")
+
+def add_measure_args(pr: argparse.ArgumentParser) -> None:
+    """``specsim profile measure``: time the target's step against token batch size here."""
     _target_args(pr)
     pr.add_argument("--out", type=Path, required=True, help="SPS profile CSV to write")
     pr.add_argument(
