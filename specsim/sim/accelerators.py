@@ -1,0 +1,188 @@
+"""Accelerator facts: memory, bandwidth, tensor throughput and links of the GPUs LLMs are served on.
+
+Why a module of facts: a step cost carried from a measured deployment to another GPU (or a
+roofline built where nothing is measured) is only as good as the numbers it divides by, and a
+capacity planner must be able to see where each one comes from. Every figure is a
+:class:`~specsim.sim.deployments.Fact` with its source. Conventions:
+
+- tensor throughput is DENSE (NVIDIA quotes sparse figures in most tables: dense = sparse / 2);
+- bandwidths are bytes per second; NVLink per GPU and per direction (half the quoted
+  bidirectional figure), a NIC per GPU and per direction;
+- ``nvl_domain``: GPUs that reach each other over NVLink (8 on an HGX board, 72 in an NVL72 rack).
+
+Sources are NVIDIA's product pages and datasheets (named below); where only a secondary source
+reproduces a figure, the citation says so. Pure data: imports nothing from the simulator.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specsim.sim.deployments import Fact, GpuFacts
+
+H100_DS = "NVIDIA H100 Tensor Core GPU datasheet (SXM5): 80 GB HBM3, 3.35 TB/s"
+H200_DS = "NVIDIA H200 Tensor Core GPU product page / datasheet (SXM): 141 GB HBM3e, 4.8 TB/s"
+H20_DS = "NVIDIA H20 specification (secondary: willitrunai.com/gpus/h20-96gb): 96 GB, 4.0 TB/s"
+H800_DS = "NVIDIA H800 SXM: H100 SXM memory and compute, NVLink cut to 400 GB/s (DeepEP docs)"
+B200_DS = (
+    "NVIDIA HGX B200 / DGX B200 specifications (1,000 W; secondary: "
+    "glennklockwood.com/garden/processors/B200): 180 GB HBM3e, 8 TB/s"
+)
+B300_DS = (
+    "NVIDIA HGX B300 (Blackwell Ultra) specifications (secondary: "
+    "glennklockwood.com/garden/processors/B300, acecloud.ai/blog/nvidia-hgx-b300): 288 GB "
+    "HBM3e, 8 TB/s, ConnectX-8 800 Gb/s per GPU"
+)
+GB200_DS = "NVIDIA GB200 NVL72 product page (per GPU: 186 GB HBM3e, 8 TB/s; 72-GPU NVLink domain)"
+GB300_DS = (
+    "NVIDIA GB300 NVL72 product page (per GPU: 288 GB HBM3e, 8 TB/s; 72-GPU NVLink domain; "
+    "secondary: verda.com/blog/gb300-nvl72-architecture)"
+)
+NVLINK4 = "NVLink 4 (Hopper): 900 GB/s bidirectional per GPU"
+NVLINK5 = "NVLink 5 (Blackwell): 1.8 TB/s bidirectional per GPU"
+CX7 = "ConnectX-7 400 Gb/s per GPU (DGX/HGX H100, B200 reference designs)"
+CX8 = "ConnectX-8 800 Gb/s per GPU (HGX B300, GB300 NVL72 reference designs)"
+
+
+@dataclass(frozen=True)
+class Accelerator:
+    """One GPU's published figures (dense tensor FLOP/s per precision; 0: no such units)."""
+
+    name: str
+    hbm_bytes: Fact
+    mem_bw: Fact
+    bf16_flops: Fact
+    fp8_flops: Fact
+    fp4_flops: Fact
+    nvlink_bw: Fact  # bytes/s per direction
+    nic_bw: Fact  # bytes/s per direction, scale-out NIC per GPU
+    nvl_domain: Fact  # GPUs in one NVLink domain
+    per_node: Fact  # GPUs per server board (HGX 8; an NVL72 tray holds 4)
+
+    def flops(self, precision: str = "fp8") -> float:
+        """Dense tensor FLOP/s at ``precision`` (``bf16``, ``fp8`` or ``fp4``; FP4 falls back
+        to FP8 on GPUs without FP4 units, as an FP4 checkpoint then computes in FP8)."""
+        if precision not in ("bf16", "fp8", "fp4"):
+            raise ValueError(f"unknown precision {precision!r}; use bf16, fp8 or fp4")
+        v = float(getattr(self, f"{precision}_flops"))
+        return v if v > 0 else float(self.fp8_flops)
+
+    def gpu_facts(self, precision: str = "fp8") -> GpuFacts:
+        """The subset :mod:`specsim.sim.deployments` builds profiles from."""
+        src = getattr(self, f"{precision}_flops").source
+        return GpuFacts(
+            name=self.name,
+            hbm_bytes=self.hbm_bytes,
+            mem_bw=self.mem_bw,
+            flops=Fact(self.flops(precision), src),
+            per_node=self.per_node,
+        )
+
+
+def _hopper(  # noqa: PLR0913 - one line per published figure
+    name: str,
+    hbm: float,
+    bw: float,
+    src: str,
+    nvlink: float = 450e9,
+    nvl_src: str = NVLINK4,
+    bf16: float = 989e12,
+    fp8: float = 1979e12,
+) -> Accelerator:
+    return Accelerator(
+        name=name,
+        hbm_bytes=Fact(hbm, src),
+        mem_bw=Fact(bw, src),
+        bf16_flops=Fact(bf16, src + "; dense (sparse / 2)"),
+        fp8_flops=Fact(fp8, src + "; dense (sparse / 2)"),
+        fp4_flops=Fact(0.0, "Hopper has no FP4 tensor units"),
+        nvlink_bw=Fact(nvlink, nvl_src + " (per direction)"),
+        nic_bw=Fact(50e9, CX7 + " (50 GB/s per direction)"),
+        nvl_domain=Fact(8, "HGX board: 8 GPUs on NVSwitch"),
+        per_node=Fact(8, "HGX board: 8 GPUs per node"),
+    )
+
+
+def _blackwell(name: str, hbm: float, src: str, bf16: float, fp8: float, fp4: float,
+               nic: float, nic_src: str, domain: int, per_node: int) -> Accelerator:  # fmt: skip
+    dom_src = "NVL72 rack: 72 GPUs on one NVLink domain" if domain == 72 else "HGX board: 8 GPUs"
+    return Accelerator(
+        name=name,
+        hbm_bytes=Fact(hbm, src),
+        mem_bw=Fact(8e12, src),
+        bf16_flops=Fact(bf16, src + "; dense"),
+        fp8_flops=Fact(fp8, src + "; dense"),
+        fp4_flops=Fact(fp4, src + "; dense"),
+        nvlink_bw=Fact(900e9, NVLINK5 + " (per direction)"),
+        nic_bw=Fact(nic, nic_src),
+        nvl_domain=Fact(domain, dom_src),
+        per_node=Fact(per_node, "GPUs per board (HGX 8; an NVL72 compute tray 4)"),
+    )
+
+
+ACCELERATORS: dict[str, Accelerator] = {
+    "H100": _hopper("H100-SXM", 80e9, 3.35e12, H100_DS),
+    "H200": _hopper("H200-SXM", 141e9, 4.8e12, H200_DS),
+    "H20": _hopper("H20", 96e9, 4.0e12, H20_DS, bf16=148e12, fp8=296e12),
+    "H800": _hopper(
+        "H800-SXM",
+        80e9,
+        3.35e12,
+        H800_DS,
+        nvlink=200e9,
+        nvl_src="H800 NVLink: 400 GB/s bidirectional",
+    ),  # fmt: skip
+    "B200": _blackwell(
+        "B200", 180e9, B200_DS, 2.25e15, 4.5e15, 9e15, 50e9, CX7 + " (50 GB/s per direction)", 8, 8
+    ),  # fmt: skip
+    "B300": _blackwell(
+        "B300",
+        288e9,
+        B300_DS,
+        2.25e15,
+        4.5e15,
+        13.5e15,
+        100e9,
+        CX8 + " (100 GB/s per direction)",
+        8,
+        8,
+    ),  # fmt: skip
+    "GB200": _blackwell(
+        "GB200",
+        186e9,
+        GB200_DS,
+        2.5e15,
+        5e15,
+        10e15,
+        50e9,
+        CX7 + " (typical GB200 NVL72 scale-out; to confirm per site)",
+        72,
+        4,
+    ),  # fmt: skip
+    "GB300": _blackwell(
+        "GB300",
+        288e9,
+        GB300_DS,
+        2.5e15,
+        5e15,
+        15e15,
+        100e9,
+        CX8 + " (100 GB/s per direction)",
+        72,
+        4,
+    ),  # fmt: skip
+}
+
+
+def accelerator(name: str) -> Accelerator:
+    """A GPU by name (case-insensitive; ``H100``, ``H200``, ``H20``, ``H800``, ``B200``,
+    ``B300``, ``GB200``, ``GB300``)."""
+    key = name.strip().upper()
+    if key not in ACCELERATORS:
+        from specsim.errors import SpecsimError
+
+        raise SpecsimError(f"unknown GPU {name!r}; use one of {', '.join(ACCELERATORS)}")
+    return ACCELERATORS[key]
+
+
+__all__ = ["ACCELERATORS", "Accelerator", "accelerator"]
