@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -95,6 +96,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     tr.add_argument("--seqs-per-step", type=int, default=8)
     tr.add_argument("--anchors-per-seq", type=int, default=12)
     tr.add_argument("--lr", type=float, default=6e-4)
+    tr.add_argument(
+        "--loss-decay",
+        type=float,
+        default=None,
+        help="per-position loss weight exp(-(k-1)/D) (default: the block size; DeepSpec's "
+        "configs use 4)",
+    )
     tr.add_argument("--seed", type=int, default=0)
     tr.add_argument(
         "--cached-only",
@@ -170,6 +178,9 @@ def run_train(args: argparse.Namespace) -> int:
     from specsim.record.models import load_target
     from specsim.record.train import TrainConfig
 
+    d = args.loss_decay
+    if d is not None and not (math.isfinite(d) and d > 0):
+        raise SpecsimError(f"--loss-decay must be a positive number, got {d}")
     prompts = load_many(args.prompts)
     target = load_target(args.target, args.device)
     out = args.out or default_drafter_dir(target)
@@ -180,6 +191,7 @@ def run_train(args: argparse.Namespace) -> int:
         anchors_per_seq=args.anchors_per_seq,
         lr=args.lr,
         seed=args.seed,
+        loss_decay=args.loss_decay,
     )
     report = build_drafter(
         target,

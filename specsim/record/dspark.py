@@ -508,6 +508,11 @@ def d2t_format(raw_config: dict[str, Any]) -> str:
     return str(fmt)
 
 
-def position_weights(gamma: int) -> torch.Tensor:
-    """The paper's per-position loss weights exp(-(k-1)/gamma), k = 1..gamma."""
-    return torch.tensor([math.exp(-k / gamma) for k in range(gamma)])
+def position_weights(block_size: int, decay: float | None = None) -> torch.Tensor:
+    """The paper's per-position loss weights exp(-(k-1)/decay), k = 1..block_size.
+
+    ``decay`` None: the block size (specsim's drafters v1 and v2). DeepSpec's released configs
+    and NeMo AutoModel's use 4.0 whatever the block (``loss_decay_gamma``), weighting the early
+    positions, which every accepted block needs, more (drafter v3)."""
+    d = float(block_size if decay is None else decay)
+    return torch.tensor([math.exp(-k / d) for k in range(block_size)])

@@ -1,7 +1,8 @@
 """Train a DSpark drafter for a target by self-distillation, on a CPU, in minutes.
 
 Data: the target's own greedy continuations of prompts (``generate.py``), one teacher-forced pass
-each (``features.py``). Loss per block position k (the DSpark paper), weighted exp(-(k-1)/gamma):
+each (``features.py``). Loss per block position k (the DSpark paper), weighted exp(-(k-1)/d)
+(``loss_decay`` d: the block size by default; DeepSpec's configs use 4):
 
     0.1 * CE(draft, target token) + 0.9 * ||p_draft - p_target||_1 + 1.0 * BCE(c_k, c*_k)
 
@@ -48,6 +49,9 @@ class TrainConfig:
     weight_decay: float = 0.0
     verify_temperature: float = 0.0  # 0: greedy exact-match acceptance; 1: rejection sampling
     seed: int = 0
+    # per-position loss weight exp(-(k-1)/decay); None: the block size (drafters v1, v2).
+    # DeepSpec's configs and NeMo AutoModel use 4.0 (``loss_decay_gamma``)
+    loss_decay: float | None = None
     log_every: int = 50
     checkpoint_minutes: float = 5.0  # save the resumable training state this often
     eval_minutes: float = 5.0  # held-out tau for the learning curve this often (0: never)
@@ -70,7 +74,12 @@ def vocab_coverage(seqs: list[Sequence], d2t: torch.Tensor) -> float:
 
 
 def block_loss(
-    drafter: DSparkDrafter, s: Sequence, anchors: torch.Tensor, t2d: torch.Tensor, vt: float
+    drafter: DSparkDrafter,
+    s: Sequence,
+    anchors: torch.Tensor,
+    t2d: torch.Tensor,
+    vt: float,
+    decay: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The three-term DSpark loss for blocks at ``anchors`` of one sequence."""
     g = drafter.cfg.block_size
@@ -96,7 +105,7 @@ def block_loss(
     else:
         c_star = (logits.argmax(-1) == y).float()
     bce = F.binary_cross_entropy_with_logits(conf_logit.float(), c_star, reduction="none")
-    w = position_weights(g)[None, :] * valid
+    w = position_weights(g, decay)[None, :] * valid
     wsum = w.sum().clamp(min=1e-9)
     ce_w = w * in_vocab
     loss = (
@@ -213,7 +222,9 @@ def train(
                     np.arange(lo, hi + 1), size=min(cfg.anchors_per_seq, hi - lo + 1), replace=False
                 )
             )
-            loss, parts = block_loss(drafter, s, torch.from_numpy(a), t2d, cfg.verify_temperature)
+            loss, parts = block_loss(
+                drafter, s, torch.from_numpy(a), t2d, cfg.verify_temperature, cfg.loss_decay
+            )
             (loss / len(picks)).backward()
             total += loss.item() / len(picks)
             for k, v in parts.items():
