@@ -52,7 +52,7 @@ def test_appendix_a_global_search_gives_085_015():
     assert not res.lossless
 
 
-@pytest.mark.parametrize("policy", ["hw-aware", "zos", "full", "ar"])
+@pytest.mark.parametrize("policy", ["hw-aware", "zos", "vllm-adaptive", "full", "ar"])
 def test_appendix_a_early_stop_and_lagged_budget_keep_07_03(policy):
     res = output_law(appendix_a_toy(), 2, 2, policy, batch=alone(2, APPENDIX_SPS))
     np.testing.assert_allclose(res.marginal(0), [0.7, 0.3], rtol=0, atol=1e-12)
@@ -138,7 +138,7 @@ def test_multi_draft_verifiers_are_lossless(seed, vocab, k):
     st.sampled_from(
         [
             "full", "static:1", "static:2", "threshold:0.5", "cum-threshold:0.3", "hw-aware",
-            "zos", "calibrated-zos",
+            "zos", "calibrated-zos", "vllm-adaptive",
         ]
     ),
 )  # fmt: skip

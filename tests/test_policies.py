@@ -45,6 +45,7 @@ CONFIDENT_POLICIES = [
     "hw-aware-global",
     "zos",
     "goodput",
+    "vllm-adaptive",
 ]
 
 
@@ -182,7 +183,8 @@ def test_non_anticipation(conf, ms, data):
     other[r, k:] = tail
     st_fn = table_step_time(ms)
     lagged = np.full_like(conf, 0.6)
-    for name in ["full", "static:2", "threshold:0.5", "cum-threshold:0.3", "hw-aware", "zos"]:
+    for name in ["full", "static:2", "threshold:0.5", "cum-threshold:0.3", "hw-aware", "zos",
+                 "vllm-adaptive"]:  # fmt: skip
         a = get_policy(name)(StepInput(conf=conf, step_time=st_fn, lagged_conf=lagged))
         b = get_policy(name)(StepInput(conf=other, step_time=st_fn, lagged_conf=lagged))
         assert (a[r] >= k) == (b[r] >= k), name

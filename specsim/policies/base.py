@@ -97,9 +97,10 @@ class StepInput:
     # Verification outcomes of earlier steps, by class, position and confidence bin.
     accept_hist: np.ndarray | None = None
     request_class: np.ndarray | None = None
-    # For ``Policy.plan`` only: which rows of ``conf`` are real lagged rows (a request too new
-    # to have one has a placeholder there), and ``draft_time(k)``: the seconds drafting k
-    # tokens for every request costs this step (None: the engine charges no drafting).
+    # Which rows of the lagged confidences are real (a request too new to have one has its
+    # current row there), and ``draft_time(k)``: the seconds drafting k tokens for every request
+    # costs this step (None: the engine charges no drafting). Always given to ``plan``; given to
+    # ``schedule`` when the policy ``needs`` "lag_known" / "draft_time".
     lag_known: np.ndarray | None = None
     draft_time: Callable[[int], float] | None = None
     # How many draft tokens each request has this step when the plan asked for fewer than the

@@ -284,6 +284,8 @@ class Engine(Walks, History, ServingV2):
         need_hist = "accept_hist" in self.needs
         need_surv = "survival" in self.needs
         need_lag_surv = need_lag and "lagged_survival" in self.needs
+        need_known = "lag_known" in self.needs
+        need_draft = "draft_time" in self.needs
         # survivals of every trace row, once: a step gathers its rows instead of a cumprod
         tab = row_table(conf_all, acc_all) if need_surv or need_lag_surv else None
         conf_dtype = conf_all.dtype
@@ -398,9 +400,10 @@ class Engine(Walks, History, ServingV2):
                 else:
                     pol_fn = _shifted(step_fn, prefill_tokens)
                 lag = lag_surv = None
-                if need_lag:
+                if need_lag or need_known:
                     h2 = S[_H2, :n_dec]
                     lag_rows = np.where(h2 >= 0, h2, rows)
+                if need_lag:
                     if need_lag_surv:
                         g = tab.take(lag_rows, axis=0)
                         lag = g[:, gamma : 2 * gamma].astype(conf_dtype)
@@ -422,6 +425,8 @@ class Engine(Walks, History, ServingV2):
                     rng=self.policy_rng,
                     accept_hist=self.hist if need_hist else None,
                     request_class=self.row_class[rows] if need_hist else None,
+                    lag_known=h2 >= 0 if need_known else None,
+                    draft_time=self._draft_time_fn(n_dec) if need_draft else None,
                 )
                 lens = checked_lengths(schedule(inp), inp, self.policy.name)
                 a_ok = np.minimum(lens, acc)

@@ -91,6 +91,8 @@ class ServingV2:
         need_hist = "accept_hist" in needs
         need_surv = "survival" in needs
         need_lag_surv = need_lag and "lagged_survival" in needs
+        need_known = "lag_known" in needs
+        need_draft = "draft_time" in needs
         tab = row_table(conf_all, acc_all) if need_surv or need_lag_surv else None
         conf_dtype = conf_all.dtype
         fixed_k = pol.draft_len
@@ -190,7 +192,7 @@ class ServingV2:
                     t = self.trials[1:].astype(np.float64)
                     rate = (self.succ[1:] + PRIOR_RATE * PRIOR_WEIGHT) / (t + PRIOR_WEIGHT)
                 lag = lag_surv = None
-                if need_lag or plan is not None:
+                if need_lag or plan is not None or need_known:
                     h2 = S[H2, :n_dec]
                     lag_rows = np.where(h2 >= 0, h2, rows)
                 if fixed_k is not None:
@@ -244,6 +246,8 @@ class ServingV2:
                         accept_hist=self.hist if need_hist else None,
                         request_class=self.row_class[rows] if need_hist else None,
                         drafted=k_draft if k_draft < gamma else None,
+                        lag_known=h2 >= 0 if need_known else None,
+                        draft_time=self._draft_time_fn(n_dec) if need_draft else None,
                     )
                     lens = checked_lengths(schedule(inp), inp, pol.name)
                     if k_draft < gamma:

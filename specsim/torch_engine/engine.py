@@ -416,12 +416,23 @@ class RealEngine:
             rate = (self.succ[1:] + PRIOR_RATE * PRIOR_WEIGHT) / (
                 self.trials[1:].astype(np.float64) + PRIOR_WEIGHT
             )
+        known = draft_time = None
+        if "lag_known" in self.policy.needs:
+            known = np.array([r.h2 is not None for r in dec], dtype=bool)
+        if "draft_time" in self.policy.needs:  # the policy prices drafting from the profile
+            n_dec, cost = len(dec), self.cost
+
+            def draft_time(k: int) -> float:
+                return float(cost.draft_ms(n_dec, k)) * 1e-3 if k > 0 else 0.0
+
         inp = StepInput(
             conf=prop.conf,
             step_time=self.cost.policy_step_fn(fn, pre),
             lagged_conf=lag,
             accept_rate=rate,
             rng=self.policy_rng,
+            lag_known=known,
+            draft_time=draft_time,
         )
         lens = check_lengths(self.policy.schedule(inp), inp, self.policy.name)
         return lens, prop, t_draft
