@@ -38,6 +38,7 @@ KINDS: dict[str, str] = {
     "zos": "specsim.analysis.reports.zos",
     "lossless": "specsim.analysis.reports.lossless",
     "paper-check": "specsim.analysis.reports.paper_check",
+    "real-deployments": "specsim.analysis.reports.real_deployments",
 }
 
 
