@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from specsim.cli import build_parser, main
+from specsim.commands.profile import legacy_argv
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = sorted(p for p in (ROOT / "docs").glob("*.md") if p.name != "api.md")
@@ -70,7 +71,7 @@ def test_documented_commands_parse(page, line):
     line = re.sub(r"\[--[^\]]*\]", "", line)  # optional parts of a usage pattern
     if "..." in line:
         pytest.skip("a usage pattern with placeholders, not a command")
-    argv = shlex.split(line)[1:]
+    argv = legacy_argv(shlex.split(line)[1:])  # as main() reads it
     build_parser().parse_args(argv)  # exits 2 (SystemExit) on an unknown flag or command
 
 
