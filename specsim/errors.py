@@ -20,3 +20,10 @@ class SpecsimError(Exception):
 
 class TraceError(SpecsimError):
     """A trace file that does not follow trace format v1 (docs/trace-format.md)."""
+
+
+class RunFailed(SpecsimError):
+    """The run happened but did not measure what it was for (every request to a server failed,
+    or more than the share the user allowed): exit 1, one line, what was measured kept."""
+
+    exit_code = 1

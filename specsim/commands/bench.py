@@ -70,6 +70,7 @@ def table(s: dict) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from specsim.errors import RunFailed
     from specsim.options import from_args
     from specsim.outputs import check_out, jsonable, write_table
     from specsim.progress import Progress
@@ -86,13 +87,22 @@ def run(args: argparse.Namespace) -> int:
     with Progress(len(jobs), "bench", " req") as bar:
         results = run_bench(cfg, jobs, progress=bar)
     summary = summarize_bench(results, cfg.concurrency, slo)
+    failed = [r.error for r in results if r.error]
+    over = len(failed) > cfg.max_failed_share * len(results) or not summary["requests_completed"]
     if out is not None:
-        write_table(result_frame(results), out)
+        frame = result_frame(results)
+        frame["partial"] = bool(failed)  # some rows are failures: the run is not whole
+        write_table(frame, out)
     if args.json:
         print(json.dumps(jsonable({**summary, "config": cfg.__dict__}), sort_keys=True))
     else:
         print(table(summary))
-    failed = [r.error for r in results if r.error]
+    if over:
+        kept = f"; the per-request table is in {out} (marked partial)" if out is not None else ""
+        raise RunFailed(
+            f"{len(failed)} of {len(results)} requests failed (allowed: "
+            f"{cfg.max_failed_share:.0%}); first error: {failed[0] if failed else 'none'}{kept}"
+        )
     if failed:
         sys.stderr.write(f"specsim: warning: {len(failed)} requests failed, e.g. {failed[0]}\n")
     return 0

@@ -88,9 +88,12 @@ async def _send(client, cfg: BenchConfig, i: int, job: Job, t0: float) -> Result
     except Exception as exc:  # noqa: BLE001 - a failed request is data, not a crash
         res.error = f"{type(exc).__name__}: {str(exc)[:300]}"
         return res
-    res.done_s = time.perf_counter() - t0
     if not res.output_tokens:
         res.output_tokens = int(sum(res.chunk_tokens))
+    if not res.chunk_s and not res.output_tokens:  # HTTP 200 but no token: not a response
+        res.error = "the stream carried no token (no server-sent event with generated text)"
+        return res
+    res.done_s = time.perf_counter() - t0
     return res
 
 

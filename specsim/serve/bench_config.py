@@ -31,6 +31,9 @@ class BenchConfig:
     seed: int = option(0, "seed of the job order and arrivals (and of the server's sampling)")
     slo: str | None = option(None, "SLOs in ms, e.g. ttft=500,tpot=50 (goodput)", type=str)
     timeout_s: float = option(600.0, "per-request timeout, seconds")
+    max_failed_share: float = option(
+        0.0, "share of requests that may fail before the run is a failure (exit 1)"
+    )
 
     def __post_init__(self) -> None:
         loads = [n for n in ("concurrency", "rate") if getattr(self, n) is not None]
@@ -46,8 +49,59 @@ class BenchConfig:
             raise SpecsimError(f"--max-tokens must be at least 1, got {self.max_tokens}")
         if self.api not in APIS:
             raise SpecsimError(f"--api must be one of {', '.join(APIS)}, got {self.api!r}")
-        if not self.url.startswith(("http://", "https://")):
-            raise SpecsimError(f"--url {self.url!r} must start with http:// or https://")
+        check_url(self.url)
+        if self.requests is not None and not 1 <= self.requests <= MAX_REQUESTS:
+            raise SpecsimError(
+                f"--requests must be a whole number in [1, {MAX_REQUESTS:,}], got {self.requests}"
+            )
+        if self.max_tokens > MAX_TOKENS:
+            raise SpecsimError(
+                f"--max-tokens must be at most {MAX_TOKENS:,}, got {self.max_tokens}"
+            )
+        if self.rate is not None and self.rate < MIN_RATE:
+            raise SpecsimError(
+                f"--rate {self.rate:g} req/s would take more than {1 / MIN_RATE:,.0f} s between "
+                f"requests; give a rate >= {MIN_RATE:g}"
+            )
+        if self.cv is not None and not (math.isfinite(self.cv) and self.cv > 0):
+            raise SpecsimError(f"--cv must be a positive number, got {self.cv}")
+        if not (math.isfinite(self.timeout_s) and 0 < self.timeout_s <= MAX_TIMEOUT_S):
+            raise SpecsimError(
+                f"--timeout-s must be seconds in (0, {MAX_TIMEOUT_S:,.0f}], got {self.timeout_s}"
+            )
+        if not (math.isfinite(self.temperature) and 0 <= self.temperature <= 100):
+            raise SpecsimError(
+                f"--temperature must be a number in [0, 100], got {self.temperature}"
+            )
+        if not (math.isfinite(self.max_failed_share) and 0 <= self.max_failed_share <= 1):
+            raise SpecsimError(
+                f"--max-failed-share must be a share in [0, 1], got {self.max_failed_share}"
+            )
+
+
+MAX_REQUESTS = 10_000_000
+MAX_TOKENS = 1_000_000
+MIN_RATE = 1e-3  # one request per 1,000 s: slower is a typo, and would look like a hang
+MAX_TIMEOUT_S = 86_400.0
+
+
+def check_url(url: str) -> None:
+    """A base URL a client can connect to: http(s), a host, a port in 1..65535 (one line)."""
+    from urllib.parse import urlsplit
+
+    if not url.startswith(("http://", "https://")):
+        raise SpecsimError(f"--url {url!r} must start with http:// or https://")
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        raise SpecsimError(
+            f"--url {url!r} has a port outside 1..65535; e.g. http://127.0.0.1:8080"
+        ) from None
+    if not parts.hostname:
+        raise SpecsimError(f"--url {url!r} names no host; e.g. http://127.0.0.1:8080")
+    if port is not None and not 1 <= port <= 65535:
+        raise SpecsimError(f"--url {url!r} has a port outside 1..65535; e.g. http://127.0.0.1:8080")
 
 
 @dataclass(frozen=True)
