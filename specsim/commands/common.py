@@ -73,6 +73,7 @@ def add_threads(p: argparse.ArgumentParser) -> None:
 
 
 DRAFTER_HELP = (
-    "'dspark' (the trained DSpark drafter for the target, from the cache), a DSpark checkpoint "
-    "folder, or 'ngram[:N]' (prompt lookup, no training)"
+    "'dspark' (the DSpark drafter the shipped traces were recorded with), 'dspark-v3' (the "
+    "one llama.cpp's draft-dspark runs), each shipped for the target or from the cache; a "
+    "DSpark checkpoint folder, or 'ngram[:N]' (prompt lookup, no training)"
 )

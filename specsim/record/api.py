@@ -16,9 +16,10 @@ from specsim.errors import SpecsimError
 
 
 def load_drafter_spec(spec: str, target: Any, block_size: int | None) -> tuple[Any, str]:
-    """A drafter from its command-line name: ``dspark`` (the drafter shipped for this target,
-    else the one ``train-drafter`` left in the cache), a checkpoint folder or ``ngram[:N]``."""
-    from specsim.record.build import find_drafter_dir
+    """A drafter from its command-line name: ``dspark`` or ``dspark-v3`` (the drafter of that
+    name shipped for this target, else the one ``train-drafter`` left in the cache), a checkpoint
+    folder or ``ngram[:N]``."""
+    from specsim.record.build import DRAFTER_NAMES, find_drafter_dir
     from specsim.record.dspark import load_drafter
 
     if spec.startswith("ngram"):
@@ -26,8 +27,9 @@ def load_drafter_spec(spec: str, target: Any, block_size: int | None) -> tuple[A
 
         n = int(spec.split(":", 1)[1]) if ":" in spec else 3
         return NgramDrafter(n=n, block_size=block_size or 7), f"ngram:{n}"
-    path = find_drafter_dir(target) if spec == "dspark" else Path(spec).expanduser()
-    if spec == "dspark" and not path.exists():
+    named = spec in DRAFTER_NAMES
+    path = find_drafter_dir(target, spec) if named else Path(spec).expanduser()
+    if named and not path.exists():
         raise SpecsimError(
             f"no trained DSpark drafter for this target at {path}; run 'specsim train-drafter' "
             "first, or pass --drafter ngram"

@@ -20,26 +20,40 @@ from typing import Any
 from specsim.progress import Progress
 from specsim.prompts import Prompt
 
+DRAFTER_NAMES = ("dspark", "dspark-v3")
+"""The drafters ``--drafter`` knows by name. ``dspark`` is the one every shipped trace was
+recorded with (v2: Llama-style layers, a 192-position window), kept so that those traces stay
+reproducible; ``dspark-v3`` is llama.cpp's ``draft-dspark`` architecture (q/k norms, the whole
+context, offset d2t on export), trained only on sources no shipped benchmark records from."""
 
-def default_drafter_dir(target: Any) -> Path:
+
+def _dir_name(target: Any, name: str) -> str:
+    if name not in DRAFTER_NAMES:
+        from specsim.errors import SpecsimError
+
+        raise SpecsimError(f"unknown drafter name {name!r}; use one of {', '.join(DRAFTER_NAMES)}")
+    return f"{name}-{target.sha256[:12]}"
+
+
+def default_drafter_dir(target: Any, name: str = "dspark") -> Path:
     """Where ``train-drafter`` writes a drafter for ``target`` (the user's cache)."""
     from specsim.record.models import cache_dir
 
-    return cache_dir() / "drafters" / f"dspark-{target.sha256[:12]}"
+    return cache_dir() / "drafters" / _dir_name(target, name)
 
 
-def shipped_drafter_dir(target: Any) -> Path:
-    """Where the drafter shipped inside the package for ``target`` would be."""
+def shipped_drafter_dir(target: Any, name: str = "dspark") -> Path:
+    """Where the drafter ``name`` shipped inside the package for ``target`` would be."""
     from importlib import resources
 
     root = Path(str(resources.files("specsim") / "data" / "drafters"))
-    return root / f"dspark-{target.sha256[:12]}"
+    return root / _dir_name(target, name)
 
 
-def find_drafter_dir(target: Any) -> Path:
-    """``--drafter dspark``: the shipped drafter for this target, else the cache's."""
-    shipped = shipped_drafter_dir(target)
-    return shipped if (shipped / "config.json").exists() else default_drafter_dir(target)
+def find_drafter_dir(target: Any, name: str = "dspark") -> Path:
+    """``--drafter NAME``: the shipped drafter of that name for this target, else the cache's."""
+    shipped = shipped_drafter_dir(target, name)
+    return shipped if (shipped / "config.json").exists() else default_drafter_dir(target, name)
 
 
 def train_state_file(target: Any, key: dict[str, Any]) -> Path:

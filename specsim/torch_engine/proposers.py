@@ -135,10 +135,10 @@ def make_proposer(spec: str, target: Any, block_size: int | None = None) -> tupl
         drafter = DSparkDrafter(cfg)
         init_from_target(drafter, model, None)
         return DSparkProposer(drafter.to(target.device).eval(), model), "dspark:init"
-    if spec == "dspark":
-        from specsim.record.build import find_drafter_dir
+    from specsim.record.build import DRAFTER_NAMES, find_drafter_dir
 
-        path = find_drafter_dir(target)
+    if spec in DRAFTER_NAMES:
+        path = find_drafter_dir(target, spec)
         if not path.exists():
             raise SpecsimError(
                 f"no trained DSpark drafter for this target at {path}; run 'specsim "
