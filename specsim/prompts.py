@@ -46,6 +46,30 @@ def _bundled_path(name: str) -> Path:
     return Path(str(resources.files("specsim") / "data" / "prompts" / f"{name}.jsonl"))
 
 
+def _lines(path: Path) -> list[str]:
+    """A prompt file's lines, refused in one line when it cannot be one: a directory, a FIFO or
+    device (reading would block or never end), or text that is not UTF-8 (with its line)."""
+    import stat
+
+    mode = path.stat().st_mode
+    if stat.S_ISDIR(mode):
+        raise SpecsimError(f"--prompts {path} is a directory; pass a JSONL file inside it")
+    if not stat.S_ISREG(mode):
+        raise SpecsimError(
+            f"--prompts {path} is not a regular file (a FIFO or device would block); "
+            "write the prompts to a JSONL file first"
+        )
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8").split("\n")  # not splitlines: U+2028 may sit in a string
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise SpecsimError(
+            f"{path}:{line} is not UTF-8 (byte 0x{data[exc.start]:02x}); re-save the file as "
+            "UTF-8 (e.g. iconv -f latin1 -t utf-8)"
+        ) from None
+
+
 def load_prompts(spec: str, category: str | None = None) -> list[Prompt]:
     """Prompts of ``NAME[START:STOP]`` (bundled name or path; the slice is optional)."""
     m = _SPEC.match(spec.strip())
@@ -59,23 +83,25 @@ def load_prompts(spec: str, category: str | None = None) -> list[Prompt]:
         )
     cat = category or BUNDLED.get(name) or BUNDLED.get(path.stem) or path.stem
     rows = []
-    with open(path, encoding="utf-8") as fh:
-        for i, line in enumerate(fh):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-                text = obj["turns"][0] if "turns" in obj else obj["prompt"]
-                src = obj.get("source") if isinstance(obj, dict) else None
-                own = obj.get("category") if isinstance(obj, dict) else None
-            except (json.JSONDecodeError, KeyError, IndexError, TypeError):
-                raise SpecsimError(
-                    f"{path}:{i + 1} is not a JSON object with 'turns' or 'prompt'; fix that line"
-                ) from None
-            # --category wins; then the line's own "category"; then its source's; then the
-            # file's (a bundled set's, or the file stem of a user's JSONL)
-            row_cat = category or (str(own) if own else SOURCE_CATEGORY.get(str(src), cat))
-            rows.append(Prompt(text=str(text), category=row_cat, source=f"{path.stem}#{i}"))
+    for i, line in enumerate(_lines(path)):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+            text = obj["turns"][0] if "turns" in obj else obj["prompt"]
+            if not isinstance(text, str) or not text:
+                raise TypeError("empty or non-text turn")
+            src = obj.get("source") if isinstance(obj, dict) else None
+            own = obj.get("category") if isinstance(obj, dict) else None
+        except (json.JSONDecodeError, KeyError, IndexError, TypeError):
+            raise SpecsimError(
+                f"{path}:{i + 1} is not a JSON object with a non-empty text 'turns' or 'prompt'; "
+                "fix that line"
+            ) from None
+        # --category wins; then the line's own "category"; then its source's; then the
+        # file's (a bundled set's, or the file stem of a user's JSONL)
+        row_cat = category or (str(own) if own else SOURCE_CATEGORY.get(str(src), cat))
+        rows.append(Prompt(text=str(text), category=row_cat, source=f"{path.stem}#{i}"))
     start = int(m.group("start")) if m.group("start") else None
     stop = int(m.group("stop")) if m.group("stop") else None
     return rows[start:stop]

@@ -103,3 +103,25 @@ def test_bad_flags_are_refused_before_any_connection(flag, value, tmp_path, caps
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("specsim: error:"), err
+
+
+def test_prompt_files_that_cannot_be_prompts_are_refused_in_one_line(tmp_path, capsys):
+    """A directory, a FIFO (reading would block forever) and a Latin-1 file: exit 2 before any
+    connection, one line naming the file and the fix, the line number for bad bytes."""
+    import os
+
+    from specsim.cli import main
+
+    latin = tmp_path / "latin.jsonl"
+    latin.write_bytes(b'{"prompt": "ok"}\n{"prompt": "caf\xe9"}\n')
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    empty = tmp_path / "empty-turn.jsonl"
+    empty.write_text('{"turns": [""]}\n')
+    cases = {tmp_path: "is a directory", fifo: "not a regular file",
+             latin: "latin.jsonl:2 is not UTF-8", empty: "empty-turn.jsonl:1"}  # fmt: skip
+    for path, says in cases.items():
+        code = main(["bench", "--url", "http://127.0.0.1:9", "--prompts", str(path)])
+        err = capsys.readouterr().err
+        assert code == 2, (path, err)
+        assert says in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
