@@ -63,3 +63,28 @@ def test_report_runs_on_a_tiny_config(tmp_path: Path) -> None:
     assert set(gains["model"]) == {"DeepSeek-V4-Flash", "DeepSeek-V4-Pro"}
     assert set(gains["table"]) == {"low", "primary", "high"}
     assert "DSpark paper production table" in readme.read_text()
+
+
+def test_the_scorecard_follows_from_the_shipped_run_and_the_published_table(tmp_path: Path):
+    """scripts/score_real_deployments.py on the committed run gives the committed scorecard, and
+    its gain score is (1 + predicted gain) / (1 + published gain) as pre-registered."""
+    import shutil
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    shipped = root / "reports" / "real-deployments"
+    for name in ("predictions.csv", "paper_gains.csv"):
+        shutil.copy(shipped / name, tmp_path / name)
+    sys.path.insert(0, str(root / "scripts"))
+    try:
+        import score_real_deployments as score
+    finally:
+        sys.path.pop(0)
+    assert score.main([str(tmp_path)]) == 0
+    got = pd.read_csv(tmp_path / "scorecard.csv")
+    want = pd.read_csv(shipped / "scorecard.csv")
+    pd.testing.assert_frame_equal(got, want)
+    g = got[got["rule"] == "gain"]
+    pred, pub = g["predicted"].astype(float), g["published"].astype(float)
+    assert ((1 + pred) / (1 + pub) - g["score"].astype(float)).abs().max() < 1e-9
+    assert (tmp_path / "vllm-pareto.png").stat().st_size > 10_000

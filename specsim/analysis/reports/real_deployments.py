@@ -291,6 +291,12 @@ def _page(pred: pd.DataFrame, gains: pd.DataFrame, wall: float, load: tuple) -> 
                        f"{by['low']:+.0f}% | {by['high']:+.0f}% | +{pub:g}% |")  # fmt: skip
         out.append("")
     out += [
+        "Scored against the published numbers in [SCORECARD.md](SCORECARD.md) (made after the "
+        "run by `scripts/score_real_deployments.py`, by the rules of PREREGISTRATION.md).",
+        "",
+        "![Published and predicted throughput against interactivity, every vLLM arm]"
+        "(vllm-pareto.png)",
+        "",
         f"Run: {wall:.0f} s; 1/5/15-minute load before {load[0]:.2f} / {load[1]:.2f} / "
         f"{load[2]:.2f}.",
         "",
