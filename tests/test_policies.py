@@ -46,6 +46,7 @@ CONFIDENT_POLICIES = [
     "zos",
     "goodput",
     "vllm-adaptive",
+    "llama-dspark:0.5",
 ]
 
 

@@ -85,3 +85,24 @@ def test_vllm_adaptive_replays_and_prices_its_drafting():
         cheap = replay(tr, "vllm-adaptive", concurrency=8, requests=24, profile=base).summary
         costly = replay(tr, "vllm-adaptive", concurrency=8, requests=24, profile=dear).summary
     assert costly["verified_draft_tokens"] > cheap["verified_draft_tokens"]
+
+
+def test_llama_dspark_worked_step():
+    """llama.cpp's draft-dspark cut (docs/llama-cpp-dspark.md row 13): drafts before the first
+    confidence below P; P = 0 keeps the block; N caps it; a cut at position 1 is no draft."""
+    import pytest
+
+    from specsim.errors import SpecsimError
+
+    conf = np.array([[0.9, 0.6, 0.4, 0.8], [0.3, 0.9, 0.9, 0.9], [0.7, 0.7, 0.7, 0.7]])
+    inp = StepInput(conf=conf, step_time=_step_time)
+    assert get_policy("llama-dspark:0.5")(inp).tolist() == [2, 0, 4]
+    assert get_policy("llama-dspark:0.5:3")(inp).tolist() == [2, 0, 3]
+    assert get_policy("llama-dspark")(inp).tolist() == [4, 4, 4]
+    assert get_policy("llama-dspark:0.65")(inp).tolist() == [1, 0, 4]
+    pol = get_policy("llama-dspark:0.5")
+    assert pol.rowwise and pol.lossless
+    assert pol.solo(conf, np.zeros(3), _step_time).tolist() == [2, 0, 4]
+    for bad in ("llama-dspark:1.5", "llama-dspark:x", "llama-dspark:0.5:-1", "llama-dspark:1:2:3"):
+        with pytest.raises(SpecsimError, match="llama-dspark"):
+            get_policy(bad)

@@ -35,9 +35,7 @@ from specsim.policies.base import POLICIES, Policy, StepInput
 from specsim.policies.hw_aware import _ranked_values, _step_times, _survival, _top_k_lengths
 
 
-def budget_search(
-    survival: np.ndarray, n_requests: int, step_time, draft_s: float = 0.0
-) -> int:
+def budget_search(survival: np.ndarray, n_requests: int, step_time, draft_s: float = 0.0) -> int:
     """``argmax_B (n_requests + sum of the B best survivals) / (draft_s + step_time(R + B))``
     over B = 0..len(survival): the first maximum (the smallest best budget)."""
     ranked = _ranked_values(np.asarray(survival, dtype=np.float64).ravel())
@@ -82,4 +80,66 @@ def vllm_adaptive(arg: str | None = None) -> Policy:
     )
 
 
-__all__ = ["budget_search", "vllm_adaptive", "vllm_adaptive_lengths", "vllm_lagged_survival"]
+def llama_dspark_lengths(conf: np.ndarray, p_min: float, n_max: int | None = None) -> np.ndarray:
+    """llama.cpp's draft-dspark cut, per request: the drafts before the first position whose
+    confidence is below ``p_min`` (none below: all of them), capped at ``n_max``.
+
+    llama.cpp build 11434, ``common/speculative.cpp``, ``draft()`` (the ``is_dspark`` branch):
+    the block is cut before the first position whose confidence-head sigmoid is ``< p_min``
+    (``--spec-draft-p-min``, default 0: the whole block); ``n_max`` is ``--spec-draft-n-max``.
+    A cut to 0 drafts means no speculation that step (one token)."""
+    conf = np.asarray(conf)
+    keep = np.cumprod(conf >= p_min, axis=-1).sum(axis=-1).astype(np.int64)
+    return np.minimum(keep, n_max) if n_max is not None else keep
+
+
+@POLICIES.register(
+    "llama-dspark",
+    help="llama-dspark[:P[:N]]: llama.cpp's draft-dspark, cut at the first confidence < P "
+    "(--spec-draft-p-min, default 0), at most N drafts (--spec-draft-n-max)",
+)
+def llama_dspark(arg: str | None = None) -> Policy:
+    """llama.cpp's ``--spec-type draft-dspark`` rule (see :func:`llama_dspark_lengths`).
+
+    Row-wise and non-anticipating (position k's admission reads c_1..c_k only), so lossless.
+    llama.cpp compares the RAW confidence head; specsim's recorded traces store STS-calibrated
+    confidences (trace metadata ``confidence: sts``), and calibration moves every confidence
+    by its position's temperature: with a trace whose temperatures are far from 1 the cut lands
+    elsewhere than llama.cpp's. reports/llama-cpp-dspark measures the server's cut on raw
+    confidences directly. Serve with ``--spec-draft-n-max`` equal to the drafter's block size
+    (attention in the block is non-causal; docs/llama-cpp-dspark.md), so N is a cap for studies.
+    """
+    parts = [] if arg is None else arg.split(":")
+    try:
+        p_min = float(parts[0]) if parts else 0.0
+        n_max = int(parts[1]) if len(parts) > 1 else None
+    except ValueError:
+        raise SpecsimError(
+            f"llama-dspark:{arg}: use llama-dspark:P or llama-dspark:P:N (P in [0, 1], N >= 0)"
+        ) from None
+    if len(parts) > 2 or not 0.0 <= p_min <= 1.0 or (n_max is not None and n_max < 0):
+        raise SpecsimError(
+            f"llama-dspark:{arg}: use llama-dspark:P or llama-dspark:P:N (P in [0, 1], N >= 0)"
+        )
+
+    def schedule(inp: StepInput) -> np.ndarray:
+        return llama_dspark_lengths(inp.conf, p_min, n_max)
+
+    def solo(conf: np.ndarray, accept_len: np.ndarray, step_time) -> np.ndarray:  # noqa: ANN001
+        return llama_dspark_lengths(conf, p_min, n_max)
+
+    name = f"llama-dspark:{p_min:g}" + (f":{n_max}" if n_max is not None else "")
+    return Policy(
+        name=name, schedule=schedule, solo=solo, rowwise=True, solo_rows=True,
+        doc=llama_dspark.__doc__ or "",
+    )  # fmt: skip
+
+
+__all__ = [
+    "budget_search",
+    "llama_dspark",
+    "llama_dspark_lengths",
+    "vllm_adaptive",
+    "vllm_adaptive_lengths",
+    "vllm_lagged_survival",
+]
