@@ -50,35 +50,47 @@ def target_model_dir(target: Any) -> Path:
     return out
 
 
-def llama_cpp_problems(cfg: DSparkConfig, target_config: dict[str, Any]) -> list[str]:
-    """Why llama.cpp's draft-dspark would compute something else than this drafter (empty: it
-    computes the same)."""
+def layout_problems(
+    cfg: DSparkConfig, target_config: dict[str, Any], engine: str, qk_norm_source: str
+) -> list[str]:
+    """Why ``engine``'s DSpark draft would compute something else than this drafter (empty: it
+    computes the same). The engines that run DSpark drafts (llama.cpp's draft-dspark, vLLM's
+    speculators layout) agree on these points: a Qwen3 backbone with q/k norms (where
+    ``qk_norm_source`` says), every position before the anchor in context, feature layers read
+    as the INPUT of layer i+1, and the target's embeddings shared."""
     tc = {**target_config, **target_config.get("text_config", {})}
     n_layers = int(tc["num_hidden_layers"])
     n_ctx = int(tc.get("max_position_embeddings") or 0)
     out = []
     if not cfg.qk_norm:
         out.append(
-            "qk_norm is false: llama.cpp's DSpark backbone is Qwen3's and requires "
-            "blk.N.attn_q_norm / attn_k_norm (src/models/dflash.cpp); retrain with qk_norm=True"
+            f"qk_norm is false: {engine}'s DSpark backbone is Qwen3's and requires q/k norms "
+            f"({qk_norm_source}); retrain with qk_norm=True"
         )
     if cfg.context_window < n_ctx:
         out.append(
-            f"context_window {cfg.context_window} < the target's {n_ctx} positions: llama.cpp's "
-            "draft KV cache holds every position before the anchor; retrain with the default "
+            f"context_window {cfg.context_window} < the target's {n_ctx} positions: {engine}'s "
+            "draft attends to every position before the anchor; retrain with the default "
             "(FULL_CONTEXT)"
         )
-    if max(cfg.target_layer_ids) > n_layers - 2:
+    if max(cfg.target_layer_ids) > n_layers - 2 or min(cfg.target_layer_ids) < 0:
         out.append(
-            f"target_layer_ids {list(cfg.target_layer_ids)}: llama.cpp extracts the INPUT of "
-            f"layer i+1, which does not exist for i = {n_layers - 1}"
+            f"target_layer_ids {list(cfg.target_layer_ids)}: {engine} extracts the INPUT of "
+            f"layer i+1, which does not exist for i = {n_layers - 1}; use ids in "
+            f"[0, {n_layers - 2}]"
         )
     if cfg.hidden_size != int(tc["hidden_size"]) or cfg.vocab_size != int(tc["vocab_size"]):
         out.append(
-            "the drafter's hidden size / vocabulary differ from the target's: llama.cpp shares "
+            f"the drafter's hidden size / vocabulary differ from the target's: {engine} shares "
             "the target's token embeddings (and LM head for a full draft vocabulary)"
         )
     return out
+
+
+def llama_cpp_problems(cfg: DSparkConfig, target_config: dict[str, Any]) -> list[str]:
+    """Why llama.cpp's draft-dspark would compute something else than this drafter (empty: it
+    computes the same; blk.N.attn_q_norm / attn_k_norm are required tensors there)."""
+    return layout_problems(cfg, target_config, "llama.cpp", "src/models/dflash.cpp")
 
 
 def deepspec_config(cfg: DSparkConfig, target_config: dict[str, Any]) -> dict[str, Any]:

@@ -61,6 +61,7 @@ import torch
 
 from specsim.errors import SpecsimError
 from specsim.record.dspark import DSparkConfig, DSparkDrafter
+from specsim.record.dspark_export import layout_problems
 
 SPECULATORS_VERSION = "0.9.0"  # the speculators release this format was checked against
 ARCHITECTURE = "DSparkDraftModel"  # the class speculators' save_pretrained names
@@ -72,35 +73,11 @@ def _text_config(target_config: dict[str, Any]) -> dict[str, Any]:
 
 def speculators_problems(cfg: DSparkConfig, target_config: dict[str, Any]) -> list[str]:
     """Why vLLM's speculators DSpark would compute something else than this drafter (empty:
-    it computes the same)."""
-    tc = _text_config(target_config)
-    n_layers = int(tc["num_hidden_layers"])
-    n_ctx = int(tc.get("max_position_embeddings") or 0)
-    out = []
-    if not cfg.qk_norm:
-        out.append(
-            "qk_norm is false: speculators' DSpark backbone is Qwen3's and always applies "
-            "q_norm/k_norm (speculators/models/dflash/model_definitions.py); retrain with "
-            "qk_norm=True"
-        )
-    if cfg.context_window < n_ctx:
-        out.append(
-            f"context_window {cfg.context_window} < the target's {n_ctx} positions: the "
-            "speculators/vLLM draft attends to every position before the anchor; retrain with "
-            "the default (FULL_CONTEXT)"
-        )
-    if max(cfg.target_layer_ids) > n_layers - 2 or min(cfg.target_layer_ids) < 0:
-        out.append(
-            f"target_layer_ids {list(cfg.target_layer_ids)}: vLLM captures the INPUT of layer "
-            f"i+1 (aux id i+1), which does not exist for i = {n_layers - 1}; use ids in "
-            f"[0, {n_layers - 2}]"
-        )
-    if cfg.hidden_size != int(tc["hidden_size"]) or cfg.vocab_size != int(tc["vocab_size"]):
-        out.append(
-            "the drafter's hidden size / vocabulary differ from the target's: speculators "
-            "shares the verifier's token embeddings (and LM head for a full draft vocabulary)"
-        )
-    return out
+    it computes the same; the rules are llama.cpp's too, ``layout_problems``)."""
+    return layout_problems(
+        cfg, target_config, "speculators/vLLM",
+        "speculators/models/dflash/model_definitions.py always applies q_norm/k_norm",
+    )  # fmt: skip
 
 
 def _layer_config(cfg: DSparkConfig, tc: dict[str, Any]) -> dict[str, Any]:
