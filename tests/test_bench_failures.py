@@ -125,3 +125,21 @@ def test_prompt_files_that_cannot_be_prompts_are_refused_in_one_line(tmp_path, c
         err = capsys.readouterr().err
         assert code == 2, (path, err)
         assert says in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_audit_checks_its_urls_before_connecting(capsys):
+    """check-lossless --server refuses a port out of range or an empty host in one line naming
+    the flag, exit 2, before it tries the reference (which does not exist here)."""
+    from specsim.cli import main
+
+    for argv, says in (
+        (["--server", "http://127.0.0.1:99999", "--reference", "http://127.0.0.1:9"],
+         "--server 'http://127.0.0.1:99999' has a port outside"),
+        (["--server", "http://", "--reference", "http://127.0.0.1:9"],
+         "--server 'http://' names no host"),
+        (["--server", "http://127.0.0.1:9", "--reference", "ftp://x"],
+         "--reference 'ftp://x' must start"),
+    ):  # fmt: skip
+        assert main(["check-lossless", *argv]) == 2
+        err = capsys.readouterr().err
+        assert says in err and len(err.strip().splitlines()) == 1, err

@@ -85,23 +85,23 @@ MIN_RATE = 1e-3  # one request per 1,000 s: slower is a typo, and would look lik
 MAX_TIMEOUT_S = 86_400.0
 
 
-def check_url(url: str) -> None:
-    """A base URL a client can connect to: http(s), a host, a port in 1..65535 (one line)."""
+def check_url(url: str, flag: str = "--url") -> None:
+    """A base URL a client can connect to: http(s), a host, a port in 1..65535 (one line
+    naming ``flag``). Every real-server command checks its URLs here before connecting."""
     from urllib.parse import urlsplit
 
+    example = "e.g. http://127.0.0.1:8080"
     if not url.startswith(("http://", "https://")):
-        raise SpecsimError(f"--url {url!r} must start with http:// or https://")
+        raise SpecsimError(f"{flag} {url!r} must start with http:// or https://")
     try:
         parts = urlsplit(url)
         port = parts.port
     except ValueError:
-        raise SpecsimError(
-            f"--url {url!r} has a port outside 1..65535; e.g. http://127.0.0.1:8080"
-        ) from None
+        raise SpecsimError(f"{flag} {url!r} has a port outside 1..65535; {example}") from None
     if not parts.hostname:
-        raise SpecsimError(f"--url {url!r} names no host; e.g. http://127.0.0.1:8080")
+        raise SpecsimError(f"{flag} {url!r} names no host; {example}")
     if port is not None and not 1 <= port <= 65535:
-        raise SpecsimError(f"--url {url!r} has a port outside 1..65535; e.g. http://127.0.0.1:8080")
+        raise SpecsimError(f"{flag} {url!r} has a port outside 1..65535; {example}")
 
 
 @dataclass(frozen=True)
