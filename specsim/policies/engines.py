@@ -33,6 +33,7 @@ import numpy as np
 from specsim.errors import SpecsimError
 from specsim.policies.base import POLICIES, Policy, StepInput
 from specsim.policies.hw_aware import _ranked_values, _step_times, _survival, _top_k_lengths
+from specsim.policies.threshold import leading_true
 
 
 def budget_search(survival: np.ndarray, n_requests: int, step_time, draft_s: float = 0.0) -> int:
@@ -88,8 +89,7 @@ def llama_dspark_lengths(conf: np.ndarray, p_min: float, n_max: int | None = Non
     the block is cut before the first position whose confidence-head sigmoid is ``< p_min``
     (``--spec-draft-p-min``, default 0: the whole block); ``n_max`` is ``--spec-draft-n-max``.
     A cut to 0 drafts means no speculation that step (one token)."""
-    conf = np.asarray(conf)
-    keep = np.cumprod(conf >= p_min, axis=-1).sum(axis=-1).astype(np.int64)
+    keep = leading_true(np.asarray(conf) >= p_min)
     return np.minimum(keep, n_max) if n_max is not None else keep
 
 

@@ -50,6 +50,12 @@ def target_model_dir(target: Any) -> Path:
     return out
 
 
+def text_config(target_config: dict[str, Any]) -> dict[str, Any]:
+    """A target's HF config with a multimodal ``text_config`` folded in (what the layer, width
+    and vocabulary checks read)."""
+    return {**target_config, **target_config.get("text_config", {})}
+
+
 def layout_problems(
     cfg: DSparkConfig, target_config: dict[str, Any], engine: str, qk_norm_source: str
 ) -> list[str]:
@@ -58,7 +64,7 @@ def layout_problems(
     speculators layout) agree on these points: a Qwen3 backbone with q/k norms (where
     ``qk_norm_source`` says), every position before the anchor in context, feature layers read
     as the INPUT of layer i+1, and the target's embeddings shared."""
-    tc = {**target_config, **target_config.get("text_config", {})}
+    tc = text_config(target_config)
     n_layers = int(tc["num_hidden_layers"])
     n_ctx = int(tc.get("max_position_embeddings") or 0)
     out = []
@@ -95,7 +101,7 @@ def llama_cpp_problems(cfg: DSparkConfig, target_config: dict[str, Any]) -> list
 
 def deepspec_config(cfg: DSparkConfig, target_config: dict[str, Any]) -> dict[str, Any]:
     """config.json for llama.cpp's converter; specsim's own keys ride along for load_drafter."""
-    tc = {**target_config, **target_config.get("text_config", {})}
+    tc = text_config(target_config)
     out = cfg.to_json()
     out.update(
         architectures=[ARCH],

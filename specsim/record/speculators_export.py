@@ -61,14 +61,10 @@ import torch
 
 from specsim.errors import SpecsimError
 from specsim.record.dspark import DSparkConfig, DSparkDrafter
-from specsim.record.dspark_export import layout_problems
+from specsim.record.dspark_export import layout_problems, text_config
 
 SPECULATORS_VERSION = "0.9.0"  # the speculators release this format was checked against
 ARCHITECTURE = "DSparkDraftModel"  # the class speculators' save_pretrained names
-
-
-def _text_config(target_config: dict[str, Any]) -> dict[str, Any]:
-    return {**target_config, **target_config.get("text_config", {})}
 
 
 def speculators_problems(cfg: DSparkConfig, target_config: dict[str, Any]) -> list[str]:
@@ -114,7 +110,7 @@ def speculators_config(
     ``target_name`` is the verifier's Hugging Face id or path (``speculators_config.verifier``):
     what ``vllm serve <export>`` loads as the target and speculators loads embeddings from.
     """
-    tc = _text_config(target_config)
+    tc = text_config(target_config)
     rank = cfg.markov_rank
     return {
         "architectures": [ARCHITECTURE],
