@@ -1,4 +1,4 @@
-"""The server audit's statistics (specsim.serve.audit_stats) without a server: cells, PIT, the
+"""The server audit's statistics (specsim.serve.audit.stats) without a server: cells, PIT, the
 sequential alpha spending, calibration under the null with every position on its own law, and
 mutants each check must catch. Seeds fixed; alpha as in a run (1e-6 family-wise)."""
 
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from specsim.errors import SpecsimError
-from specsim.serve import audit_stats as st
-from specsim.serve.audit_client import StepReader, _roles
+from specsim.serve.audit import stats as st
+from specsim.serve.audit.client import StepReader, _roles
 
 K = 40
 
@@ -236,7 +236,7 @@ def test_fragment_tokens_are_the_pieces_that_are_not_utf8_alone(tmp_path) -> Non
     are not UTF-8 by themselves (half an emoji), and only those."""
     import struct
 
-    from specsim.serve.audit_vocab import _gpt2_byte_decoder, fragment_tokens, gguf_vocab
+    from specsim.serve.audit.vocab import _gpt2_byte_decoder, fragment_tokens, gguf_vocab
 
     enc = {b: c for c, b in _gpt2_byte_decoder().items()}
     pieces = [b"hello", b" world", "é".encode(), b"\xf0\x9f", b"\x8d\x93", b"\xc3"]
@@ -259,8 +259,8 @@ def test_fragment_tokens_are_the_pieces_that_are_not_utf8_alone(tmp_path) -> Non
 
 
 def test_state_of_other_settings_or_a_lossy_verdict_is_refused(tmp_path) -> None:
-    from specsim.serve.audit import _Run
-    from specsim.serve.audit_config import AuditConfig, load_state, save_state
+    from specsim.serve.audit.law import _Run
+    from specsim.serve.audit.config import AuditConfig, load_state, save_state
 
     path = str(tmp_path / "s.json")
     cfg = AuditConfig(server="http://127.0.0.1:9", reference="http://127.0.0.1:8", state=path)
@@ -309,9 +309,9 @@ def test_real_server_through_a_lossless_proxy_is_not_flagged(tmp_path) -> None:
     and re-asks at 10% of positions, changing nothing): no evidence of loss at 1,024
     positions, every streamed token accounted for, and the state file resumes to the same
     verdict without a new request."""
-    from specsim.serve.audit import run_audit
-    from specsim.serve.audit_config import AuditConfig
-    from specsim.serve.audit_proxy import MutantProxy
+    from specsim.serve.audit.law import run_audit
+    from specsim.serve.audit.config import AuditConfig
+    from specsim.serve.audit.proxy import MutantProxy
     from specsim.serve.llama_server import LlamaServer, ServerSpec
 
     state = str(tmp_path / "audit.json")
@@ -334,8 +334,8 @@ def test_real_server_through_a_lossless_proxy_is_not_flagged(tmp_path) -> None:
 def test_real_server_with_forced_acceptance_is_caught() -> None:
     """``--spec-synth-len 3`` (llama.cpp's benchmarking switch that accepts drafts whatever the
     target says) with greedy drafts of the model itself: LOSSY at the first look."""
-    from specsim.serve.audit import run_audit
-    from specsim.serve.audit_config import AuditConfig
+    from specsim.serve.audit.law import run_audit
+    from specsim.serve.audit.config import AuditConfig
     from specsim.serve.llama_server import LlamaServer, ServerSpec
 
     args = (*GREEDY_DRAFT, "--spec-synth-len", "3")

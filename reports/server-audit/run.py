@@ -25,9 +25,9 @@ from pathlib import Path
 import pandas as pd
 
 from specsim.record.models import smollm2_gguf
-from specsim.serve.audit import run_audit
-from specsim.serve.audit_config import AuditConfig
-from specsim.serve.audit_proxy import MutantProxy
+from specsim.serve.audit.law import run_audit
+from specsim.serve.audit.config import AuditConfig
+from specsim.serve.audit.proxy import MutantProxy
 from specsim.serve.llama_server import LlamaServer, ServerSpec
 
 HERE = Path(__file__).resolve().parent

@@ -74,7 +74,7 @@ def register(subparsers) -> None:
     p.add_argument("--out", metavar="FILE.parquet", help="also write the tidy result table")
     p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
     from specsim.options import add_options
-    from specsim.serve.audit_config import AuditConfig
+    from specsim.serve.audit.config import AuditConfig
 
     audit = p.add_argument_group(
         "server audit", "with --server URL: audit a running server against a reference with "
@@ -130,8 +130,8 @@ def world_table(df: pd.DataFrame) -> str:
 def run_server_audit(args: argparse.Namespace) -> int:
     """``--server URL``: the black-box audit of a running server."""
     from specsim.options import from_args
-    from specsim.serve.audit import run_audit
-    from specsim.serve.audit_config import AuditConfig
+    from specsim.serve.audit.law import run_audit
+    from specsim.serve.audit.config import AuditConfig
 
     other = [f for f in ("verifier", "policy", "model", "multi", "mutants") if getattr(args, f)]
     if other:

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from specsim.errors import SpecsimError
-from specsim.serve.audit_client import StepReader
+from specsim.serve.audit.client import StepReader
 
 
 @dataclass(frozen=True)

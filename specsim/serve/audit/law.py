@@ -2,7 +2,7 @@
 
 ``run_audit(cfg)`` sends requests to the audited server (speculation on), scores every emitted
 token on a reference server (the same model, speculation off: the law the audited server must
-keep), and runs the sequential checks of :mod:`specsim.serve.audit_stats` at 1,024 x 2^j
+keep), and runs the sequential checks of :mod:`specsim.serve.audit.stats` at 1,024 x 2^j
 positions until one rejects (LOSSY) or the budget (tokens, minutes) is spent (no evidence of
 loss, with the floor: the TV the run would have caught with 99% power). Positions are counted
 in job order (job j: context j mod the number of contexts, seed derived from the run's), so a
@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 
 from specsim.errors import SpecsimError
-from specsim.serve import audit_stats as st
-from specsim.serve.audit_client import (
+from specsim.serve.audit import stats as st
+from specsim.serve.audit.client import (
     Generation,
     Sampling,
     Scored,
@@ -33,7 +33,7 @@ from specsim.serve.audit_client import (
     slots,
     tokenize,
 )
-from specsim.serve.audit_config import (
+from specsim.serve.audit.config import (
     STATE_VERSION,
     AuditConfig,
     config_dict,
@@ -244,10 +244,10 @@ def _sampling(cfg: AuditConfig, banned: tuple[int, ...] = ()) -> Sampling:
 
 
 async def _banned(client, cfg: AuditConfig, ref: str) -> tuple[int, ...]:  # noqa: ANN001
-    """The tokens banned on both servers (``audit_vocab``), from the reference's GGUF."""
+    """The tokens banned on both servers (``vocab``), from the reference's GGUF."""
     if not cfg.ban_fragments:
         return ()
-    from specsim.serve.audit_vocab import fragment_tokens
+    from specsim.serve.audit.vocab import fragment_tokens
 
     path = cfg.reference_model
     if path is None:

@@ -10,7 +10,7 @@ tokenisations of one string are different samples) and the reference's law at th
   (plain, first of a step, later in a step, first after a step that rejected a draft), which is
   decided before that token is drawn and is therefore a valid stratum. The stream keeps only
   the last piece of a character split over several tokens, so both servers get the same
-  ``logit_bias`` banning tokens that are not UTF-8 alone (``audit_vocab``), and a stream that
+  ``logit_bias`` banning tokens that are not UTF-8 alone (``vocab``), and a stream that
   still loses a token (``tokens_predicted`` ahead of the tokens seen) stops the audit.
   ``api="completions"``: OpenAI ``/v1/completions`` with token-id prompts and ``logprobs: 1``,
   ids read from llama-server's ``logprobs.content[].id`` or vLLM's ``"token_id:N"`` tokens
@@ -45,7 +45,7 @@ class Sampling:
     top_p: float = 1.0
     min_p: float = 0.0
     ignore_eos: bool = True
-    banned: tuple[int, ...] = ()  # token ids banned on both servers (audit_vocab)
+    banned: tuple[int, ...] = ()  # token ids banned on both servers (audit.vocab)
 
     def body(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -75,7 +75,7 @@ class Generation:
 
     job: int
     tokens: list[int] = field(default_factory=list)
-    roles: list[int] = field(default_factory=list)  # audit_stats.ROLES index per token
+    roles: list[int] = field(default_factory=list)  # stats.ROLES index per token
     drafted: int | None = None
     accepted: int | None = None
     spec_types: str = ""
@@ -120,11 +120,11 @@ class StepReader:
         return (0 if plain else 1 if new_step else 2), after_rejection
 
 
-AFTER_REJECTION = 3  # audit_stats.ROLES index: first token after a step that rejected a draft
+AFTER_REJECTION = 3  # stats.ROLES index: first token after a step that rejected a draft
 
 
 def _roles(has_probs: list[bool], drafted: list[int | None]) -> list[int]:
-    """Place of each token (audit_stats.ROLES index) from what the stream said (0: unknown)."""
+    """Place of each token (stats.ROLES index) from what the stream said (0: unknown)."""
     if not any(d is not None for d in drafted):
         return [0] * len(has_probs)
     steps = StepReader()
