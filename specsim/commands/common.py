@@ -15,7 +15,7 @@ from specsim.errors import SpecsimError
 POLICY_NAMES = (
     "auto", "calibrated-zos", "hw-aware", "zos", "goodput", "mtp1", "static:K", "full", "ar",
     "threshold:T", "cum-threshold:T", "oracle", "hw-aware-global", "vllm-adaptive",
-    "llama-dspark:P",
+    "trtllm-confidence:G", "trtllm-schedule:B=K", "sglang-dspark:G", "llama-dspark:P",
 )  # fmt: skip
 PROFILE_NAMES = (
     "h100-dense-8b", "v4-flash-like", "v4-pro-like", "vllm-v4-flash-tp4-b300", "smollm2-135m-cpu",
