@@ -215,7 +215,7 @@ def test_proxy_reads_rejections_from_the_stream() -> None:
     "argv, message",
     [
         (["--server", "localhost:8080"], "must start with http://"),
-        (["--server", "http://127.0.0.1:9", "--temperature", "0"], "use T > 0"),
+        (["--server", "http://127.0.0.1:9", "--temperature", "-1"], "use 0 (greedy"),
         (["--server", "http://127.0.0.1:9", "--tokens", "100"], "--tokens >= 1024"),
         (["--server", "http://127.0.0.1:9", "--reference", "http://a", "--reference-model", "m"],
          "not both"),
@@ -259,8 +259,8 @@ def test_fragment_tokens_are_the_pieces_that_are_not_utf8_alone(tmp_path) -> Non
 
 
 def test_state_of_other_settings_or_a_lossy_verdict_is_refused(tmp_path) -> None:
-    from specsim.serve.audit.law import _Run
     from specsim.serve.audit.config import AuditConfig, load_state, save_state
+    from specsim.serve.audit.law import _Run
 
     path = str(tmp_path / "s.json")
     cfg = AuditConfig(server="http://127.0.0.1:9", reference="http://127.0.0.1:8", state=path)
@@ -309,8 +309,8 @@ def test_real_server_through_a_lossless_proxy_is_not_flagged(tmp_path) -> None:
     and re-asks at 10% of positions, changing nothing): no evidence of loss at 1,024
     positions, every streamed token accounted for, and the state file resumes to the same
     verdict without a new request."""
-    from specsim.serve.audit.law import run_audit
     from specsim.serve.audit.config import AuditConfig
+    from specsim.serve.audit.law import run_audit
     from specsim.serve.audit.proxy import MutantProxy
     from specsim.serve.llama_server import LlamaServer, ServerSpec
 
@@ -334,8 +334,8 @@ def test_real_server_through_a_lossless_proxy_is_not_flagged(tmp_path) -> None:
 def test_real_server_with_forced_acceptance_is_caught() -> None:
     """``--spec-synth-len 3`` (llama.cpp's benchmarking switch that accepts drafts whatever the
     target says) with greedy drafts of the model itself: LOSSY at the first look."""
-    from specsim.serve.audit.law import run_audit
     from specsim.serve.audit.config import AuditConfig
+    from specsim.serve.audit.law import run_audit
     from specsim.serve.llama_server import LlamaServer, ServerSpec
 
     args = (*GREEDY_DRAFT, "--spec-synth-len", "3")

@@ -130,8 +130,8 @@ def world_table(df: pd.DataFrame) -> str:
 def run_server_audit(args: argparse.Namespace) -> int:
     """``--server URL``: the black-box audit of a running server."""
     from specsim.options import from_args
-    from specsim.serve.audit.law import run_audit
     from specsim.serve.audit.config import AuditConfig
+    from specsim.serve.audit.law import run_audit
 
     other = [f for f in ("verifier", "policy", "model", "multi", "mutants") if getattr(args, f)]
     if other:
@@ -148,8 +148,17 @@ def run_server_audit(args: argparse.Namespace) -> int:
         from specsim.outputs import check_out
 
         out = check_out(args.out, force=args.force)
+        if cfg.temperature == 0:  # the reproducers go beside it: refused up front as well
+            check_out(_beside(out, "divergences"), force=args.force)
 
-    def progress(run) -> None:  # noqa: ANN001
+    def progress(run, divs=None) -> None:  # noqa: ANN001
+        if divs is not None:  # the greedy audit (T = 0)
+            bugs = sum(d.klass.startswith("confident") for d in divs)
+            sys.stderr.write(
+                f"\r{run['done']:,} requests, {run['positions']:,} positions; divergences "
+                f"{len(divs)} ({bugs} confident)  "
+            )
+            return
         last = run.history[-1] if run.history else None
         at = f"; look {last['k']} at {last['n']:,}: rank p={last['rank_p']:.3g}" if last else ""
         sys.stderr.write(f"\r{run.counts.positions:,} positions, {run.minutes():.1f} min{at}  ")
@@ -163,7 +172,18 @@ def run_server_audit(args: argparse.Namespace) -> int:
         from specsim.outputs import write_table
 
         write_table(pd.DataFrame([res.row()]), out)
+        divs = getattr(res, "divergences", None)
+        if divs:  # the greedy audit's reproducers, beside the verdict row
+            write_table(pd.DataFrame([d.row() for d in divs]), _beside(out, "divergences"))
     return 1 if res.lossy else 0
+
+
+def _beside(path, what: str):  # noqa: ANN001, ANN202
+    """``out.parquet`` -> ``out.divergences.parquet`` (same folder and format)."""
+    from pathlib import Path
+
+    p = Path(path)
+    return p.with_name(f"{p.stem}.{what}{p.suffix}")
 
 
 def run(args: argparse.Namespace) -> int:

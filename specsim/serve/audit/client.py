@@ -76,6 +76,8 @@ class Generation:
     job: int
     tokens: list[int] = field(default_factory=list)
     roles: list[int] = field(default_factory=list)  # stats.ROLES index per token
+    plain: list[bool] = field(default_factory=list)  # sampled outside a speculative step
+    draft_n: list[int] = field(default_factory=list)  # the server's running draft count
     drafted: int | None = None
     accepted: int | None = None
     spec_types: str = ""
@@ -105,6 +107,7 @@ class StepReader:
         self.prev: tuple[bool, int] | None = None  # (plain, draft_n) of the last token
         self.d_before = 0  # draft_n before the current speculative step
         self.m = 0  # tokens of the current step so far
+        self.step_drafted = 0  # drafts of the current speculative step (0 while plain)
 
     def push(self, plain: bool, draft_n: int) -> tuple[int, bool]:
         """Record a token: its role (ROLES index: plain 0, step-first 1, step-later 2) and
@@ -116,6 +119,8 @@ class StepReader:
             after_rejection = self.m - 1 < self.prev[1] - self.d_before
             self.d_before = self.prev[1]
         self.m = 1 if new_step else self.m + 1
+        if new_step:
+            self.step_drafted = 0 if plain else draft_n - self.d_before
         self.prev = key
         return (0 if plain else 1 if new_step else 2), after_rejection
 
@@ -165,6 +170,8 @@ async def generate_llama(client, url: str, job: int, prompt: list[int], n: int,
                 gs = d.get("generation_settings") or {}
                 g.spec_types = str(gs.get("speculative.types", ""))
     g.roles = _roles(has_probs, drafted)
+    g.plain = has_probs
+    g.draft_n = [int(d or 0) for d in drafted]
     if predicted > len(g.tokens):
         g.error = (
             f"the stream lost {predicted - len(g.tokens)} of {predicted} tokens (llama-server "
@@ -243,6 +250,69 @@ async def score(client, url: str, prompt: list[int], tokens: list[int], sampling
         complete = len(top) < top_n or float(probs.sum()) >= 1.0 - 1e-6
         out.append(Scored(ids, probs, complete))
     return out
+
+
+@dataclass(frozen=True)
+class Margin:
+    """The reference's top of the law at one position, in log-probabilities (descending): the
+    greedy audit's triage reads the margin (top-1 minus top-2) and the emitted token's gap."""
+
+    ids: np.ndarray
+    logprobs: np.ndarray
+
+    @property
+    def argmax(self) -> int:
+        return int(self.ids[0])
+
+    @property
+    def margin(self) -> float:
+        return float(self.logprobs[0] - self.logprobs[1]) if self.ids.size > 1 else np.inf
+
+    def gap(self, token: int) -> float:
+        """log p(top-1) - log p(token); past the reported top, at least the gap to its last."""
+        hit = np.flatnonzero(self.ids == token)
+        i = int(hit[0]) if hit.size else self.ids.size - 1
+        return float(self.logprobs[0] - self.logprobs[i])
+
+
+MARGIN_TOP = 8  # log-probabilities a margin request asks for
+
+
+async def margin_at(client, url: str, prefix: list[int], banned: tuple[int, ...], slot: int | None,
+                    cache: bool = True) -> Margin:  # fmt: skip  # noqa: ANN001
+    """The law's top at ``prefix`` on ``url``, as its greedy sampler ranks it (bans applied).
+
+    Asked at temperature 1 with no truncation and ``post_sampling_probs``: the sampler chain's
+    probabilities are then the softmax of the biased logits, so log-probability differences are
+    logit differences, and a banned token never ranks. ``cache=False`` recomputes the whole
+    prefix as one batch (the prompt path) instead of one decode after the cached prefix."""
+    body: dict[str, Any] = {
+        "prompt": prefix, "n_predict": 1, "n_probs": MARGIN_TOP, "seed": 0,
+        "post_sampling_probs": True, "cache_prompt": cache,
+        **Sampling(temperature=1.0, banned=banned).body(),
+    }  # fmt: skip
+    if slot is not None:
+        body["id_slot"] = slot
+    top = (await _law_at(client, url, body))["top_probs"]
+    ids = np.array([int(e["id"]) for e in top], dtype=np.int64)
+    lp = np.log(np.maximum(np.array([float(e["prob"]) for e in top], dtype=np.float64), 1e-300))
+    return Margin(ids, lp)
+
+
+async def greedy_tokens(client, url: str, prefix: list[int], n: int, banned: tuple[int, ...],
+                        slot: int | None) -> list[int]:  # fmt: skip  # noqa: ANN001
+    """``n`` greedy tokens after ``prefix`` on ``url`` (speculation off there: the reference's
+    argmax at every prefix, by its decode path)."""
+    body: dict[str, Any] = {
+        "prompt": prefix, "n_predict": n, "seed": 0, "return_tokens": True,
+        "cache_prompt": True, **Sampling(temperature=0.0, banned=banned).body(),
+    }  # fmt: skip
+    if slot is not None:
+        body["id_slot"] = slot
+    r = await client.post(url.rstrip("/") + "/completion", json=body)
+    if r.status_code != 200:
+        raise SpecsimError(f"the reference answered HTTP {r.status_code}: {r.text[:200]}")
+    return [int(t) for t in r.json().get("tokens") or []]
 
 
 async def tokenize(client, url: str, text: str) -> list[int]:  # noqa: ANN001

@@ -92,7 +92,14 @@ class AuditConfig:
     state: str | None = option(None, "state file: resume the run it holds and save to it",
                                type=str)  # fmt: skip
     label: str = option("", "name of the configuration, for the verdict and reports")
+    near_tie: float | None = option(
+        None, "T = 0: margin (nats) below which a divergence is numerics, default: measured "
+        "(twice the largest difference of the reference's own two paths)", type=float,
+    )  # fmt: skip
+    null_positions: int = option(128, "T = 0: positions the numerics null reads both paths at")
     seed: int = option(0, "seed of the requests and of the PIT", cli=False)
+    # this audit's share of a family-wise false-alarm rate (a sweep of m audits: 1e-6 / m)
+    alpha_run: float = option(1e-6, "family-wise false-alarm rate of this audit", cli=False)
 
     def __post_init__(self) -> None:
         if self.server is not None and not self.server.startswith(("http://", "https://")):
@@ -101,16 +108,22 @@ class AuditConfig:
             raise SpecsimError("give --reference URL or --reference-model GGUF, not both")
         if self.reference and not self.reference.startswith(("http://", "https://")):
             raise SpecsimError(f"--reference {self.reference!r} must start with http://")
-        if not (math.isfinite(self.temperature) and self.temperature > 0):
+        if not (math.isfinite(self.temperature) and self.temperature >= 0):
             raise SpecsimError(
-                f"--temperature {self.temperature}: the audit tests sampling, use T > 0 "
-                "(at T = 0 compare outputs token for token)"
+                f"--temperature {self.temperature}: use 0 (greedy identity, token for token) "
+                "or T > 0 (the output law)"
             )
+        if self.near_tie is not None and not (math.isfinite(self.near_tie) and self.near_tie > 0):
+            raise SpecsimError(f"--near-tie {self.near_tie}: a margin in nats > 0, or leave it out")
+        if self.null_positions < 16:
+            raise SpecsimError(f"--null-positions {self.null_positions}: use >= 16")
         if not (0 < self.top_p <= 1) or not (0 <= self.min_p < 1) or self.top_k < 0:
             raise SpecsimError("--top-p must be in (0, 1], --min-p in [0, 1), --top-k >= 0")
-        if self.n_predict < 2 or self.tokens < 1024 or self.concurrency < 1:
+        first = 1024 if self.temperature > 0 else self.n_predict  # T > 0: the first look
+        if self.n_predict < 2 or self.tokens < first or self.concurrency < 1:
             raise SpecsimError(
-                "--n-predict must be >= 2, --tokens >= 1024 (the first look), --concurrency >= 1"
+                f"--n-predict must be >= 2, --tokens >= {first} (T > 0: the first look; T = 0: "
+                "one request), --concurrency >= 1"
             )
         if self.top_k > self.n_probs:
             raise SpecsimError(f"--n-probs must be >= --top-k ({self.top_k}) to see the support")
@@ -120,7 +133,7 @@ class AuditConfig:
     def fingerprint(self) -> dict[str, Any]:
         """What must not change between a run and its resumption (URLs may: ports change)."""
         keys = ("api", "temperature", "top_k", "top_p", "min_p", "ignore_eos", "n_predict",
-                "n_probs", "prompts", "seed", "ban_fragments")  # fmt: skip
+                "n_probs", "prompts", "seed", "ban_fragments", "alpha_run")  # fmt: skip
         return {k: getattr(self, k) for k in keys}
 
 

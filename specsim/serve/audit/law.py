@@ -187,7 +187,7 @@ class _Run:
             self.spec_types = g.spec_types
 
     def _look(self) -> None:
-        lk = st.look(self.counts)
+        lk = st.look(self.counts, alpha_run=self.cfg.alpha_run)
         self.history.append(
             {
                 "n": lk.n,
@@ -231,7 +231,7 @@ class _Run:
         }  # fmt: skip
 
 
-async def _template(client, url: str, message: str) -> str:  # noqa: ANN001
+async def chat_prompt(client, url: str, message: str) -> str:  # noqa: ANN001
     r = await client.post(url.rstrip("/") + "/apply-template",
                           json={"messages": [{"role": "user", "content": message}]})  # fmt: skip
     if r.status_code != 200:
@@ -243,7 +243,7 @@ def _sampling(cfg: AuditConfig, banned: tuple[int, ...] = ()) -> Sampling:
     return Sampling(cfg.temperature, cfg.top_k, cfg.top_p, cfg.min_p, cfg.ignore_eos, banned)
 
 
-async def _banned(client, cfg: AuditConfig, ref: str) -> tuple[int, ...]:  # noqa: ANN001
+async def banned_tokens(client, cfg: AuditConfig, ref: str) -> tuple[int, ...]:  # noqa: ANN001
     """The tokens banned on both servers (``vocab``), from the reference's GGUF."""
     if not cfg.ban_fragments:
         return ()
@@ -285,9 +285,9 @@ async def _audit(cfg: AuditConfig, ref: str, run: _Run, progress: Any) -> None:
     async with httpx.AsyncClient(timeout=httpx.Timeout(600.0, connect=30.0), limits=limits) as c:
         try:
             msgs = contexts_of(cfg)
-            prompts = [await tokenize(c, ref, await _template(c, ref, m)) for m in msgs]
+            prompts = [await tokenize(c, ref, await chat_prompt(c, ref, m)) for m in msgs]
             n_slots = await slots(c, ref)
-            banned = await _banned(c, cfg, ref)
+            banned = await banned_tokens(c, cfg, ref)
         except httpx.HTTPError as exc:
             raise SpecsimError(f"the reference at {ref} does not answer ({exc})") from None
         sampling = _sampling(cfg, banned)
@@ -329,7 +329,7 @@ async def _audit(cfg: AuditConfig, ref: str, run: _Run, progress: Any) -> None:
 
 
 @contextlib.contextmanager
-def _reference(cfg: AuditConfig):  # noqa: ANN202
+def reference_url(cfg: AuditConfig):  # noqa: ANN202
     """The reference URL: the given one, or a llama-server started here (stopped on exit)."""
     if cfg.reference:
         yield cfg.reference
@@ -344,18 +344,23 @@ def _reference(cfg: AuditConfig):  # noqa: ANN202
     model = Path(cfg.reference_model).expanduser()
     if not model.is_file():
         raise SpecsimError(f"--reference-model {model}: no such file")
-    args = (*cfg.reference_args.split(), "-np", str(cfg.concurrency))
+    n_slots = max(cfg.concurrency, 2 if cfg.temperature == 0 else 1)  # greedy's null: 2 paths
+    args = (*cfg.reference_args.split(), "-np", str(n_slots))
     with LlamaServer(ServerSpec(model=model, args=args)) as srv:
         yield srv.url
 
 
-def run_audit(cfg: AuditConfig, progress: Any = None) -> AuditResult:
+def run_audit(cfg: AuditConfig, progress: Any = None) -> AuditResult | Any:
     """Audit ``cfg.server`` against the reference; resumes from and saves to ``cfg.state``."""
     if cfg.server is None:
         raise SpecsimError("--server URL is required for a server audit")
+    if cfg.temperature == 0:
+        from specsim.serve.audit.greedy import run_greedy
+
+        return run_greedy(cfg, progress)
     run = _Run(cfg, load_state(cfg.state, cfg))
     run.n_contexts = len(contexts_of(cfg))
-    with _reference(cfg) as ref:
+    with reference_url(cfg) as ref:
         asyncio.run(_audit(cfg, ref, run, progress))
     return _result(cfg, run)
 

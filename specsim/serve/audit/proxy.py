@@ -17,6 +17,13 @@ at temperature 0.9), the same rules ten times as often (``swap2-after-rejection-
 ``passthrough`` and ``restart-one-in-ten`` (cancel and re-ask at 10% of positions without
 changing the token: the machinery alone). The law at a replaced position is asked of the
 upstream after its stream is shut (its one slot is then free).
+The field's bug classes (issue 46), each a trigger decided before the token is drawn:
+``depth7-only`` (tokens of a step that drafted exactly 7, the block size: SGLang #33800),
+``requests-0.5pct`` (a share of whole requests, every 10th position in them: SGLang #34959),
+``batch-only`` (only while two or more requests are in flight: a batched kernel that differs),
+``after-rejection-beyond64`` (after a rejection, only past position 64: a verifier-state rewrite
+window), and ``near-ties-only`` (the second token wherever the upstream's margin is below 0.02
+nats: numerics, which the greedy audit must class as near-ties, never as a bug).
 Steps and rejections are read from the upstream's stream (``timings_per_token``: its running
 ``draft_n``; ``n_probs``: only tokens sampled outside a step carry probabilities).
 """
@@ -44,9 +51,28 @@ class Mutant:
 
     name: str
     rate: float
-    where: str
+    where: str  # any | after-rejection | depth | batch | near-tie
     how: str
     temperature: float = 0.9
+    depth: int = 0  # where == "depth": only tokens of a step that drafted exactly this many
+    share: float = 1.0  # the share of requests the mutant touches at all (chosen per request)
+    beyond: int = 0  # only positions >= this
+    eps: float = 0.0  # where == "near-tie": only where log p1 - log p2 < eps (nats)
+
+    def eligible(self, role_after: bool, drafted: int, inflight: int, margin: float,
+                 position: int) -> bool:  # fmt: skip
+        """Whether this position may be perturbed (each input is known before the draw)."""
+        if position < self.beyond:
+            return False
+        if self.where == "after-rejection":
+            return role_after
+        if self.where == "depth":
+            return drafted == self.depth
+        if self.where == "batch":
+            return inflight >= 2
+        if self.where == "near-tie":
+            return margin < self.eps
+        return True
 
 
 MUTANTS = {
@@ -57,6 +83,12 @@ MUTANTS = {
         # the same rules ten times as often: what the audit costs scales as 1 / rate^2
         Mutant("swap2-after-rejection-p0.2", 0.2, "after-rejection", "second"),
         Mutant("temp0.9-every-position", 1.0, "any", "temperature", 0.9),
+        # the field's bug classes (issue 46)
+        Mutant("depth7-only", 0.5, "depth", "second", depth=7),
+        Mutant("requests-0.5pct", 0.1, "any", "second", share=0.005),
+        Mutant("batch-only", 0.05, "batch", "second"),
+        Mutant("after-rejection-beyond64", 0.5, "after-rejection", "second", beyond=64),
+        Mutant("near-ties-only", 1.0, "near-tie", "second", eps=0.02),
         Mutant("passthrough", 0.0, "any", "same"),
         Mutant("restart-one-in-ten", 0.1, "any", "same"),
     )
@@ -73,6 +105,22 @@ def _law(client, upstream: str, prompt: list[int], body: dict[str, Any], tempera
     return (np.array([int(e["id"]) for e in top]), np.array([float(e["prob"]) for e in top]))
 
 
+def _law_query(body: dict[str, Any]) -> bool:
+    return (
+        int(body.get("n_predict", 16)) == 1
+        and int(body.get("n_probs", 0)) > 0
+        and not bool(body.get("stream"))
+    )
+
+
+def _margin(top: list[dict[str, Any]]) -> float:
+    """log p1 - log p2 of a streamed top (inf when fewer than two are reported)."""
+    if len(top) < 2:
+        return float("inf")
+    p = [float(t["prob"]) if "prob" in t else float(np.exp(t["logprob"])) for t in top[:2]]
+    return float(np.log(max(p[0], 1e-300)) - np.log(max(p[1], 1e-300)))
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: _ProxyServer
 
@@ -83,8 +131,10 @@ class _Handler(BaseHTTPRequestHandler):
         p = self.server.proxy
         data = self.rfile.read(int(self.headers.get("Content-Length") or 0)) or None
         if method == "POST" and self.path.rstrip("/") == "/completion":
-            self._completion(json.loads(data or b"{}"))
-            return
+            body = json.loads(data or b"{}")
+            if not _law_query(body):  # a one-token law query is relayed: laws are not mutated
+                self._completion(body)
+                return
         r = p.client.request(method, p.upstream + self.path, content=data,
                              headers={"Content-Type": "application/json"})  # fmt: skip
         self.send_response(r.status_code)
@@ -144,6 +194,7 @@ class MutantProxy:
         self.perturbed = 0
         self.eligible = 0  # positions the mutant's rule could pick
         self.tv_event_sum = 0.0  # TV between the rule's law and the reference, per replacement
+        self.inflight = 0  # generations being served now (the batch-only trigger)
         self._srv = _ProxyServer(("127.0.0.1", 0), _Handler)
         self._srv.proxy = self
         self._thread = threading.Thread(target=self._srv.serve_forever, daemon=True)
@@ -184,6 +235,7 @@ class MutantProxy:
         times that)."""
         m = self.mutant
         t = float(body.get("temperature", 0.8))
+        t = t if t > 0 else 1.0  # greedy: the ranking is the law's at T = 1
         k = max(40, int(body.get("top_k") or 0))
         if m.how == "same":
             return tok, 0.0
@@ -206,7 +258,21 @@ class MutantProxy:
             raise SpecsimError("the mutant proxy takes token-id prompts")
         n = int(body.get("n_predict", 16))
         rng = np.random.default_rng([self.seed, int(body.get("seed", 0)) & 0x7FFFFFFF, 99])
+        chosen = self.mutant.share >= 1.0 or rng.random() < self.mutant.share
         want_probs = int(body.get("n_probs", 0)) > 0
+        with self._lock:
+            self.inflight += 1
+        try:
+            return self._generate(body, send, prompt, n, rng, chosen, want_probs)
+        finally:
+            with self._lock:
+                self.inflight -= 1
+
+    def _generate(  # noqa: PLR0913
+        self, body: dict[str, Any], send: Any, prompt: list[int], n: int,
+        rng: np.random.Generator, chosen: bool, want_probs: bool,
+    ) -> dict[str, Any]:  # fmt: skip
+        near = self.mutant.where == "near-tie"
         emitted: list[int] = []
         text = []
         d_offset = a_offset = 0
@@ -230,7 +296,9 @@ class MutantProxy:
         while len(emitted) < n:
             up = {**body, "prompt": prompt + emitted, "n_predict": n - len(emitted),
                   "stream": True, "return_tokens": True, "timings_per_token": True,
-                  "n_probs": max(1, int(body.get("n_probs", 0))), "cache_prompt": True,
+                  "n_probs": max(2 if near else 1, int(body.get("n_probs", 0))),
+                  "post_sampling_probs": False if near else body.get("post_sampling_probs", False),
+                  "cache_prompt": True,
                   "seed": (int(body.get("seed", 0)) + 7919 * restarts) & 0x7FFFFFFF}  # fmt: skip
             restarts += 1
             steps = StepReader()
@@ -246,9 +314,19 @@ class MutantProxy:
                         last_tm = tm
                     for i, tok in enumerate(d.get("tokens") or []):
                         probs = d.get("completion_probabilities") or []
-                        plain = bool(probs[i].get("top_probs")) if i < len(probs) else False
+                        e = probs[i] if i < len(probs) else {}
+                        top = e.get("top_probs") or e.get("top_logprobs") or []
+                        plain = bool(top)
                         _, after = steps.push(plain, int(tm.get("draft_n", 0)))
-                        eligible = self.mutant.where == "any" or after
+                        with self._lock:
+                            inflight = self.inflight
+                        eligible = chosen and self.mutant.eligible(
+                            after,
+                            0 if plain else steps.step_drafted,
+                            inflight,
+                            _margin(top),
+                            len(emitted),
+                        )
                         with self._lock:
                             self.passed += 1
                             self.eligible += int(eligible)

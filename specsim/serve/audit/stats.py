@@ -211,10 +211,11 @@ def pit_test(c: Counts, alpha: float) -> GTest:
     return g_test(c.pit_bins, np.full(PIT_BINS, 1.0 / PIT_BINS), alpha)
 
 
-def look(c: Counts, n_checks: int = len(CHECKS)) -> Look:
-    """Both checks on counts of exactly a look point's positions."""
+def look(c: Counts, n_checks: int = len(CHECKS), alpha_run: float = ALPHA_RUN) -> Look:
+    """Both checks on counts of exactly a look point's positions (``alpha_run``: this run's
+    share of a family's false-alarm rate; a sweep of m audits gives each 1e-6 / m)."""
     k = look_index(c.positions)
-    a = alpha_look(k, n_checks)
+    a = alpha_look(k, n_checks, alpha_run)
     r, p = rank_test(c, a), pit_test(c, a)
     rows = c.expected.sum(axis=1)
     keep = rows > 0
