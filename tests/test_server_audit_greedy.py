@@ -129,12 +129,12 @@ DRAFT = ("--spec-type", "draft-simple", "-md", str(MODEL), "--spec-draft-p-min",
 
 def _audit(server: str, **kw):  # noqa: ANN202
     from specsim.serve.audit.config import AuditConfig
-    from specsim.serve.audit.law import run_audit
+    from specsim.serve.audit.greedy import run_greedy
 
     ref = "-c 4096 -t 1 --no-warmup"
     cfg = AuditConfig(server=server, reference_model=str(MODEL), temperature=0.0,
                       reference_args=ref, null_positions=32, **kw)  # fmt: skip
-    return run_audit(cfg)
+    return run_greedy(cfg)
 
 
 @pytest.mark.slow

@@ -163,7 +163,12 @@ def run_server_audit(args: argparse.Namespace) -> int:
         at = f"; look {last['k']} at {last['n']:,}: rank p={last['rank_p']:.3g}" if last else ""
         sys.stderr.write(f"\r{run.counts.positions:,} positions, {run.minutes():.1f} min{at}  ")
 
-    res = run_audit(cfg, progress=progress)
+    if cfg.temperature == 0:  # greedy identity, token for token
+        from specsim.serve.audit.greedy import run_greedy
+
+        res = run_greedy(cfg, progress=progress)
+    else:
+        res = run_audit(cfg, progress=progress)
     sys.stderr.write("\n")
     sys.stdout.write(res.text() + "\n")
     if out is not None:

@@ -331,3 +331,32 @@ async def slots(client, url: str) -> int:  # noqa: ANN001
         return max(1, int(r.json().get("total_slots", 1)))
     except Exception:  # noqa: BLE001 - a server without /props: assume one slot
         return 1
+
+
+async def chat_prompt(client, url: str, message: str) -> str:  # noqa: ANN001
+    """The prompt the reference's chat template makes of one user message."""
+    r = await client.post(url.rstrip("/") + "/apply-template",
+                          json={"messages": [{"role": "user", "content": message}]})  # fmt: skip
+    if r.status_code != 200:
+        return message  # no chat template: the message is the prompt
+    return str(r.json().get("prompt", message))
+
+
+async def banned_tokens(client, cfg: Any, ref: str) -> tuple[int, ...]:  # noqa: ANN001
+    """The tokens banned on both servers (``vocab``), from the reference's GGUF."""
+    if not cfg.ban_fragments:
+        return ()
+    from pathlib import Path
+
+    from specsim.serve.audit.vocab import fragment_tokens
+
+    path = cfg.reference_model
+    if path is None:
+        r = await client.get(ref.rstrip("/") + "/props")
+        path = (r.json() if r.status_code == 200 else {}).get("model_path")
+    if not path:
+        raise SpecsimError(
+            f"the reference at {ref} does not say its model file (/props model_path): pass "
+            "--reference-model GGUF, or --no-ban-fragments if its stream keeps every token"
+        )
+    return fragment_tokens(str(Path(path).expanduser()))

@@ -379,9 +379,8 @@ async def _setup(
     """Prompts (token ids), banned tokens, the numerics null and the reference's slots."""
     import httpx
 
-    from specsim.serve.audit.client import slots, tokenize
+    from specsim.serve.audit.client import banned_tokens, chat_prompt, slots, tokenize
     from specsim.serve.audit.config import contexts_of
-    from specsim.serve.audit.law import banned_tokens, chat_prompt
 
     async with httpx.AsyncClient(timeout=httpx.Timeout(600.0, connect=30.0)) as c:
         try:
@@ -409,7 +408,7 @@ async def _setup(
 def run_greedy(cfg: Any, progress: Any = None) -> GreedyResult:
     """``check-lossless --server URL --temperature 0``: the greedy audit of ``cfg.server``
     (``cfg.tokens // cfg.n_predict`` requests, or until ``cfg.minutes``)."""
-    from specsim.serve.audit.law import reference_url
+    from specsim.serve.audit.reference import reference_url
 
     if cfg.server is None:
         raise SpecsimError("--server URL is required for a server audit")

@@ -13,10 +13,8 @@ where the saved one stopped.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -27,6 +25,8 @@ from specsim.serve.audit.client import (
     Generation,
     Sampling,
     Scored,
+    banned_tokens,
+    chat_prompt,
     generate_completions,
     generate_llama,
     score,
@@ -41,6 +41,7 @@ from specsim.serve.audit.config import (
     load_state,
     save_state,
 )
+from specsim.serve.audit.reference import reference_url
 
 
 @dataclass
@@ -231,34 +232,8 @@ class _Run:
         }  # fmt: skip
 
 
-async def chat_prompt(client, url: str, message: str) -> str:  # noqa: ANN001
-    r = await client.post(url.rstrip("/") + "/apply-template",
-                          json={"messages": [{"role": "user", "content": message}]})  # fmt: skip
-    if r.status_code != 200:
-        return message  # no chat template: the message is the prompt
-    return str(r.json().get("prompt", message))
-
-
 def _sampling(cfg: AuditConfig, banned: tuple[int, ...] = ()) -> Sampling:
     return Sampling(cfg.temperature, cfg.top_k, cfg.top_p, cfg.min_p, cfg.ignore_eos, banned)
-
-
-async def banned_tokens(client, cfg: AuditConfig, ref: str) -> tuple[int, ...]:  # noqa: ANN001
-    """The tokens banned on both servers (``vocab``), from the reference's GGUF."""
-    if not cfg.ban_fragments:
-        return ()
-    from specsim.serve.audit.vocab import fragment_tokens
-
-    path = cfg.reference_model
-    if path is None:
-        r = await client.get(ref.rstrip("/") + "/props")
-        path = (r.json() if r.status_code == 200 else {}).get("model_path")
-    if not path:
-        raise SpecsimError(
-            f"the reference at {ref} does not say its model file (/props model_path): pass "
-            "--reference-model GGUF, or --no-ban-fragments if its stream keeps every token"
-        )
-    return fragment_tokens(str(Path(path).expanduser()))
 
 
 async def _retried(fn: Any, *args: Any, attempts: int = 3) -> Any:
@@ -328,36 +303,10 @@ async def _audit(cfg: AuditConfig, ref: str, run: _Run, progress: Any) -> None:
         await asyncio.gather(*(worker(w) for w in range(cfg.concurrency)))
 
 
-@contextlib.contextmanager
-def reference_url(cfg: AuditConfig):  # noqa: ANN202
-    """The reference URL: the given one, or a llama-server started here (stopped on exit)."""
-    if cfg.reference:
-        yield cfg.reference
-        return
-    if not cfg.reference_model:
-        raise SpecsimError(
-            "the audit needs a reference: --reference URL (the same model with speculation off) "
-            "or --reference-model GGUF (started here)"
-        )
-    from specsim.serve.llama_server import LlamaServer, ServerSpec
-
-    model = Path(cfg.reference_model).expanduser()
-    if not model.is_file():
-        raise SpecsimError(f"--reference-model {model}: no such file")
-    n_slots = max(cfg.concurrency, 2 if cfg.temperature == 0 else 1)  # greedy's null: 2 paths
-    args = (*cfg.reference_args.split(), "-np", str(n_slots))
-    with LlamaServer(ServerSpec(model=model, args=args)) as srv:
-        yield srv.url
-
-
-def run_audit(cfg: AuditConfig, progress: Any = None) -> AuditResult | Any:
+def run_audit(cfg: AuditConfig, progress: Any = None) -> AuditResult:
     """Audit ``cfg.server`` against the reference; resumes from and saves to ``cfg.state``."""
     if cfg.server is None:
         raise SpecsimError("--server URL is required for a server audit")
-    if cfg.temperature == 0:
-        from specsim.serve.audit.greedy import run_greedy
-
-        return run_greedy(cfg, progress)
     run = _Run(cfg, load_state(cfg.state, cfg))
     run.n_contexts = len(contexts_of(cfg))
     with reference_url(cfg) as ref:
