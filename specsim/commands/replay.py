@@ -68,6 +68,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--out", metavar="FILE", help="write the per-request table (.parquet)")
     p.add_argument("--force", action="store_true", help="overwrite --out")
+    p.add_argument(
+        "--stream",
+        action="store_true",
+        help="summarize as requests finish and keep no per-request rows (flat memory): the "
+        "same counts, means, SLA/SLO shares and goodput; percentiles exact up to 100,000 "
+        "requests, within 0.5%% (a DDSketch) beyond; --out (.parquet) is written in row groups",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object (summary+config)")
     p.set_defaults(func=run)
 
@@ -185,8 +192,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, out: Path | None) -> int:
+    from specsim.errors import SpecsimError
     from specsim.progress import Progress
     from specsim.sim.simulate import replay
+
+    stream = bool(getattr(args, "stream", False))
+    if stream and out is not None and out.suffix.lower() != ".parquet":
+        raise SpecsimError(f"--stream writes --out as Parquet row groups: give a .parquet file, "
+                           f"not {str(out)!r}")  # fmt: skip
 
     cv = resolve_cv(args)
     from specsim.trace.io import read_trace
@@ -218,11 +231,13 @@ def _run(args: argparse.Namespace, out: Path | None) -> int:
             kv=args.kv,
             require_steady=args.require_steady,
             record_tokens=False,
+            stream=stream,
+            requests_out=str(out) if stream and out is not None else None,
             progress=bar,
         )
     for w in caught:
         sys.stderr.write(f"specsim: warning: {w.message}\n")
-    if out is not None:
+    if out is not None and not stream:  # streamed: written as the run went
         write_table(res.requests, out)
     if args.json:
         print(json.dumps(jsonable({**res.summary, "config": res.config}), sort_keys=True))

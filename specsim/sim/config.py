@@ -81,6 +81,25 @@ class ReplayConfig:
     # -- what is kept (memory): the per-token log is ~32 bytes per output token
     record_steps: bool = _f(True, "keep the per-step table (104 bytes a step)")
     record_tokens: bool = _f(True, "keep the per-token emission table (~32 bytes a token)")
+    # -- streaming results (specsim.sim.streaming): the summary accumulated as requests finish
+    stream: bool = _f(
+        False,
+        "accumulate the summary as requests finish and keep no per-request rows (the result's "
+        "requests table is None): counts, means, SLA/SLO shares and goodput are the same to "
+        "the bit; percentiles exact up to stream_exact_rows requests, from a DDSketch "
+        "(0.5% relative error) beyond. With record_tokens=False (the per-token log grows with "
+        "every token) a closed loop's memory stays flat: finished jobs' slots are reused",
+        cli=False,
+    )
+    stream_exact_rows: int = _f(
+        100_000, "with stream: exact percentiles up to this many finished requests", cli=False
+    )
+    requests_out: str | None = _f(
+        None,
+        "with stream: write the per-request table to this .parquet file in row groups as "
+        "requests finish (completion order; written to a temporary name, renamed at the end)",
+        cli=False,
+    )
 
     def __post_init__(self) -> None:
         loads = [n for n in ("rate", "concurrency", "arrivals") if getattr(self, n) is not None]
@@ -140,6 +159,16 @@ class ReplayConfig:
             if v is not None and (isinstance(v, bool) or int(v) != v or v < 1):
                 flag = "--" + name.replace("_", "-")
                 raise SpecsimError(f"{flag} must be a positive integer, got {v}")
+        if self.requests_out is not None and not self.stream:
+            raise SpecsimError("requests_out streams the per-request table: pass stream=True")
+        if self.requests_out is not None and not str(self.requests_out).endswith(".parquet"):
+            raise SpecsimError(f"requests_out must be a .parquet file, got {self.requests_out!r}")
+        if isinstance(self.stream_exact_rows, bool) or not (
+            isinstance(self.stream_exact_rows, numbers.Integral) and self.stream_exact_rows >= 0
+        ):
+            raise SpecsimError(
+                f"stream_exact_rows must be a whole number >= 0, got {self.stream_exact_rows!r}"
+            )
         if self.calibrate not in (None, "sts"):
             raise SpecsimError(f"unknown calibration {self.calibrate!r}; the only one is 'sts'")
 

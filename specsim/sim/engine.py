@@ -121,6 +121,7 @@ class Engine(Walks, History, ServingV2):
         progress=None,
         env: simpy.Environment | None = None,
         seed: int = 0,
+        sink=None,  # noqa: ANN001 - specsim.sim.streaming.RequestSink
     ) -> None:
         self.trace = trace
         self.policy = policy
@@ -133,6 +134,9 @@ class Engine(Walks, History, ServingV2):
         self.record_tokens = record_tokens
         self.record_steps = record_steps
         self.progress = progress
+        # streaming results: finished jobs go to the sink as they finish, and the run's RawLog
+        # holds no per-job arrays (the sink's summary has what the summary reads of them)
+        self.sink = sink
         self.gamma = trace.block_size
         self._draft_lut: list[float] | None = None  # set with the cost terms in the run
         self.conf = trace.conf
@@ -163,7 +167,14 @@ class Engine(Walks, History, ServingV2):
 
     def run(self) -> RawLog:
         env = self.env
-        self.jobs = _Jobs(self.wl.n_jobs_hint(), self.offsets, self.gamma)
+        # a streamed closed loop reuses finished jobs' slots (no per-token log names them), so
+        # it holds the jobs in flight, not one column per request of the run
+        recycle = self.sink is not None and not self.record_tokens and not self.wl.open_loop
+        hint = self.wl.n_jobs_hint()
+        if recycle:
+            hint = min(hint, 4 * max(int(self.wl.concurrency), 1) + self.sink.flush_rows)
+        self.jobs = _Jobs(hint, self.offsets, self.gamma)
+        self.jobs.recycle = recycle
         self.queue: deque[int] = deque()
         # The step log, columnar: one flat float64 buffer holding a row of len(STEP_COLUMNS)
         # values per step (8 bytes a value, no Python objects: 104 bytes a step, where a list
@@ -305,6 +316,7 @@ class Engine(Walks, History, ServingV2):
         queue = self.queue
         record = self.record_tokens
         progress = self.progress
+        sink = self.sink
         log_step = self._log_step
         sums = self.sums
         closed_c = self.closed_c
@@ -502,6 +514,8 @@ class Engine(Walks, History, ServingV2):
                 # a running request takes part in every step from its first decode step on
                 fin[_STEPS] = self.n_steps + 1 - fin[_STEPS]
                 jobs.cols[:, fj] = fin  # the counters, read back by _raw
+                if sink is not None:
+                    sink.finished(jobs, fj)
                 kv_used -= int(fin[_RES].sum())
                 S = S[:, ~done]
                 self.n_done += n_fin
@@ -546,6 +560,9 @@ class Engine(Walks, History, ServingV2):
         running = np.isnan(j.finish[:n]) & ~np.isnan(j.admitted[:n])
         if np.any(running):  # cannot happen: the loop drains every admitted job
             raise SpecsimError("internal: a request was left running")
+        if self.sink is not None:  # streamed: the sink has the finished jobs, keep none here
+            self.sink.close(j)
+            n = 0
         if self.record_tokens and self.tok_job:
             tj = np.concatenate(self.tok_job)
             tc = np.concatenate(self.tok_cnt)
@@ -565,10 +582,10 @@ class Engine(Walks, History, ServingV2):
             finish_s=j.finish[:n].copy(),
             prompt_len=j.prompt[:n].copy(),
             output_len=j.out[:n].copy(),
-            emitted=j.result(_OUT),
-            steps=j.result(_STEPS),
-            verified=j.result(_VER),
-            accepted=j.result(_ACC),
+            emitted=j.result(_OUT)[:n],
+            steps=j.result(_STEPS)[:n],
+            verified=j.result(_VER)[:n],
+            accepted=j.result(_ACC)[:n],
             step_log=log,
             token_job=tj,
             token_time=tt,

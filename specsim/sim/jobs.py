@@ -29,6 +29,12 @@ class Jobs:
     filled when the job is added: admission copies whole columns into the batch with one
     fancy index, and completion writes the finished columns back with another (the result
     fields then hold the final counters; ``STEPS`` the decode steps taken).
+
+    Index j is the job's slot; ``seq[j]`` its number in creation order (the per-request
+    table's ``id``; the same as j unless slots are recycled). Streaming results
+    (:mod:`specsim.sim.streaming`) set ``recycle``: once a finished job's fields have been
+    gathered its slot is ``release``d and the next ``add`` reuses it, so a closed loop's arrays
+    stay the size of what is in flight instead of growing with every request.
     """
 
     FIELDS = (
@@ -41,6 +47,7 @@ class Jobs:
         ("out", np.int64, 0),
         ("preempted_at", np.float64, np.nan),  # v2: when the job was last preempted
         ("stall", np.float64, 0.0),  # v2: its longest gap between tokens across a preemption
+        ("seq", np.int64, -1),  # the job's number in creation order
     )
 
     def __init__(self, capacity: int, offsets: np.ndarray, gamma: int) -> None:
@@ -51,6 +58,9 @@ class Jobs:
         for name, dt, fill in self.FIELDS:
             setattr(self, name, np.full(self.cap, fill, dtype=dt))
         self.cols = np.zeros((NF, self.cap), np.int64)
+        self.issued = 0  # jobs created so far (the next one's seq)
+        self.recycle = False
+        self.free: list[int] = []  # released slots, reused last-in first-out
 
     def _grow(self) -> None:
         self.cap *= 2
@@ -64,9 +74,15 @@ class Jobs:
         self.cols = cols
 
     def add(self, trace: int, arrival: float, prompt: int, out: int) -> int:
-        if self.n == self.cap:
-            self._grow()
-        j = self.n
+        if self.free:
+            j = self.free.pop()
+        else:
+            if self.n == self.cap:
+                self._grow()
+            j = self.n
+            self.n += 1
+        self.seq[j] = self.issued
+        self.issued += 1
         self.trace[j] = trace
         self.arrival[j] = arrival
         self.prompt[j] = prompt
@@ -77,7 +93,6 @@ class Jobs:
         col[RES] = reservation(prompt, out, self.gamma)
         col[PTGT] = max(prompt, 1)  # a prefill is at least one forward
         self.cols[:, j] = col
-        self.n += 1
         return j
 
     def add_many(self, trace, arrival, prompt, out) -> None:
@@ -94,7 +109,19 @@ class Jobs:
         c[H1] = c[H2] = -1
         c[RES] = reservation(np.asarray(prompt), np.asarray(out), self.gamma)
         c[PTGT] = np.maximum(np.asarray(prompt), 1)
+        self.seq[s] = np.arange(self.issued, self.issued + m)
+        self.issued += m
         self.n += m
+
+    def release(self, slots: np.ndarray) -> None:
+        """Finished jobs whose fields were gathered: reset their slots for ``add`` to reuse
+        (only when ``recycle`` is set; otherwise they keep their results for ``RawLog``)."""
+        if not self.recycle or slots.size == 0:
+            return
+        for name, _, fill in self.FIELDS:
+            getattr(self, name)[slots] = fill
+        self.cols[:, slots] = 0
+        self.free.extend(slots.tolist())
 
     def result(self, field: int) -> np.ndarray:
         """A finished job's counter (0 for a job that never finished), jobs 0..n-1."""

@@ -39,10 +39,16 @@ Definitions (stated once, here):
   over it (whole run for open loops). No window (too few requests): NaN, and ``replay()`` refuses
   such a run up front with the requests it needs (``sim.workload.check_steady_window``).
 Percentiles (p50/p90/p95/p99) are numpy's linear interpolation, as benchmark_serving computes
-them; means and percentiles skip undefined values (NaN TPOT of one-token outputs).
+them; means and percentiles skip undefined values (NaN TPOT of one-token outputs). Means of
+per-request values are their exactly rounded sum (``math.fsum``) over their count: the same to
+the bit in any order and however the requests are split into batches, so the streaming summary
+(:mod:`specsim.sim.streaming`, which never holds every request) gives the same means, counts,
+SLA shares and goodput as this one; its percentiles come from a sketch beyond a size.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -74,9 +80,14 @@ def ttft_s(raw: RawLog) -> np.ndarray:
 
 
 def tpot_s(raw: RawLog) -> np.ndarray:
-    extra = (raw.output_len - 1).astype(np.float64)
+    return tpot_of(raw.first_token_s, raw.finish_s, raw.output_len)
+
+
+def tpot_of(first_s: np.ndarray, finish_s: np.ndarray, output_len: np.ndarray) -> np.ndarray:
+    """TPOT in seconds from the arrays (one definition for the whole-run and streamed forms)."""
+    extra = (output_len - 1).astype(np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(extra > 0, (raw.finish_s - raw.first_token_s) / extra, np.nan)
+        return np.where(extra > 0, (finish_s - first_s) / extra, np.nan)
 
 
 def per_user_tps(raw: RawLog) -> np.ndarray:
@@ -90,8 +101,10 @@ def _pct(x: np.ndarray, q: float) -> float:
 
 
 def _mean(x: np.ndarray) -> float:
+    """Mean of the finite values: their exactly rounded sum over their count (see the module
+    docstring: independent of order and batching, unlike numpy's pairwise sum)."""
     x = x[np.isfinite(x)]
-    return float(x.mean()) if x.size else float("nan")
+    return math.fsum(x.tolist()) / x.size if x.size else float("nan")
 
 
 PERCENTILES = (50, 90, 95, 99)
@@ -114,6 +127,56 @@ def _weighted_pct(x: np.ndarray, w: np.ndarray, q: float) -> float:
     return float(x[lo] + (x[hi] - x[lo]) * frac)
 
 
+class ExactRequests:
+    """The request-level statistics of a run, from its whole per-job arrays.
+
+    What :func:`summarize` reads of the requests, behind one small interface that the
+    streaming accumulator (:class:`specsim.sim.streaming.StreamingSummary`) also offers:
+    ``n_done``, ``output_tokens``, ``input_tokens``, ``mean(name)`` / ``pct(name, q)`` of
+    ``ttft`` / ``tpot`` / ``e2e`` (ms) and ``tps`` (per-user tok/s) over completed requests,
+    ``sla_attainment``, ``slo_ok`` (requests meeting every SLO; None without SLOs),
+    ``kth_finish(c)``, ``max_admitted`` and ``max_stall`` (s)."""
+
+    def __init__(self, raw: RawLog, sla_tps: float | None, slo: dict[str, float] | None) -> None:
+        done = np.isfinite(raw.finish_s)
+        self.n_done = int(done.sum())
+        self.values = {
+            "ttft": ttft_s(raw)[done] * 1000.0,
+            "tpot": tpot_s(raw)[done] * 1000.0,
+            "e2e": (raw.finish_s - raw.arrival_s)[done] * 1000.0,
+            "tps": per_user_tps(raw)[done],
+        }
+        self.output_tokens = int(raw.emitted.sum())
+        self.input_tokens = int(raw.prompt_len[done].sum())
+        self.sla_attainment = sla_attainment(self.values["tps"], sla_tps)
+        self.slo_ok = None
+        if slo:
+            ok = np.ones(self.n_done, dtype=bool)
+            for key in SLO_KEYS:
+                if key in slo:
+                    x = self.values[key]
+                    ok &= np.where(np.isnan(x), True, x <= slo[key])  # no decode: meets TPOT
+            self.slo_ok = int(ok.sum())
+        self._finish = raw.finish_s[done]
+        admitted = raw.admitted_s[np.isfinite(raw.admitted_s)]
+        self.max_admitted = float(admitted.max()) if admitted.size else float("nan")
+        st = raw.stall_s
+        self.max_stall = float(np.nanmax(st)) if st is not None and st.size else float("nan")
+
+    def mean(self, name: str) -> float:
+        return _mean(self.values[name])
+
+    def pct(self, name: str, q: float) -> float:
+        return _pct(self.values[name], q)
+
+    def kth_finish(self, c: int) -> float:
+        """The c-th completion's time (NaN with fewer than c completions)."""
+        f = self._finish
+        if f.shape[0] < c:
+            return float("nan")
+        return float(np.partition(f, c - 1)[c - 1])
+
+
 def itl_ms(log: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(chunk gap in ms, chunks) per engine step: the inter-token latency distribution."""
     c = COL
@@ -122,19 +185,24 @@ def itl_ms(log: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def latency_summary(
-    raw: RawLog, done: np.ndarray, slo: dict[str, float] | None
+    raw: RawLog,
+    done: np.ndarray | None,
+    slo: dict[str, float] | None,
+    req=None,  # noqa: ANN001
 ) -> dict[str, float]:
-    """Percentiles of TTFT, TPOT, ITL and e2e latency, request throughput, goodput."""
-    ttft = ttft_s(raw)[done] * 1000.0
-    tpot = tpot_s(raw)[done] * 1000.0
-    e2e = (raw.finish_s - raw.arrival_s)[done] * 1000.0
+    """Percentiles of TTFT, TPOT, ITL and e2e latency, request throughput, goodput.
+
+    ``req``: the requests' statistics (:class:`ExactRequests` of ``raw`` when None; ``done``
+    is then the completed requests, ``np.isfinite(raw.finish_s)``, as it always was)."""
+    if req is None:
+        req = ExactRequests(raw, None, slo)
     period, _, chunks = _per_step(raw)
     gap = period * 1000.0  # itl_ms, from either form of the log
     out: dict[str, float] = {}
-    for name, x in (("ttft", ttft), ("tpot", tpot), ("e2e", e2e)):
-        out[f"{name}_ms_mean"] = _mean(x)
+    for name in ("ttft", "tpot", "e2e"):
+        out[f"{name}_ms_mean"] = req.mean(name)
         for q in PERCENTILES:
-            out[f"{name}_ms_p{q}"] = _pct(x, q)
+            out[f"{name}_ms_p{q}"] = req.pct(name, q)
     total = float(chunks.sum())
     out["itl_ms_mean"] = float((gap * chunks).sum() / total) if total else float("nan")
     for q in PERCENTILES:
@@ -143,27 +211,27 @@ def latency_summary(
     out["itl_ms_p99.9"] = _weighted_pct(gap, chunks, 99.9)
     stepped = gap[chunks > 0]
     worst = float(stepped.max()) if stepped.size else float("nan")
-    if raw.stall_s is not None and raw.stall_s.size and np.nanmax(raw.stall_s) > 0:
-        worst = max(worst, float(np.nanmax(raw.stall_s)) * 1000.0)  # across a preemption
+    if req.max_stall > 0:
+        worst = max(worst, req.max_stall * 1000.0)  # across a preemption
     out["itl_ms_max"] = worst
     sim_t = raw.sim_time_s
-    n_done = int(done.sum())
+    n_done = req.n_done
     out["request_throughput"] = n_done / sim_t if sim_t > 0 else float("nan")
     if slo:
-        ok = np.ones(n_done, dtype=bool)
-        for key, x in (("ttft", ttft), ("tpot", tpot), ("e2e", e2e)):
-            if key in slo:
-                ok &= np.where(np.isnan(x), True, x <= slo[key])  # no decode: meets TPOT
-        out["goodput_req_s"] = float(ok.sum()) / sim_t if sim_t > 0 else float("nan")
-        out["slo_attainment"] = float(ok.mean()) if n_done else float("nan")
+        ok = req.slo_ok  # a count: ok.mean() of the booleans is the same count over n_done
+        out["goodput_req_s"] = float(ok) / sim_t if sim_t > 0 else float("nan")
+        out["slo_attainment"] = ok / n_done if n_done else float("nan")
     else:
         out["goodput_req_s"] = float("nan")
         out["slo_attainment"] = float("nan")
     return out
 
 
-def steady_state(raw: RawLog, concurrency: int | None) -> dict[str, float]:
-    """Steady-state window of a closed loop (see the module docstring); whole run otherwise."""
+def steady_state(raw: RawLog, concurrency: int | None, req=None) -> dict[str, float]:  # noqa: ANN001
+    """Steady-state window of a closed loop (see the module docstring); whole run otherwise.
+
+    ``req``: the requests' statistics (the C-th completion, the last admission); from ``raw``
+    when None."""
     c = COL
     log = raw.step_log
     period, in_sys, _ = _per_step(raw)
@@ -175,12 +243,9 @@ def steady_state(raw: RawLog, concurrency: int | None) -> dict[str, float]:
             "steady_window_s": nan,
             "steady_throughput_tok_s": nan,
         }
-    finish = np.sort(raw.finish_s[np.isfinite(raw.finish_s)])
-    admitted = raw.admitted_s[np.isfinite(raw.admitted_s)]
-    if finish.shape[0] < concurrency or admitted.size == 0:
-        t0, t1 = nan, nan
-    else:
-        t0, t1 = float(finish[concurrency - 1]), float(admitted.max())
+    if req is None:
+        req = ExactRequests(raw, None, None)
+    t0, t1 = req.kth_finish(concurrency), req.max_admitted  # NaN: no window (below)
     if not t1 > t0:
         return {"achieved_concurrency": nan, "steady_window_s": nan,
                 "steady_throughput_tok_s": nan}  # fmt: skip
@@ -270,32 +335,35 @@ def summarize(
     slo: dict[str, float] | None = None,
     concurrency: int | None = None,
     gpus: int = 1,
+    requests=None,  # noqa: ANN001 - ExactRequests | StreamingSummary
 ) -> dict[str, float]:
     """The summary dict of a replay (keys listed in docs/simulator.md); ``concurrency``: the
-    closed loop's C (None for open loops), for the steady-state window."""
-    done = np.isfinite(raw.finish_s)
+    closed loop's C (None for open loops), for the steady-state window.
+
+    ``requests``: the requests' statistics, made with the same ``sla_tps`` and ``slo``: a
+    :class:`specsim.sim.streaming.StreamingSummary` accumulated during the run (then ``raw``
+    needs only its step log or sums and run totals); :class:`ExactRequests` of ``raw`` if None.
+    """
+    req = requests if requests is not None else ExactRequests(raw, sla_tps, slo)
     t = step_totals(raw.step_log) if raw.step_log is not None else _lean_totals(raw)
-    total_out = float(raw.emitted.sum())
+    total_out = float(req.output_tokens)
     sim_t = raw.sim_time_s
-    ttft = ttft_s(raw)[done] * 1000.0
-    tpot = tpot_s(raw)[done] * 1000.0
-    tps = per_user_tps(raw)[done]
     steps = t["engine_steps"]
     dec = t["decode_request_steps"]
     out = {
-        "requests_completed": int(done.sum()),
+        "requests_completed": req.n_done,
         "output_tokens": int(total_out),
         "sim_time_s": sim_t,
         "wall_time_s": float(wall_time_s),
         "throughput_tok_s": total_out / sim_t if sim_t > 0 else float("nan"),
-        "per_user_tps_mean": _mean(tps),
-        "per_user_tps_p50": _pct(tps, 50),
-        "ttft_ms_p50": _pct(ttft, 50),
-        "ttft_ms_p99": _pct(ttft, 99),
-        "ttft_ms_mean": _mean(ttft),
-        "tpot_ms_p50": _pct(tpot, 50),
-        "tpot_ms_p99": _pct(tpot, 99),
-        "tpot_ms_mean": _mean(tpot),
+        "per_user_tps_mean": req.mean("tps"),
+        "per_user_tps_p50": req.pct("tps", 50),
+        "ttft_ms_p50": req.pct("ttft", 50),
+        "ttft_ms_p99": req.pct("ttft", 99),
+        "ttft_ms_mean": req.mean("ttft"),
+        "tpot_ms_p50": req.pct("tpot", 50),
+        "tpot_ms_p99": req.pct("tpot", 99),
+        "tpot_ms_mean": req.mean("tpot"),
         "tau": t["decode_emitted"] / dec if dec else float("nan"),
         "verified_draft_tokens": int(t["verified"]),
         "accepted_draft_tokens": int(t["accepted"]),
@@ -306,19 +374,19 @@ def summarize(
         "mean_in_system": t["in_system_area"] / sim_t if sim_t > 0 else float("nan"),
         "max_batch_tokens": int(raw.max_batch_tokens),
         "sla_tps": float(sla_tps) if sla_tps is not None else float("nan"),
-        "sla_attainment": sla_attainment(tps, sla_tps),
+        "sla_attainment": req.sla_attainment,
         "sim_tokens_per_wall_s": total_out / wall_time_s if wall_time_s > 0 else float("nan"),
     }
-    for key, value in latency_summary(raw, done, slo).items():
+    for key, value in latency_summary(raw, None, slo, req).items():
         out.setdefault(key, value)
-    out.update(steady_state(raw, concurrency))
+    out.update(steady_state(raw, concurrency, req))
     out["preemptions"] = int(raw.preemptions)
     out["recomputed_tokens"] = int(raw.recomputed_tokens)
     out["gpus"] = int(gpus)
     out["throughput_per_gpu_tok_s"] = out["throughput_tok_s"] / gpus
     # what `vllm bench serve` prints beside output throughput: prompts of the requests that
     # finished (a request's prompt counts once even if it was recomputed after a preemption)
-    total_in = float(raw.prompt_len[done].sum())
+    total_in = float(req.input_tokens)
     out["input_tokens"] = int(total_in)
     out["input_throughput_tok_s"] = total_in / sim_t if sim_t > 0 else float("nan")
     out["total_throughput_tok_s"] = out["input_throughput_tok_s"] + out["throughput_tok_s"]
@@ -335,27 +403,54 @@ def sla_attainment(tps: np.ndarray, sla_tps: float | None) -> float:
 
 def request_frame(raw: RawLog, trace_ids: np.ndarray, category: np.ndarray | None):
     """One row per request (tidy)."""
-    import pandas as pd
+    from types import SimpleNamespace
 
     jt = raw.job_trace
+    rows = SimpleNamespace(
+        job=np.arange(jt.shape[0], dtype=np.int64),
+        trace_index=jt,
+        arrival_s=raw.arrival_s,
+        admitted_s=raw.admitted_s,
+        first_token_s=raw.first_token_s,
+        finish_s=raw.finish_s,
+        prompt_len=raw.prompt_len,
+        output_len=raw.output_len,
+        emitted=raw.emitted,
+        steps=raw.steps,
+        verified=raw.verified,
+        accepted=raw.accepted,
+    )
+    return request_columns(rows, trace_ids, category)
+
+
+def request_columns(rows, trace_ids: np.ndarray, category: np.ndarray | None):  # noqa: ANN001, ANN201
+    """The per-request table of ``rows`` (anything with the arrays of
+    :class:`specsim.sim.streaming.Finished`): one definition for the whole run's table and the
+    row groups a streamed run writes."""
+    import pandas as pd
+
+    jt = rows.trace_index
+    tpot = tpot_of(rows.first_token_s, rows.finish_s, rows.output_len)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tps = 1.0 / tpot
     return pd.DataFrame(
         {
-            "id": np.arange(jt.shape[0], dtype=np.int64),
+            "id": rows.job,
             "trace_request": trace_ids[jt],
             "trace_index": jt,
             "category": (category[jt] if category is not None else np.full(jt.shape, "")),
-            "arrival_s": raw.arrival_s,
-            "admitted_s": raw.admitted_s,
-            "first_token_s": raw.first_token_s,
-            "finish_s": raw.finish_s,
-            "prompt_len": raw.prompt_len,
-            "output_tokens": raw.emitted,
-            "decode_steps": raw.steps,
-            "verified_drafts": raw.verified,
-            "accepted_drafts": raw.accepted,
-            "ttft_ms": ttft_s(raw) * 1000.0,
-            "tpot_ms": tpot_s(raw) * 1000.0,
-            "per_user_tps": per_user_tps(raw),
+            "arrival_s": rows.arrival_s,
+            "admitted_s": rows.admitted_s,
+            "first_token_s": rows.first_token_s,
+            "finish_s": rows.finish_s,
+            "prompt_len": rows.prompt_len,
+            "output_tokens": rows.emitted,
+            "decode_steps": rows.steps,
+            "verified_drafts": rows.verified,
+            "accepted_drafts": rows.accepted,
+            "ttft_ms": (rows.first_token_s - rows.arrival_s) * 1000.0,
+            "tpot_ms": tpot * 1000.0,
+            "per_user_tps": tps,
         }
     )
 

@@ -112,6 +112,7 @@ class ServingV2:
         queue = self.queue
         record = self.record_tokens
         progress = self.progress
+        sink = self.sink
         sums = self.sums
         closed_c = self.closed_c
         NF = jobs.cols.shape[0]  # noqa: N806
@@ -437,6 +438,8 @@ class ServingV2:
                 jobs.finish[fj] = end
                 fin[STEPS] = self.n_steps + 1 - fin[STEPS]
                 jobs.cols[:, fj] = fin
+                if sink is not None:
+                    sink.finished(jobs, fj)
                 if not paged:
                     kv_used -= int(np.add.reduce(-(-fin[RES] // blk) * blk))
                 S = S[:, ~done]
