@@ -25,8 +25,8 @@ from pathlib import Path
 import pandas as pd
 
 from specsim.record.models import smollm2_gguf
-from specsim.serve.audit.law import run_audit
 from specsim.serve.audit.config import AuditConfig
+from specsim.serve.audit.law import run_audit
 from specsim.serve.audit.proxy import MutantProxy
 from specsim.serve.llama_server import LlamaServer, ServerSpec
 

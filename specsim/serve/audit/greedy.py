@@ -100,6 +100,7 @@ class Divergence:
     audited_argmax: int  # ... and its argmax there
     klass: str
     prefix: list[int] = field(default_factory=list)
+    found_minutes: float = math.nan  # when the audit found it (minutes from its start)
 
     def row(self) -> dict[str, Any]:
         d = asdict(self)
@@ -302,6 +303,7 @@ class GreedySpec:
     banned: tuple[int, ...] = ()
     seed: int = 0
     label: str = ""
+    stop_on_bug: bool = False  # start no request after the first confident divergence
 
     def __post_init__(self) -> None:
         if self.n_predict < 1 or self.requests < 1 or self.concurrency < 1:
@@ -329,6 +331,8 @@ async def run_greedy_async(spec: GreedySpec, null: Null, progress: Any = None) -
             while state["next"] < spec.requests:
                 if deadline is not None and time.monotonic() > deadline:
                     return
+                if spec.stop_on_bug and any(d.klass == BUG for d in divs):
+                    return
                 j = state["next"]
                 state["next"] += 1
                 ci = j % len(spec.prompts)
@@ -340,6 +344,8 @@ async def run_greedy_async(spec: GreedySpec, null: Null, progress: Any = None) -
                 slot = w % spec.ref_slots
                 found, dis = await check_generation(c, spec.reference, spec.server, g, ctx, ci,
                                                     spec.banned, slot, null.tau)  # fmt: skip
+                for d in found:
+                    d.found_minutes = (time.monotonic() - t0) / 60.0
                 divs.extend(found)
                 for idx, d in step_places(g.plain, g.draft_n) if g.draft_n else []:
                     if idx == 0:
@@ -374,7 +380,7 @@ async def run_greedy_async(spec: GreedySpec, null: Null, progress: Any = None) -
 
 
 async def _setup(
-    cfg: Any, ref: str
+    cfg: Any, ref: str, null: Null | None = None
 ) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...], Null, int]:
     """Prompts (token ids), banned tokens, the numerics null and the reference's slots."""
     import httpx
@@ -392,7 +398,9 @@ async def _setup(
             banned = await banned_tokens(c, cfg, ref)
         except httpx.HTTPError as exc:
             raise SpecsimError(f"the reference at {ref} does not answer ({exc})") from None
-        if cfg.near_tie is not None:
+        if null is not None:
+            pass  # measured before, on the same model and reference flags
+        elif cfg.near_tie is not None:
             null = Null(0, np.zeros(0), np.zeros(0), float(cfg.near_tie))
         elif n_slots < 2:
             raise SpecsimError(

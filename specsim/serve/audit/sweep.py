@@ -62,6 +62,7 @@ class SweepSpec:
     mutant: str | None = None  # a proxy mutant in front of every audited server
     null_positions: int = 128
     seed: int = 0
+    stop_on_bug: bool = False  # T = 0 cells: start no request after the first confident one
 
     def __post_init__(self) -> None:
         if not self.kinds or not self.depths or not self.concurrencies or not self.temperatures:
@@ -131,6 +132,7 @@ def _greedy_cell(url: str, ref: str, kind: Kind, c: int, spec: SweepSpec, setup:
         server=url, reference=ref, prompts=prompts, n_predict=spec.n_predict,
         requests=spec.greedy_requests, minutes=spec.minutes, concurrency=c,
         ref_slots=n_slots, banned=banned, seed=spec.seed, label=kind.name,
+        stop_on_bug=spec.stop_on_bug,
     )  # fmt: skip
     res = asyncio.run(run_greedy_async(g, null))
     row = res.row()
@@ -146,12 +148,16 @@ def _greedy_cell(url: str, ref: str, kind: Kind, c: int, spec: SweepSpec, setup:
         else ""
     )
     detail["divergence_rows"] = [d.row() for d in res.divergences]
+    detail["null"] = null.summary()
+    detail["null_object"] = null  # for a later sweep to reuse
     return SweepRow(kind.name, None, c, 0.0, res.verdict, res.positions, res.requests,
                     res.minutes, detail)  # fmt: skip
 
 
-def run_sweep(spec: SweepSpec, progress: Callable[[str], None] | None = None) -> list[SweepRow]:
-    """Every cell of ``spec``; one reference llama-server (speculation off) for all of them."""
+def run_sweep(spec: SweepSpec, progress: Callable[[str], None] | None = None,
+              null: Any = None) -> list[SweepRow]:  # fmt: skip
+    """Every cell of ``spec``; one reference llama-server (speculation off) for all of them.
+    ``null``: a numerics null measured before (same model and reference flags) to reuse."""
     from specsim.serve.audit.config import AuditConfig
     from specsim.serve.audit.greedy import _setup
     from specsim.serve.audit.proxy import MutantProxy
@@ -170,7 +176,7 @@ def run_sweep(spec: SweepSpec, progress: Callable[[str], None] | None = None) ->
                 reference_model=str(spec.model), temperature=0.0, n_predict=spec.n_predict,
                 null_positions=spec.null_positions,
             )  # fmt: skip
-            setup = asyncio.run(_setup(cfg, ref.url))
+            setup = asyncio.run(_setup(cfg, ref.url, null))
             say(f"numerics null: {setup[2].summary()}")
         by_server: dict[tuple[str, int | None], list[tuple[int, float]]] = {}
         for k, d, c, t in spec.cells():
@@ -212,8 +218,8 @@ def verdict_table(rows: list[SweepRow]) -> Any:
     """The tidy verdict table (one row per cell; divergences kept in their own table)."""
     import pandas as pd
 
-    return pd.DataFrame([{k: v for k, v in r.row().items() if k != "divergence_rows"}
-                         for r in rows])  # fmt: skip
+    hidden = ("divergence_rows", "null", "null_object")
+    return pd.DataFrame([{k: v for k, v in r.row().items() if k not in hidden} for r in rows])
 
 
 def divergence_table(rows: list[SweepRow]) -> Any:
