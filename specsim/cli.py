@@ -37,6 +37,7 @@ COMMANDS = (
     "record",
     "profile",
     "sweep",
+    "tune",
     "plot",
     "report",
     "engine",

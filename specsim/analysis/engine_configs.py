@@ -1,0 +1,210 @@
+"""The config an operator pastes into their engine, for one setting of its DSpark knobs.
+
+Why a module of its own: ``specsim tune`` predicts in specsim's terms (a policy name, a block
+truncated to ``k`` drafts), but an operator deploys their engine's flags. Each renderer here
+turns the engine's knobs, by the names the engine's source uses (cited in
+:mod:`specsim.policies.engines`), into the text its config takes:
+
+- vLLM: the ``--speculative-config`` JSON (``method`` ``"dspark"``, as ``docs/vllm.md`` serves
+  the speculators export; ``num_speculative_tokens``; ``enable_adaptive_verification``).
+- TensorRT-LLM: the ``speculative_config`` section of an ``extra_llm_api_options`` YAML
+  (``DSparkDecodingConfig``: ``decoding_type: DSpark``, ``max_draft_len``,
+  ``enable_confidence_scheduling``, ``confidence_min_predicted_gain``,
+  ``confidence_cost_table_path``, ``draft_len_schedule``).
+- SGLang: ``--speculative-algorithm DSPARK --speculative-dspark-block-size G
+  --speculative-num-draft-tokens G+1`` (``dspark_config.py``: the second must be the first + 1).
+- llama-server: ``--spec-type draft-dspark --spec-draft-n-max N --spec-draft-p-min P`` (the flags
+  :func:`specsim.record.dspark_export.llama_server_args` writes).
+
+No speculation renders as the engine run without its speculative flags. The drafter's path is a
+placeholder (``--drafter`` names the real one); every other value is the tuned one.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from dataclasses import dataclass
+from typing import Any
+
+ENGINE_NAMES = {
+    "vllm": "vLLM",
+    "trtllm": "TensorRT-LLM",
+    "sglang": "SGLang",
+    "llama": "llama-server",
+}
+# Placeholders with no shell metacharacters, so a pasted command line still parses.
+DEFAULT_DRAFTER = {
+    "vllm": "./dspark-speculators",
+    "trtllm": "./dspark-drafter",
+    "sglang": "./dspark-drafter",
+    "llama": "./dspark-drafter.gguf",
+}
+TRTLLM_COST_TABLE = "cost_table.json"
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """What to paste: ``text`` (a command-line fragment or YAML), its ``kind`` (``json`` for
+    vLLM's value, ``yaml``, ``flags``), ``data`` (the same settings as a dict, for ``--json``)
+    and ``notes`` (what the pasted text needs beside it)."""
+
+    engine: str
+    kind: str
+    text: str
+    data: dict[str, Any]
+    notes: tuple[str, ...] = ()
+
+
+def render(
+    engine: str,
+    knobs: dict[str, Any],
+    *,
+    block: int | None = None,
+    drafter: str | None = None,
+    cost_table: str | None = None,
+) -> EngineConfig:
+    """The config for ``knobs`` (the engine's own names; empty: no speculation); ``block``: the
+    drafter's block size, so a shorter setting carries its caveat."""
+    path = drafter or DEFAULT_DRAFTER[engine]
+    if engine == "trtllm":
+        return trtllm(knobs, path, cost_table or TRTLLM_COST_TABLE, block)
+    fn = {"vllm": vllm, "sglang": sglang, "llama": llama}[engine]
+    return fn(knobs, path, block)
+
+
+def vllm(knobs: dict[str, Any], drafter: str, block: int | None = None) -> EngineConfig:
+    """``--speculative-config`` JSON (vLLM's ``SpeculativeConfig`` field names)."""
+    if not knobs:
+        return EngineConfig("vllm", "json", "(no --speculative-config: speculation off)", {})
+    data = {
+        "method": "dspark",
+        "model": drafter,
+        "num_speculative_tokens": int(knobs["num_speculative_tokens"]),
+        "enable_adaptive_verification": bool(knobs["enable_adaptive_verification"]),
+    }
+    text = "--speculative-config " + shlex.quote(json.dumps(data))
+    return EngineConfig(
+        "vllm", "json", text, data, _block_note(knobs, "num_speculative_tokens", block)
+    )
+
+
+def trtllm(
+    knobs: dict[str, Any], drafter: str, cost_table: str, block: int | None = None
+) -> EngineConfig:
+    """The ``speculative_config`` YAML section (``DSparkDecodingConfig`` field names)."""
+    if not knobs:
+        return EngineConfig("trtllm", "yaml", "# no speculative_config: speculation off", {})
+    data: dict[str, Any] = {
+        "decoding_type": "DSpark",
+        "max_draft_len": int(knobs["max_draft_len"]),
+        "speculative_model": drafter,
+        "enable_confidence_scheduling": bool(knobs.get("enable_confidence_scheduling", False)),
+    }
+    notes: list[str] = list(_block_note(knobs, "max_draft_len", block))
+    if data["enable_confidence_scheduling"]:
+        data["confidence_min_predicted_gain"] = float(knobs["confidence_min_predicted_gain"])
+        data["confidence_cost_table_path"] = cost_table
+        notes.append(
+            f"{cost_table}: the step costs the planner reads; write it from the profile with "
+            f"'specsim profile export PROFILE --format trtllm --out {cost_table}' (or tune's "
+            "--trtllm-cost-table)"
+        )
+    schedule = knobs.get("draft_len_schedule")
+    if schedule:
+        data["draft_len_schedule"] = {int(b): int(k) for b, k in schedule}
+    return EngineConfig("trtllm", "yaml", _yaml({"speculative_config": data}), data, tuple(notes))
+
+
+def sglang(knobs: dict[str, Any], drafter: str, block: int | None = None) -> EngineConfig:
+    """``sglang.launch_server`` flags (the DSPARK algorithm, gamma and gamma + 1)."""
+    if not knobs:
+        return EngineConfig("sglang", "flags", "(no --speculative-algorithm: speculation off)", {})
+    g = int(knobs["speculative_dspark_block_size"])
+    data = {
+        "speculative_algorithm": "DSPARK",
+        "speculative_draft_model_path": drafter,
+        "speculative_dspark_block_size": g,
+        "speculative_num_draft_tokens": g + 1,
+    }
+    return EngineConfig(
+        "sglang",
+        "flags",
+        _flags(data),
+        data,
+        _block_note(knobs, "speculative_dspark_block_size", block),
+    )
+
+
+def llama(knobs: dict[str, Any], drafter: str, block: int | None = None) -> EngineConfig:
+    """``llama-server`` flags of the draft-dspark drafter."""
+    if not knobs:
+        return EngineConfig("llama", "flags", "(no -md / --spec-type: speculation off)", {})
+    n, p = int(knobs["spec_draft_n_max"]), float(knobs["spec_draft_p_min"])
+    args = ["-md", drafter, "--spec-type", "draft-dspark", "--spec-draft-n-max", str(n),
+            "--spec-draft-p-min", f"{p:g}"]  # fmt: skip
+    data = {"md": drafter, "spec_type": "draft-dspark", "spec_draft_n_max": n,
+            "spec_draft_p_min": p}  # fmt: skip
+    notes = list(_block_note(knobs, "spec_draft_n_max", block))
+    if p > 0:
+        notes.append(
+            "llama.cpp cuts on the RAW confidence head; specsim's recorded traces carry "
+            "STS-calibrated confidences, so the cut lands where the trace's temperatures are "
+            "near 1 (docs/policies.md, llama-dspark)"
+        )
+    return EngineConfig("llama", "flags", shlex.join(args), data, tuple(notes))
+
+
+def _block_note(knobs: dict[str, Any], name: str, block: int | None) -> tuple[str, ...]:
+    """A block shorter than the drafter's: specsim predicts it as the block's first k drafts."""
+    if block is None or int(knobs[name]) >= int(block):
+        return ()
+    return (
+        f"{name} {knobs[name]} < the drafter's block {block}: predicted as the block's first "
+        f"{knobs[name]} drafts; DSpark's block is non-causal, so a drafter run with a shorter "
+        "block drafts differently (docs/vllm.md): measure it before relying on it",
+    )
+
+
+def _flags(data: dict[str, Any]) -> str:
+    """``--name value`` pairs, shell-quoted."""
+    parts: list[str] = []
+    for k, v in data.items():
+        parts += ["--" + k.replace("_", "-"), str(v)]
+    return shlex.join(parts)
+
+
+def _yaml(obj: dict[str, Any], indent: int = 0) -> str:
+    """A small YAML writer for nested dicts of scalars: deterministic, no dependency."""
+    lines: list[str] = []
+    pad = "  " * indent
+    for k, v in obj.items():
+        if isinstance(v, dict):
+            lines.append(f"{pad}{k}:")
+            lines.append(_yaml(v, indent + 1))
+        else:
+            lines.append(f"{pad}{k}: {_scalar(v)}")
+    return "\n".join(lines)
+
+
+def _scalar(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return repr(v)  # 0.0, 0.04: read back as floats
+    if isinstance(v, int):
+        return str(v)
+    text = str(v)
+    if _PLAIN.fullmatch(text) and text.lower() not in _YAML_WORDS and not _NUMBER.fullmatch(text):
+        return text
+    return json.dumps(text)  # a quoted string is valid YAML whatever it holds
+
+
+# A YAML plain scalar that reads back as this very string: path-like, no YAML keyword, no number
+_PLAIN = re.compile(r"[A-Za-z0-9_./][A-Za-z0-9_./-]*")
+_NUMBER = re.compile(r"[-+]?(\d[\d_]*)?\.?\d*([eE][-+]?\d+)?|0[xo][0-9a-fA-F]+|\.(inf|nan)")
+_YAML_WORDS = {"true", "false", "yes", "no", "on", "off", "y", "n", "null", "~"}
+
+
+__all__ = ["ENGINE_NAMES", "EngineConfig", "llama", "render", "sglang", "trtllm", "vllm"]
