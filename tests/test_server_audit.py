@@ -345,3 +345,88 @@ def test_real_server_with_forced_acceptance_is_caught() -> None:
         res = run_audit(cfg)
     assert res.lossy, res.text()
     assert res.positions == 1024 and "rank" in res.evidence
+
+
+# ---- the top-1 check (issue 46: more power at T > 0) ---------------------------------------
+
+
+def test_top1_check_is_conservative_under_the_null() -> None:
+    """300 lossless runs of 8,192 positions (heterogeneous laws, 3 roles): the top-1 check's
+    p-values are not smaller than uniform ones, and none reaches a look's alpha."""
+    rng = np.random.default_rng(11)
+    ps = []
+    for _ in range(300):
+        n = 8192
+        law = laws(rng, n, True)
+        c = to_counts(rng, law, draw(rng, law), True, rng.integers(0, 3, n))
+        t = st.top1_test(c)
+        ps.append(t.p_value)
+        assert t.p_value > st.alpha_look(4)
+    ps = np.array(ps)
+    assert (ps < 0.01).mean() <= 0.01 and (ps < 0.1).mean() <= 0.1
+
+
+def test_top1_bound_is_a_valid_tail_for_a_bernoulli_sum() -> None:
+    """Against the exact binomial tail where every p1 is equal: the bound is never below it."""
+    from scipy import stats as sps
+
+    for n, p1 in ((1000, 0.99), (5000, 0.9), (200, 0.5)):
+        v = n * p1 * (1 - p1)
+        for k in (1, 3, 10, 30):
+            t = k * np.sqrt(v)
+            exact = sps.binom.cdf(np.floor(n * p1 - t), n, p1) + sps.binom.sf(
+                np.ceil(n * p1 + t) - 1, n, p1
+            )
+            assert st.top1_p(t, v, n) >= exact
+
+
+def test_top1_positions_needed_is_checked_by_simulation() -> None:
+    """The statement 'a swap to the second token at rate 2% where p1 = 0.97 needs N positions
+    of that stratum' holds: at N, 200 simulated runs (every position of the law p1 = 0.97,
+    p2 = 0.02, rest 0.01) reject at the alpha of a run's 4th look in >= 99%; at N / 4 they
+    mostly do not (the statement is not loose by a factor of 4)."""
+    rate, p1 = 0.02, 0.97
+    law = np.array([p1, 0.02, 0.01])
+    shift = rate * p1  # the top-1 mass the swap moves to rank 2
+    var = p1 * (1 - p1)
+    alpha = st.alpha_look(4)
+    n = st.top1_positions_needed(shift, var, alpha)
+    assert 0 < n < 200_000
+    rng = np.random.default_rng(12)
+
+    def caught(m: int) -> float:
+        hits = 0
+        for _ in range(200):
+            tok = rng.choice(3, size=m, p=law)
+            tok = np.where((rng.random(m) < rate), 1, tok)
+            c = st.Counts()
+            c.observed[0, 0] = float((tok == 0).sum())
+            c.observed[0, 1] = float(m - c.observed[0, 0])
+            c.expected[0] = st.cell_law(np.r_[law, 0.0], True)[:] * m
+            c.top1_var[0] = var * m
+            c.positions = m
+            hits += st.top1_test(c).p_value * 1 <= alpha  # one live stratum: no Bonferroni
+        return hits / 200
+
+    assert caught(n) >= 0.99
+    assert caught(n // 4) < 0.5
+
+
+def test_two_percent_swap_after_rejection_needs_far_fewer_positions_with_top1() -> None:
+    """The issue's mutant (2nd token at 2% of after-rejection positions, 40% of positions):
+    the look that first rejects, over 5 runs of 65,536 positions: the top-1 check at or before
+    the rank check in every run, and caught in every run."""
+    rng = np.random.default_rng(13)
+    for _ in range(5):
+        n = 65_536
+        law = laws(rng, n, True)
+        roles = np.where(rng.random(n) < 0.4, 3, rng.integers(0, 3, n))
+        tok = swap_second(rng, law, draw(rng, law), roles == 3, 0.02)
+        first = {}
+        for m in st.look_points(n):
+            lk = st.look(to_counts(rng, law[:m], tok[:m], True, roles[:m]))
+            for name, p in (("rank", lk.rank.p_value), ("top1", lk.top1.p_value)):
+                if p <= lk.alpha and name not in first:
+                    first[name] = m
+        assert "top1" in first, first
+        assert first["top1"] <= first.get("rank", 1 << 30), first

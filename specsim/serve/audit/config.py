@@ -146,7 +146,7 @@ def contexts_of(cfg: AuditConfig) -> list[str]:
     return [p.text for p in load_many([cfg.prompts])]
 
 
-STATE_VERSION = 1
+STATE_VERSION = 2  # 2: the top-1 check (its variance sums; alpha split three ways)
 
 
 def load_state(path: str | None, cfg: AuditConfig) -> dict[str, Any] | None:

@@ -60,9 +60,12 @@ class AuditResult:
     looks: int
     rank_p: float
     pit_p: float
+    top1_p: float
     alpha_look: float
     tv_floor_99: float
     pit_floor_99: float
+    top1_floor_99: float  # smallest top-1 shift per position caught in the largest stratum
+    top1_floor_stratum: str
     evidence: str
     minutes: float
     outside_support: int
@@ -76,8 +79,9 @@ class AuditResult:
     def row(self) -> dict[str, Any]:
         keys = (
             "label", "verdict", "positions", "generations", "contexts", "sampling", "spec_types",
-            "accepted_share", "looks", "rank_p", "pit_p", "alpha_look", "tv_floor_99",
-            "pit_floor_99", "outside_support", "minutes", "evidence",
+            "accepted_share", "looks", "rank_p", "pit_p", "top1_p", "alpha_look", "tv_floor_99",
+            "pit_floor_99", "top1_floor_99", "top1_floor_stratum", "outside_support", "minutes",
+            "evidence",
         )  # fmt: skip
         return {k: getattr(self, k) for k in keys}
 
@@ -92,7 +96,8 @@ class AuditResult:
             f"emitted tokens that were accepted drafts: {share}; positions by place in a "
             f"speculative step: {roles or 'unknown'}",
             f"checks (looks: {self.looks}, alpha per look {self.alpha_look:.2g}, family-wise "
-            f"<= 1e-6): rank cells p={self.rank_p:.3g}, PIT p={self.pit_p:.3g}; tokens the "
+            f"<= 1e-6): rank cells p={self.rank_p:.3g}, PIT p={self.pit_p:.3g}, top-1 "
+            f"p={self.top1_p:.3g}; tokens the "
             f"reference gives probability 0: {self.outside_support}",
         ]
         if self.lossy:
@@ -103,7 +108,9 @@ class AuditResult:
             lines.append(
                 f"verdict: no evidence of loss; floor TV {self.tv_floor_99:.2g} (a shift of "
                 f"the rank-cell law of that TV in every stratum is caught with 99% power at "
-                f"these {self.positions:,} positions; PIT floor {self.pit_floor_99:.2g})"
+                f"these {self.positions:,} positions; PIT floor {self.pit_floor_99:.2g}; top-1 "
+                f"floor {self.top1_floor_99:.2g} a position in {self.top1_floor_stratum}: a "
+                f"swap to the second token at rate {self.top1_floor_99:.2g} / p1 there)"
             )
         return "\n".join(lines)
 
@@ -196,6 +203,7 @@ class _Run:
                 "alpha": lk.alpha,
                 "rank_p": lk.rank.p_value,
                 "pit_p": lk.pit.p_value,
+                "top1_p": lk.top1.p_value if lk.top1 is not None else float("nan"),
                 "rank_floor": lk.rank_floor,
                 "pit_floor": lk.pit_floor,
                 "rank_df": lk.rank.df,
@@ -205,6 +213,15 @@ class _Run:
         self.last = lk
         if lk.rejected:
             self.lossy = lk
+            if lk.rejected == "top1":
+                t = lk.top1
+                self.evidence = (
+                    f"top1 check at look {lk.k} ({lk.n:,} positions, {self.minutes():.1f} min): "
+                    f"p={t.p_value:.3g} <= alpha {lk.alpha:.2g}; {st.stratum_name(t.stratum)}: "
+                    f"top-1 count {t.deficit:+.1f} against its expectation (variance "
+                    f"{t.variance:.1f})"
+                )
+                return
             g = lk.rank if lk.rejected == "rank" else lk.pit
             where = st.worst_cell(self.counts) if lk.rejected == "rank" else self._pit_worst()
             self.evidence = (
@@ -326,6 +343,7 @@ def _result(cfg: AuditConfig, run: _Run) -> AuditResult:
         verdict = "no evidence of loss"
     save_state(cfg.state, run.state(verdict))
     share = run.accepted / run.generated if run.spec_known and run.generated else float("nan")
+    t1_floor, t1_s = st.top1_floor(c, last["alpha"]) if last else (float("nan"), 0)
     return AuditResult(
         label=cfg.label, verdict=verdict, positions=n_look if not run.lossy else run.lossy.n,
         generations=run.jobs_done, contexts=run.n_contexts,
@@ -334,9 +352,11 @@ def _result(cfg: AuditConfig, run: _Run) -> AuditResult:
         roles=dict(zip(st.ROLES, (int(x) for x in run.roles), strict=True)),
         looks=len(run.history), rank_p=last["rank_p"] if last else float("nan"),
         pit_p=last["pit_p"] if last else float("nan"),
+        top1_p=last.get("top1_p", float("nan")) if last else float("nan"),
         alpha_look=last["alpha"] if last else float("nan"),
         tv_floor_99=last["rank_floor"] if last else float("nan"),
         pit_floor_99=last["pit_floor"] if last else float("nan"),
+        top1_floor_99=t1_floor, top1_floor_stratum=st.stratum_name(t1_s) if last else "",
         evidence=run.evidence, minutes=run.minutes(), outside_support=c.outside_support,
         outside_examples=run.outside,
         history=run.history,

@@ -17,6 +17,14 @@ use it, each a G-test from :mod:`specsim.lossless.stats`:
   law (Cauchy-Schwarz), so the G-test is conservative (Hoeffding's bound for the binary case);
   the tests below and the real lossless audits check it at the 1e-6 tail. Most power per token:
   a bug that moves a little mass onto an unlikely rank shows against a small expectation.
+- **top-1** (issue 46: more power where bugs live): per stratum, the count of tokens the
+  reference ranks first against its expectation sum_t p1_t. Under the null the difference is a
+  martingale with increments in [-1, 1] and predictable variance V = sum_t p1_t (1 - p1_t), so
+  Freedman's inequality bounds its tails; a peeling over V (geometric bins; each bound taken at
+  twice the bin's floor, so at 2V) makes the p-value valid whatever V turns out to be. One
+  degree of freedom per stratum instead of the rank cells' dozens: a bug that moves a little mass
+  off the argmax (a swap to the second token, a temperature slip) where the law is peaked is
+  seen with far fewer positions.
 - **PIT**: the randomised probability integral transform u_t = F_t(x_t-) + v p_t(x_t) (tokens in
   the reference order, the tail as one interval) is exactly i.i.d. uniform under the null, so its
   20-bin histogram is an exact multinomial: a check whose null needs no argument.
@@ -49,7 +57,7 @@ PIT_BINS = 20
 SLACK = 1e-6  # tail mass a fully reported law still gets: a token just outside a top-k/top-p
 # boundary because of arithmetic noise is not a proof of loss; many of them are
 FIRST_LOOK = 1024
-CHECKS = ("rank", "pit")
+CHECKS = ("rank", "pit", "top1")
 
 
 def stratum_name(s: int) -> str:
@@ -112,10 +120,12 @@ class Counts:
     pit_bins: np.ndarray = field(default_factory=lambda: np.zeros(PIT_BINS))
     positions: int = 0
     outside_support: int = 0  # tokens the reference gives probability 0 (besides SLACK)
+    top1_var: np.ndarray = field(default_factory=lambda: np.zeros(N_STRATA))  # sum p1 (1 - p1)
 
     def add(self, stratum: int, cell: int, law: np.ndarray, u: float, outside: bool) -> None:
         self.observed[stratum, cell] += 1
         self.expected[stratum] += law
+        self.top1_var[stratum] += law[0] * (1.0 - law[0])
         self.pit_bins[min(int(u * PIT_BINS), PIT_BINS - 1)] += 1
         self.positions += 1
         self.outside_support += int(outside)
@@ -127,6 +137,7 @@ class Counts:
             "pit_bins": self.pit_bins.tolist(),
             "positions": self.positions,
             "outside_support": self.outside_support,
+            "top1_var": self.top1_var.tolist(),
         }
 
     @classmethod
@@ -137,6 +148,7 @@ class Counts:
             np.asarray(d["pit_bins"], dtype=np.float64),
             int(d["positions"]),
             int(d["outside_support"]),
+            np.asarray(d.get("top1_var", np.zeros(N_STRATA)), dtype=np.float64),
         )
 
     def copy(self) -> Counts:
@@ -148,6 +160,7 @@ def counts_of(strata: np.ndarray, cells: np.ndarray, laws: np.ndarray, u: np.nda
     c = Counts()
     np.add.at(c.observed, (strata, cells), 1)
     np.add.at(c.expected, strata, laws)
+    np.add.at(c.top1_var, strata, laws[:, 0] * (1.0 - laws[:, 0]))
     bins = np.minimum((np.asarray(u) * PIT_BINS).astype(np.int64), PIT_BINS - 1)
     c.pit_bins = np.bincount(bins, minlength=PIT_BINS).astype(np.float64)
     c.positions = int(len(cells))
@@ -190,6 +203,7 @@ class Look:
     pit: GTest
     rank_floor: float  # TV of the rank-cell law within strata detected with 99% power
     pit_floor: float
+    top1: Top1Test | None = None
 
     @property
     def rejected(self) -> str | None:
@@ -197,7 +211,111 @@ class Look:
         for name, g in (("rank", self.rank), ("pit", self.pit)):
             if g.zero_hits or g.p_value <= self.alpha:
                 return name
+        if self.top1 is not None and self.top1.p_value <= self.alpha:
+            return "top1"
         return None
+
+
+def _bennett(v: float, t: float) -> float:
+    """Freedman/Bennett tail bound exp(-v h(t / v)), h(u) = (1 + u) log(1 + u) - u, for a
+    martingale with increments <= 1 and predictable variance at most v."""
+    if t <= 0:
+        return 1.0
+    if v <= 0:
+        return 0.0
+    u = t / v
+    return float(np.exp(-v * ((1.0 + u) * np.log1p(u) - u)))
+
+
+def top1_p(deficit: float, v: float, n: int) -> float:
+    """Two-sided p-value of a top-1 count ``deficit`` (observed minus expected) with realised
+    predictable variance ``v`` after ``n`` positions: the bound at 2v (the peeling bin's
+    ceiling), times the bins (log2 n + 2) and the two sides."""
+    bins = np.log2(max(n, 1)) + 2.0
+    return float(min(1.0, 2.0 * bins * _bennett(2.0 * max(v, 1.0 / max(n, 1)), abs(deficit))))
+
+
+@dataclass(frozen=True)
+class Top1Test:
+    """The top-1 check at one look: the smallest p-value over strata, Bonferroni over them."""
+
+    p_value: float
+    stratum: int
+    deficit: float  # observed minus expected top-1 count in that stratum
+    variance: float
+
+
+def top1_test(c: Counts) -> Top1Test:
+    """Per stratum, top-1 count against its expectation; p = min over strata x their number."""
+    obs = c.observed[:, 0]
+    exp = c.expected[:, 0]
+    n_s = c.observed.sum(axis=1)
+    live = np.flatnonzero(n_s > 0)
+    if live.size == 0:
+        return Top1Test(1.0, 0, 0.0, 0.0)
+    ps = np.array([top1_p(obs[s] - exp[s], c.top1_var[s], int(n_s[s])) for s in live])
+    i = int(np.argmin(ps))
+    s = int(live[i])
+    return Top1Test(float(min(1.0, ps[i] * live.size)), s, float(obs[s] - exp[s]),
+                    float(c.top1_var[s]))  # fmt: skip
+
+
+def top1_threshold(v: float, n: int, alpha: float, strata: int = N_STRATA) -> float:
+    """The smallest |deficit| the top-1 check rejects at ``alpha`` (variance v, n positions)."""
+    from scipy import optimize
+
+    def gap(t: float) -> float:
+        return min(1.0, top1_p(t, v, n) * strata) - alpha
+
+    hi = float(n) + 1.0
+    if gap(hi) > 0:
+        return float("inf")
+    return float(optimize.brentq(gap, 0.0, hi, xtol=1e-9))
+
+
+def top1_positions_needed(shift: float, var_per_position: float, alpha: float,
+                          power: float = 0.99, strata: int = N_STRATA) -> int:  # fmt: skip
+    """Positions of one stratum the top-1 check needs to catch a mean top-1 shift ``shift`` per
+    position (e.g. a swap to the second token at rate r where the top-1 has p1: r p1) with
+    ``power``: the smallest n with shift n - z_power sqrt(v n) >= the threshold at v n
+    (the variance of the shifted count is at most v n + its shift)."""
+    from scipy import stats as sps
+
+    z = float(sps.norm.isf(1.0 - power))
+    lo, hi = 1, 1
+
+    def ok(n: int) -> bool:
+        v = var_per_position * n
+        return shift * n - z * np.sqrt(v + shift * n) >= top1_threshold(v, n, alpha, strata)
+
+    while not ok(hi):
+        lo, hi = hi, hi * 2
+        if hi > 1 << 40:
+            return -1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if ok(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return int(hi)
+
+
+def top1_floor(c: Counts, alpha: float, power: float = 0.99) -> tuple[float, int]:
+    """The smallest per-position top-1 shift (e.g. rate x p1 of a swap to the second token) the
+    top-1 check catches with ``power`` in the run's largest stratum, and that stratum."""
+    n_s = c.observed.sum(axis=1)
+    s = int(np.argmax(n_s))
+    n = int(n_s[s])
+    if n == 0:
+        return float("nan"), s
+    var = float(c.top1_var[s]) / n
+    lo, hi = 0.0, 1.0
+    for _ in range(40):
+        mid = 0.5 * (lo + hi)
+        need = top1_positions_needed(mid, var, alpha)
+        lo, hi = (lo, mid) if 0 < need <= n else (mid, hi)
+    return hi, s
 
 
 def rank_test(c: Counts, alpha: float) -> GTest:
@@ -224,6 +342,7 @@ def look(c: Counts, n_checks: int = len(CHECKS), alpha_run: float = ALPHA_RUN) -
         c.positions, k, a, r, p,
         detectable_tv(c.positions, max(df, 1), a),
         detectable_tv(c.positions, PIT_BINS - 1, a),
+        top1_test(c) if n_checks >= 3 else None,
     )  # fmt: skip
 
 

@@ -119,7 +119,8 @@ def _law_cell(url: str, ref: str, kind: Kind, c: int, t: float, spec: SweepSpec,
     res = run_audit(cfg)
     return SweepRow(
         kind.name, None, c, t, res.verdict, res.positions, res.generations, res.minutes,
-        {"rank_p": res.rank_p, "pit_p": res.pit_p, "tv_floor_99": res.tv_floor_99,
+        {"rank_p": res.rank_p, "pit_p": res.pit_p, "top1_p": res.top1_p,
+         "tv_floor_99": res.tv_floor_99, "top1_floor_99": res.top1_floor_99,
          "alpha_run": alpha, "evidence": res.evidence, "accepted_share": res.accepted_share},
     )  # fmt: skip
 
