@@ -120,7 +120,7 @@ MUTANT_RUNS = (
     ("batch-only", 2, (4,), (1, 2), 32, 12, None, False),
     ("after-rejection-beyond64", 3, (7,), (1,), 96, 8, None, False),
     ("near-ties-only", 0, (1,), (1,), 32, 24, None, False),
-    ("requests-0.5pct", 2, (4,), (2,), 16, 100_000, 10.0, True),
+    ("requests-0.5pct", 2, (4,), (4,), 16, 100_000, 10.0, True),
 )
 
 

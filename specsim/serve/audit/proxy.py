@@ -19,7 +19,7 @@ changing the token: the machinery alone). The law at a replaced position is aske
 upstream after its stream is shut (its one slot is then free).
 The field's bug classes (issue 46), each a trigger decided before the token is drawn:
 ``depth7-only`` (tokens of a step that drafted exactly 7, the block size: SGLang #33800),
-``requests-0.5pct`` (a share of whole requests, every 10th position in them: SGLang #34959),
+``requests-0.5pct`` (0.5% of whole requests, a quarter of their positions: SGLang #34959),
 ``batch-only`` (only while two or more requests are in flight: a batched kernel that differs),
 ``after-rejection-beyond64`` (after a rejection, only past position 64: a verifier-state rewrite
 window), and ``near-ties-only`` (the second token wherever the upstream's margin is below 0.02
@@ -85,7 +85,7 @@ MUTANTS = {
         Mutant("temp0.9-every-position", 1.0, "any", "temperature", 0.9),
         # the field's bug classes (issue 46)
         Mutant("depth7-only", 0.5, "depth", "second", depth=7),
-        Mutant("requests-0.5pct", 0.1, "any", "second", share=0.005),
+        Mutant("requests-0.5pct", 0.25, "any", "second", share=0.005),
         Mutant("batch-only", 0.05, "batch", "second"),
         Mutant("after-rejection-beyond64", 0.5, "after-rejection", "second", beyond=64),
         Mutant("near-ties-only", 1.0, "near-tie", "second", eps=0.02),
