@@ -99,6 +99,9 @@ MUTANT_RUNS = (
     ("proxy:swap2-after-rejection", "draft-simple-greedy", "T1-full", "swap2-after-rejection",
      (), 2.5),
     ("proxy:temp0.9-one-in-ten", "ngram-simple", "T1-full", "temp0.9-one-in-ten", (), 1.5),
+    # issue 46: the issue's 2% swap again, with the top-1 check, given the goal's 30 minutes
+    ("proxy:swap2-after-rejection (30 min, top-1 check)", "draft-simple-greedy", "T1-full",
+     "swap2-after-rejection", (), 30.0),
 )  # fmt: skip
 
 
@@ -120,7 +123,8 @@ def audit_row(url: str, ref: str, kind: str, sampler: tuple, tokens: int, minute
         "temperature": t, "top_k": k, "top_p": p, "min_p": m, "mutant": mutant,
         "tokens": res.positions, "generated": res.generations * cfg.n_predict,
         "verdict": res.verdict, "tv_floor_99": res.tv_floor_99, "pit_floor_99": res.pit_floor_99,
-        "rank_p": res.rank_p, "pit_p": res.pit_p, "looks": res.looks,
+        "rank_p": res.rank_p, "pit_p": res.pit_p, "top1_p": res.top1_p,
+        "top1_floor_99": res.top1_floor_99, "looks": res.looks,
         "accepted_share": res.accepted_share, "minutes": round(res.minutes, 2),
         "roles": " ".join(f"{r}={n}" for r, n in res.roles.items()),
         "outside_support": res.outside_support, "evidence": res.evidence,
