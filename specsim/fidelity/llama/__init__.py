@@ -78,15 +78,33 @@ def measure(
     write_text(json.dumps({"ids": inputs.ids, "lengths": inputs.lengths, "outputs": outputs}),
                out / "inputs.json")  # fmt: skip
     runs, steps, calib_rows = [], [], []
-    for s in cfg.settings:
-        log(f"phase 2: {s.name}: calibration, then the grid")
-        with start_server(cfg, s, out / "logs") as srv:
-            if cfg.profile is None:
-                st, rows = calibrate(cfg, s, srv, inputs.calib_ids, inputs.calib_lengths, log)
-                steps.append(st)
-                calib_rows += rows
-            per_t = {t: traces[(s.name, t)] for (name, t) in traces if name == s.name}
-            runs += real_runs(cfg, s, srv, inputs, per_t, log)
+    if cfg.target_ci is None:  # fixed --repeats: one setting's server at a time
+        for s in cfg.settings:
+            log(f"phase 2: {s.name}: calibration, then the grid")
+            with start_server(cfg, s, out / "logs") as srv:
+                if cfg.profile is None:
+                    st, rows = calibrate(cfg, s, srv, inputs.calib_ids, inputs.calib_lengths, log)
+                    steps.append(st)
+                    calib_rows += rows
+                per_t = {t: traces[(s.name, t)] for (name, t) in traces if name == s.name}
+                runs += real_runs(cfg, s, srv, inputs, per_t, log)
+    else:  # --target-ci: every setting's server up, the cells round-robin over all of them
+        from contextlib import ExitStack
+
+        from specsim.fidelity.llama.grid import interleaved_runs
+
+        with ExitStack() as stack:
+            servers = {}
+            for s in cfg.settings:
+                log(f"phase 2: {s.name}: server" + (", calibration" if cfg.profile is None else ""))
+                srv = stack.enter_context(start_server(cfg, s, out / "logs"))
+                servers[s.name] = srv
+                if cfg.profile is None:
+                    st, rows = calibrate(cfg, s, srv, inputs.calib_ids, inputs.calib_lengths, log)
+                    steps.append(st)
+                    calib_rows += rows
+            log(f"phase 2: the grid, repeated until +-{100 * cfg.target_ci:g}% (round-robin)")
+            runs += interleaved_runs(cfg, servers, inputs, traces, log)
     write_table(pd.DataFrame(runs), out / "runs.csv")
     if steps:
         write_table(pd.concat(steps, ignore_index=True), out / "calibration_steps.parquet")

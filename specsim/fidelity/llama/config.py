@@ -74,7 +74,17 @@ class LlamaValidationConfig:
     )
     rates: tuple[float, ...] = option((1.0, 2.0), "open-loop Poisson rates, requests/s", type=float)
     temperatures: tuple[float, ...] = option((0.0, 1.0), "sampling temperatures", type=float)
-    repeats: int = option(2, "real runs of every cell")
+    repeats: int = option(2, "real runs of every cell (without --target-ci)")
+    target_ci: float | None = option(
+        None,
+        "repeat each cell until the 95% interval of its median throughput and mean TPOT is "
+        "within this fraction of the median (e.g. 0.03), round-robin over every setting's "
+        "cells (specsim/fidelity/repeats.py; default: off, --repeats runs per cell)",
+        type=float,
+    )
+    min_repeats: int = option(3, "--target-ci: kept runs of every cell at least")
+    max_repeats: int = option(12, "--target-ci: kept runs of a cell at most (then listed wide)")
+    warmup: int = option(1, "--target-ci: discarded runs of every cell before its kept ones")
     min_requests: int = option(12, "requests of a closed-loop cell: 3C, and at least this")
     open_requests: int = option(40, "requests of an open-loop cell")
     max_tokens: int = option(
@@ -89,10 +99,18 @@ class LlamaValidationConfig:
     )  # fmt: skip
     # -- the server
     threads: int = option(1, "llama-server -t (1 measured best on the 2-core VM: docs)")
+    threads_batch: int | None = option(
+        None, "llama-server --threads-batch (prompt processing; default: -t)", type=int
+    )
     parallel: int = option(20, "llama-server -np (slots; the simulator's max_running)")
     ctx_per_slot: int = option(1024, "context per slot (-c = parallel x this)")
     seed: int = option(0, "seed of job order, arrivals and the server's sampling")
     # -- output
+    grid_label: str = option(
+        "tuning",
+        "the 'grid' column of fidelity.csv: 'tuning' for cells the method was tuned on, "
+        "'held-out' for a grid run once after the method was frozen",
+    )
     out: Path = option(Path("reports/llama-cpp"), "report folder", type=Path)
     force: bool = option(False, "overwrite the report in --out")
     rescore: bool = option(
@@ -123,6 +141,15 @@ class LlamaValidationConfig:
             raise SpecsimError("--temperatures must be >= 0")
         if not self.calib_requests >= 1:
             raise SpecsimError("--calib-requests must be at least 1 (times C)")
+        check_flags(self)  # the numbers' bounds, before any server starts (issue: reliability v3)
+        if self.threads_batch is not None and self.threads_batch < 1:
+            raise SpecsimError(f"--threads-batch must be at least 1, got {self.threads_batch}")
+        if self.grid_label not in ("tuning", "held-out"):
+            raise SpecsimError(f"--grid-label is 'tuning' or 'held-out', got {self.grid_label!r}")
+        if self.target_ci is not None:
+            from specsim.fidelity.repeats import check_rule
+
+            check_rule(self.target_ci, self.min_repeats, self.max_repeats, self.warmup)
 
     @property
     def settings(self) -> list[SpecSetting]:
@@ -135,3 +162,64 @@ class LlamaValidationConfig:
 
     def with_(self, **changes: Any) -> LlamaValidationConfig:
         return replace(self, **changes)
+
+
+MAX_PARALLEL = 1024  # llama-server slots: more is a typo (each holds --ctx-per-slot tokens)
+MAX_CTX_PER_SLOT = 1 << 20
+MAX_REQUESTS = 10_000_000  # as specsim bench
+MAX_REPEATS = 1000
+MIN_RATE = 1e-3  # one request per 1,000 s, as specsim bench: slower would look like a hang
+MAX_SEED = 2**32 - 2  # llama-server's seed is a uint32 whose last value means "random"
+
+
+def check_flags(cfg: LlamaValidationConfig) -> None:
+    """Every number ``specsim validate --engine llama-server`` takes, in range, finite, and
+    consistent, each refusal one line naming the flag: a NaN temperature, a context that cannot
+    hold the output or a missing --profile folder would otherwise surface after the server
+    started (or as llama-server's own multi-line log)."""
+    if not cfg.specs:
+        raise SpecsimError(f"give at least one speculative setting with --specs ({SPEC_HELP})")
+    if not cfg.temperatures or any(not (math.isfinite(t) and 0 <= t <= 100)
+                                   for t in cfg.temperatures):  # fmt: skip
+        raise SpecsimError(
+            f"--temperatures must be numbers in [0, 100], e.g. 0,1; got {cfg.temperatures}"
+        )
+    if any(r < MIN_RATE for r in cfg.rates):
+        raise SpecsimError(f"--rates must be at least {MIN_RATE:g} requests/s, got {cfg.rates}")
+    if cfg.ngram_n < 1:
+        raise SpecsimError(f"--ngram-n must be at least 1, got {cfg.ngram_n}")
+    if not (math.isfinite(cfg.calib_requests) and cfg.calib_requests <= MAX_REPEATS):
+        raise SpecsimError(
+            f"--calib-requests must be in [1, {MAX_REPEATS}] (times C), got {cfg.calib_requests}"
+        )
+    if cfg.repeats > MAX_REPEATS:
+        raise SpecsimError(f"--repeats must be at most {MAX_REPEATS}, got {cfg.repeats}")
+    for name in ("min_requests", "open_requests"):
+        if getattr(cfg, name) > MAX_REQUESTS:
+            raise SpecsimError(
+                f"--{name.replace('_', '-')} must be at most {MAX_REQUESTS:,}, got "
+                f"{getattr(cfg, name)}"
+            )
+    if cfg.parallel > MAX_PARALLEL:
+        raise SpecsimError(f"--parallel must be at most {MAX_PARALLEL}, got {cfg.parallel}")
+    if not cfg.max_tokens < cfg.ctx_per_slot <= MAX_CTX_PER_SLOT:
+        raise SpecsimError(
+            f"--ctx-per-slot {cfg.ctx_per_slot} must hold a prompt and --max-tokens "
+            f"{cfg.max_tokens} output tokens: give more than {cfg.max_tokens} (at most "
+            f"{MAX_CTX_PER_SLOT:,}), or fewer --max-tokens"
+        )
+    if not 0 <= cfg.seed <= MAX_SEED:
+        raise SpecsimError(f"--seed must be in [0, {MAX_SEED:,}] (llama-server's), got {cfg.seed}")
+    if cfg.profile is not None and not Path(cfg.profile).is_dir():
+        raise SpecsimError(
+            f"--profile {str(cfg.profile)!r} is not a folder (one an earlier run wrote, with "
+            "its profile-t<T>.csv files)"
+        )
+    if cfg.profile is not None:
+        missing = [f"profile-t{t:g}.csv" for t in cfg.temperatures
+                   if not (Path(cfg.profile) / f"profile-t{t:g}.csv").is_file()]  # fmt: skip
+        if missing:
+            raise SpecsimError(
+                f"--profile {str(cfg.profile)!r} has no {missing[0]} (a folder an earlier run "
+                "wrote, with one profile-t<T>.csv per temperature)"
+            )

@@ -28,10 +28,63 @@ from specsim.trace.model import Trace
 METRICS = {"throughput_tok_s": "throughput", "tpot_ms_mean": "tpot_mean",
            "ttft_ms_mean": "ttft_mean", "e2e_ms_mean": "e2e_mean",
            "steady_throughput_tok_s": "steady_throughput"}  # fmt: skip
+# the metrics a cell's interval must be tight on (the issue's goals are on these two)
+TIGHT = ("throughput_tok_s", "tpot_ms_mean")
+DEFAULT_TOL = 0.03  # the tolerance "converged" is judged at without --target-ci
 
 
 def loads(cfg: LlamaValidationConfig) -> list[tuple[int | None, float | None]]:
     return [(c, None) for c in cfg.concurrency] + [(None, r) for r in cfg.rates]
+
+
+def run_cell(
+    cfg: LlamaValidationConfig,
+    s: SpecSetting,
+    srv,  # noqa: ANN001 - a started LlamaServer
+    inputs: GridInputs,
+    trace: Trace,
+    t: float,
+    c: int | None,
+    rate: float | None,
+) -> dict[str, Any]:
+    """One real run of cell (``s``, ``t``, load): the row ``runs.csv`` keeps of it, with the
+    server's flags (its pinning) and the machine's 1-minute load when the run started, so a
+    run's conditions are in the table and not only in the README."""
+    import os
+
+    from specsim.fidelity.llama.servers import server_args
+
+    pred_d, pred_a = path_counts(trace)
+    ref = inputs.outputs[float(t)]
+    n = cfg.cell_requests(c)
+    load_1m = os.getloadavg()[0]
+    jobs, res, summary = send(srv, inputs.ids, inputs.lengths, temperature=t, seed=cfg.seed,
+                              concurrency=c, rate=rate, requests=n)  # fmt: skip
+    ok = [(j, r) for j, r in zip(jobs, res, strict=True) if not r.error]
+    same = sum(r.tokens == ref[j.trace_id] for j, r in ok)
+    row = {"spec": s.name, "temperature": float(t), "concurrency": c, "rate": rate,
+           "requests": n, "failed": len(res) - len(ok),
+           "outputs_as_trace": same / max(len(ok), 1)}  # fmt: skip
+    row.update({m: summary.get(m, np.nan) for m in METRICS})
+    row["server_drafted"] = sum(r.draft_n or 0 for _, r in ok)
+    row["server_accepted"] = sum(r.draft_accepted or 0 for _, r in ok)
+    row["trace_drafted"] = int(sum(pred_d[j.trace_id] for j, _ in ok))
+    row["trace_accepted"] = int(sum(pred_a[j.trace_id] for j, _ in ok))
+    exact = sum((r.draft_n or 0, r.draft_accepted or 0)
+                == (pred_d[j.trace_id], pred_a[j.trace_id]) for j, r in ok)  # fmt: skip
+    row["requests_counts_exact"] = exact / max(len(ok), 1)
+    row["first_error"] = next((r.error for r in res if r.error), "")
+    row["server_args"] = " ".join(server_args(cfg, s))
+    row["load_1m"] = load_1m
+    return row
+
+
+def _log_row(log: Callable[[str], None], row: dict[str, Any], what: str) -> None:
+    c, rate = row["concurrency"], row["rate"]
+    load = f"C={c}" if c is not None else f"rate={rate:g}"
+    log(f"  {row['spec']} T={row['temperature']:g} {load} {what}: "
+        f"{row['throughput_tok_s']:.1f} tok/s, TPOT {row['tpot_ms_mean']:.2f} ms, outputs as "
+        f"trace {row['outputs_as_trace']:.2f}")  # fmt: skip
 
 
 def real_runs(
@@ -42,36 +95,56 @@ def real_runs(
     traces: dict[float, Trace],
     log: Callable[[str], None],
 ) -> list[dict[str, Any]]:
-    """Every run of setting ``s``: repeats outermost, so a cell's repeats are minutes apart."""
+    """Every run of setting ``s`` (fixed ``--repeats``): repeats outermost, so a cell's
+    repeats are minutes apart."""
     rows = []
     for rep in range(cfg.repeats):
         for t in cfg.temperatures:
-            pred_d, pred_a = path_counts(traces[float(t)])
-            ref = inputs.outputs[float(t)]
             for c, rate in loads(cfg):
-                n = cfg.cell_requests(c)
-                jobs, res, summary = send(srv, inputs.ids, inputs.lengths, temperature=t,
-                                          seed=cfg.seed, concurrency=c, rate=rate,
-                                          requests=n)  # fmt: skip
-                ok = [(j, r) for j, r in zip(jobs, res, strict=True) if not r.error]
-                same = sum(r.tokens == ref[j.trace_id] for j, r in ok)
-                row = {"spec": s.name, "temperature": float(t), "concurrency": c, "rate": rate,
-                       "repeat": rep, "requests": n, "failed": len(res) - len(ok),
-                       "outputs_as_trace": same / max(len(ok), 1)}  # fmt: skip
-                row.update({m: summary.get(m, np.nan) for m in METRICS})
-                row["server_drafted"] = sum(r.draft_n or 0 for _, r in ok)
-                row["server_accepted"] = sum(r.draft_accepted or 0 for _, r in ok)
-                row["trace_drafted"] = int(sum(pred_d[j.trace_id] for j, _ in ok))
-                row["trace_accepted"] = int(sum(pred_a[j.trace_id] for j, _ in ok))
-                exact = sum((r.draft_n or 0, r.draft_accepted or 0)
-                            == (pred_d[j.trace_id], pred_a[j.trace_id]) for j, r in ok)  # fmt: skip
-                row["requests_counts_exact"] = exact / max(len(ok), 1)
-                row["first_error"] = next((r.error for r in res if r.error), "")
+                row = run_cell(cfg, s, srv, inputs, traces[float(t)], t, c, rate)
+                row.update({"repeat": rep, "warmup": False, "round": rep})
                 rows.append(row)
-                load = f"C={c}" if c is not None else f"rate={rate:g}"
-                log(f"  {s.name} T={t:g} {load} rep {rep}: {row['throughput_tok_s']:.1f} tok/s, "
-                    f"TPOT {row['tpot_ms_mean']:.2f} ms, outputs as trace "
-                    f"{row['outputs_as_trace']:.2f}")  # fmt: skip
+                _log_row(log, row, f"rep {rep}")
+    return rows
+
+
+def interleaved_runs(
+    cfg: LlamaValidationConfig,
+    servers: dict[str, Any],
+    inputs: GridInputs,
+    traces: dict[tuple[str, float], Trace],
+    log: Callable[[str], None],
+) -> list[dict[str, Any]]:
+    """``--target-ci``: every cell of every setting repeated until its median is tight
+    (:func:`specsim.fidelity.repeats.interleaved_schedule`), round-robin over all settings'
+    servers at once (each started and calibrated before), so the machine's drift over the
+    session falls on every setting's cells alike. Warm-up runs are kept in the rows, marked
+    ``warmup`` (``repeat`` < 0), and left out of the scores."""
+    from specsim.fidelity.repeats import interleaved_schedule
+
+    assert cfg.target_ci is not None
+    settings = {s.name: s for s in cfg.settings}
+    cells = [(name, float(t), c, rate) for name in servers for t in cfg.temperatures
+             for c, rate in loads(cfg)]  # fmt: skip
+    rows: list[dict[str, Any]] = []
+
+    def run_one(cell: Any, index: int) -> dict[str, Any]:
+        name, t, c, rate = cell
+        row = run_cell(cfg, settings[name], servers[name], inputs, traces[(name, t)], t, c, rate)
+        warm = index < cfg.warmup
+        row.update({"repeat": index - cfg.warmup, "warmup": warm})
+        rows.append(row)
+        _log_row(log, row, "warm-up" if warm else f"rep {index - cfg.warmup}")
+        return row
+
+    sched = interleaved_schedule(cells, run_one, tol=cfg.target_ci, min_repeats=cfg.min_repeats,
+                                 max_repeats=cfg.max_repeats, warmup=cfg.warmup,
+                                 metrics=TIGHT, log=log)  # fmt: skip
+    for row, run in zip(rows, sched.runs, strict=True):
+        row["round"] = run.round
+    if sched.wide:
+        log(f"  {len(sched.wide)} cells still wider than +-{100 * cfg.target_ci:g}% after "
+            f"{cfg.max_repeats} repeats (listed in fidelity.csv: converged = False)")  # fmt: skip
     return rows
 
 
@@ -110,7 +183,15 @@ def compare(
     traces: dict[tuple[str, float], Trace],
     costs: dict[float, Any],
 ) -> pd.DataFrame:
-    """One row per cell: real mean and spread over the repeats, the simulator, signed errors."""
+    """One row per cell: the real median over the kept repeats (warm-ups left out) with its
+    95% interval (:func:`specsim.fidelity.repeats.median_interval`; ``converged``: within
+    ``--target-ci``, else 3%, on throughput and mean TPOT) and spread, the simulator, signed
+    errors against the median. With two repeats the median is their mean, as before."""
+    from specsim.fidelity.repeats import median_interval
+
+    tol = cfg.target_ci if cfg.target_ci is not None else DEFAULT_TOL
+    if "warmup" in runs.columns:
+        runs = runs[~runs["warmup"].astype(bool)]
     rows = []
     keys = ["spec", "temperature", "concurrency", "rate"]
     for key, g in runs.groupby(keys, dropna=False, sort=False):
@@ -119,16 +200,25 @@ def compare(
         c = None if pd.isna(c) else int(c)
         rate = None if pd.isna(rate) else float(rate)
         sim = simulate_cell(cfg, s, traces[(spec, float(t))], costs[float(t)], c, rate)
-        row: dict[str, Any] = {"spec": spec, "temperature": t, "concurrency": c, "rate": rate,
-                               "repeats": len(g)}  # fmt: skip
+        row: dict[str, Any] = {"grid": cfg.grid_label, "spec": spec, "temperature": t,
+                               "concurrency": c, "rate": rate, "repeats": len(g)}  # fmt: skip
+        converged = True
         for m, short in METRICS.items():
             real = g[m].to_numpy(np.float64)
-            mean = float(np.nanmean(real)) if np.isfinite(real).any() else np.nan
-            row[f"real_{m}"] = mean
+            iv = median_interval(real)
+            med = iv.median
+            row[f"real_{m}"] = med
             row[f"sim_{m}"] = float(sim.get(m, np.nan))
-            row[f"err_{short}_wall"] = row[f"sim_{m}"] / mean - 1.0 if mean else np.nan
-            if m in ("throughput_tok_s", "tpot_ms_mean"):
-                row[f"spread_{short}"] = float((real.max() - real.min()) / mean)
+            row[f"err_{short}_wall"] = row[f"sim_{m}"] / med - 1.0 if med else np.nan
+            if m in TIGHT:
+                fin = real[np.isfinite(real)]
+                spread = (fin.max() - fin.min()) / med if len(fin) else np.nan
+                row[f"spread_{short}"] = float(spread)
+                row[f"real_{m}_lo"], row[f"real_{m}_hi"] = iv.lo, iv.hi
+                row[f"ci_{short}"] = iv.half_width()
+                row["interval"] = iv.method
+                converged = converged and iv.within(tol)
+        row["converged"] = converged
         row["spread_real"] = max(row["spread_throughput"], row["spread_tpot_mean"])
         drafted, accepted = g["server_drafted"].sum(), g["server_accepted"].sum()
         row["real_accept_per_draft"] = accepted / drafted if drafted else np.nan

@@ -30,6 +30,13 @@ def goals(table: pd.DataFrame) -> dict[str, float]:
     gap = (spec["sim_accept_per_draft"] / spec["real_accept_per_draft"] - 1.0).abs()
     out["accept_gap_max"] = float(gap.max()) if len(gap) else float("nan")
     out["accept_gap_median"] = float(gap.median()) if len(gap) else float("nan")
+    if "converged" in table.columns:  # the goals where the real cell's interval is tight
+        tight = table[table["converged"].astype(bool)]
+        out["converged_cells"] = float(len(tight))
+        for m in ("throughput", "tpot_mean"):
+            e = np.abs(tight[f"err_{m}_wall"].to_numpy(np.float64))
+            out[f"{m}_median_abs_converged"] = float(np.nanmedian(e)) if len(e) else np.nan
+            out[f"{m}_max_abs_converged"] = float(np.nanmax(e)) if len(e) else np.nan
     pooled = accept_pooled(table)
     out["accept_gap_pooled_max"] = float(pooled["gap"].abs().max()) if len(pooled) else np.nan
     return out
@@ -128,6 +135,9 @@ def _fmt_cells(table: pd.DataFrame) -> str:
             "sim_throughput_tok_s", "err_throughput_wall", "real_tpot_ms_mean",
             "sim_tpot_ms_mean", "err_tpot_mean_wall", "spread_real",
             "real_accept_per_draft", "sim_accept_per_draft"]  # fmt: skip
+    # the real medians' intervals (fidelity.csv from --target-ci on; older tables lack them)
+    cols += [c for c in ("repeats", "ci_throughput", "ci_tpot_mean", "converged")
+             if c in table.columns]  # fmt: skip
     t = table[cols].copy()
     head = "| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) + "\n"
     lines = []
@@ -135,7 +145,7 @@ def _fmt_cells(table: pd.DataFrame) -> str:
         vals = []
         for c in cols:
             v = r[c]
-            if isinstance(v, float) and c.startswith(("err", "spread")):
+            if isinstance(v, float) and c.startswith(("err", "spread", "ci_")):
                 vals.append(f"{100 * v:+.1f}%" if c.startswith("err") else f"{100 * v:.1f}%")
             elif isinstance(v, float) and np.isnan(v):
                 vals.append("")
@@ -146,6 +156,23 @@ def _fmt_cells(table: pd.DataFrame) -> str:
                 vals.append(str(v))
         lines.append("| " + " | ".join(vals) + " |")
     return head + "\n".join(lines) + "\n"
+
+
+def wide_cells(table: pd.DataFrame) -> str:
+    """The cells whose real interval stayed wider than the tolerance (listed, never dropped:
+    the issue's goals are judged on the others), one line; empty without intervals."""
+    if "converged" not in table.columns:
+        return ""
+    wide = table[~table["converged"].astype(bool)]
+    if not len(wide):
+        return "Every cell's real interval is within the tolerance."
+    names = [f"{r.spec} T={r.temperature:g} " + _load_labels(wide.loc[[i]])[0]
+             for i, r in wide.iterrows()]  # fmt: skip
+    return (
+        f"{len(wide)} cells with a real interval wider than the tolerance: "
+        + "; ".join(names)
+        + "."
+    )
 
 
 def write_report(
@@ -166,6 +193,9 @@ def write_report(
     g = goals(table)
     machine = f"{cpu_model()} ({os.cpu_count()} cores), Python {sys.version.split()[0]}"
     text = render(cfg, g, ranks, _fmt_cells(table), minutes, load, machine, rescored, command)
+    wide = wide_cells(table)
+    if wide:
+        text += "\n## Real intervals (repeat rule: docs/fidelity.md)\n\n" + wide + "\n"
     notes = cfg.out / "NOTES.md"  # what a person wrote about a run: kept through --rescore
     if notes.exists():
         text += "\n" + notes.read_text()

@@ -54,6 +54,17 @@ def goal_rows(g: dict[str, float], ranks: pd.DataFrame, minutes: float, load: tu
     return "| goal | measured | |\n|---|---|---|\n" + body + "\n"
 
 
+def _repeats(cfg: LlamaValidationConfig) -> str:
+    """How often each cell ran: fixed repeats, or the repeat rule (docs/fidelity.md)."""
+    if cfg.target_ci is None:
+        return f"{cfg.repeats} repeats of every cell"
+    return (
+        f"every cell repeated until the 95% interval of its median throughput and mean TPOT "
+        f"is within +-{100 * cfg.target_ci:g}% ({cfg.min_repeats} to {cfg.max_repeats} kept "
+        f"runs, {cfg.warmup} warm-up discarded, round-robin over every setting's cells)"
+    )
+
+
 def render(
     cfg: LlamaValidationConfig,
     g: dict[str, float],
@@ -97,10 +108,11 @@ neither prompts nor concurrencies with the grid. Method and how to use it:
 
 - settings: {specs} (ngram:M = `--spec-type ngram-simple`, lookup {cfg.ngram_n}, draft size M)
 - closed loops at C = {conc} ({cfg.min_requests} requests or 3C); Poisson at {rates} req/s
-  ({cfg.open_requests} requests); temperatures {temps}; {cfg.repeats} repeats of every cell
+  ({cfg.open_requests} requests); temperatures {temps}; {_repeats(cfg)}
 - prompts: {prompts}, outputs of each prompt's greedy length (at most {cfg.max_tokens})
 - calibration (the profile): {cfg.calib_prompts} at C = {calib}
-- server: `-np {cfg.parallel} -c {cfg.parallel * cfg.ctx_per_slot} -t {cfg.threads}`
+- server: `-np {cfg.parallel} -c {cfg.parallel * cfg.ctx_per_slot} -t {cfg.threads}
+  --threads-batch {cfg.threads if cfg.threads_batch is None else cfg.threads_batch}`
 - machine: {machine}
 
 Rerun (about the minutes above, alone on the machine):

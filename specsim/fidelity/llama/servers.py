@@ -26,8 +26,12 @@ def drafter_of(cfg: LlamaValidationConfig, s: SpecSetting) -> NgramSimple | None
 
 
 def server_args(cfg: LlamaValidationConfig, s: SpecSetting) -> tuple[str, ...]:
+    """The server's flags, its pinning explicit (``-np`` slots, ``-t`` decode threads,
+    ``--threads-batch`` prompt threads: llama.cpp's own default for the last is ``-t``, written
+    out so that a run's recorded flags say what the server ran with)."""
+    tb = cfg.threads if cfg.threads_batch is None else cfg.threads_batch
     args = ["-np", str(cfg.parallel), "-c", str(cfg.parallel * cfg.ctx_per_slot)]
-    args += ["-t", str(cfg.threads), "-b", str(N_BATCH)]
+    args += ["-t", str(cfg.threads), "--threads-batch", str(tb), "-b", str(N_BATCH)]
     if s.kind == "ngram":
         args += list(NgramSimple(cfg.ngram_n, s.n_max).server_args())
     return tuple(args)
