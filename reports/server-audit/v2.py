@@ -97,17 +97,36 @@ def _say(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
+def _writer(name: str):  # noqa: ANN202
+    """Append each finished cell to NAME.partial.csv and its divergences to a JSONL file, so a
+    run that dies keeps what it measured."""
+    csv, js = HERE / f"{name}.partial.csv", HERE / f"{name}.partial_divergences.jsonl"
+    for f in (csv, js):
+        f.unlink(missing_ok=True)
+
+    def on_row(r) -> None:  # noqa: ANN001
+        row = verdict_table([r])
+        row.to_csv(csv, mode="a", header=not csv.exists(), index=False)
+        with open(js, "a") as fh:
+            for d in r.detail.get("divergence_rows", []):
+                fh.write(json.dumps({"kind": r.kind, "depth": r.depth or 0,
+                                     "concurrency": r.concurrency, **d}) + "\n")  # fmt: skip
+
+    return on_row
+
+
 def sweep(args: argparse.Namespace) -> None:
     dspark = dspark_gguf(args.work)
     base = dict(model=MODEL, n_predict=32, greedy_requests=args.requests, law_tokens=1024,
                 null_positions=128, minutes=args.cell_minutes)  # fmt: skip
     rows = run_sweep(SweepSpec(kinds=kinds(dspark, "greedy"), depths=tuple(range(1, 8)),
                                concurrencies=(1, 2, 4), temperatures=(0.0,), **base),
-                     progress=_say)  # fmt: skip
+                     progress=_say, on_row=_writer("sweep"))  # fmt: skip
     (HERE / "null.json").write_text(json.dumps(rows[0].detail.get("null", {}), indent=1))
     law = run_sweep(SweepSpec(kinds=kinds(dspark, "probabilistic"), depths=(7,),
                               concurrencies=(4,), temperatures=(1.0,), **base),
-                    progress=_say)  # fmt: skip
+                    progress=_say, null=rows[0].detail["null_object"],
+                    on_row=_writer("sweep_law"))  # fmt: skip
     table = verdict_table(rows + law)
     table.to_csv(HERE / "sweep.csv", index=False)
     divergence_table(rows).to_parquet(HERE / "sweep_divergences.parquet", index=False)
@@ -136,7 +155,7 @@ def mutants(args: argparse.Namespace) -> None:
                          temperatures=(0.0,), n_predict=n, greedy_requests=reqs,
                          minutes=minutes, mutant=name, null_positions=128,
                          stop_on_bug=stop)  # fmt: skip
-        rows = run_sweep(spec, progress=_say, null=null)
+        rows = run_sweep(spec, progress=_say, null=null, on_row=_writer(f"mutant_{name}"))
         null = rows[0].detail["null_object"] if rows else null
         t = verdict_table(rows)
         t.insert(0, "mutant", name)
@@ -157,9 +176,44 @@ def mutants(args: argparse.Namespace) -> None:
     _say(f"wrote {len(out)} mutant cells")
 
 
+def tables(args: argparse.Namespace) -> None:
+    """The README's tables from sweep.csv, mutants.csv and the divergences (markdown)."""
+    sw = pd.read_csv(HERE / "sweep.csv")
+    short = {"identical": "=", "near-ties only (numerics)": "n", "BUG": "BUG",
+             "no evidence of loss": "ok", "LOSSY": "LOSSY"}  # fmt: skip
+    g = sw[sw["temperature"] == 0].copy()
+    g["cell"] = g["verdict"].map(short) + " (" + g["divergences"].astype(int).astype(str) + ")"
+    grid = g.pivot_table(index=["kind", "concurrency"], columns="depth", values="cell",
+                         aggfunc="first")  # fmt: skip
+    print(grid.fillna("").to_markdown())
+    print()
+    law = sw[sw["temperature"] > 0]
+    cols = ["kind", "depth", "concurrency", "verdict", "positions", "rank_p", "pit_p", "top1_p",
+            "tv_floor_99", "top1_floor_99", "alpha_run", "minutes"]  # fmt: skip
+    print(law[[c for c in cols if c in law]].to_markdown(index=False, floatfmt=".3g"))
+    print()
+    d = pd.read_parquet(HERE / "sweep_divergences.parquet")
+    if len(d):
+        d["spec"] = d["kind"].ne("none")
+        by = d.groupby(["kind", "klass"]).size().unstack(fill_value=0)
+        pos = g.groupby("kind")["positions"].sum()
+        by["positions"] = pos
+        by["per_1000"] = 1000 * by.drop(columns="positions").sum(axis=1) / by["positions"]
+        print(by.to_markdown(floatfmt=".3g"))
+        print()
+        print(d.groupby("role")["emitted_gap"].describe().to_markdown(floatfmt=".3g"))
+    mp = HERE / "mutants.csv"
+    if mp.exists():
+        m = pd.read_csv(mp)
+        cols = ["mutant", "kind", "depth", "concurrency", "verdict", "requests", "positions",
+                "divergences", "bugs", "near_ties", "minutes", "evidence"]  # fmt: skip
+        print()
+        print(m[[c for c in cols if c in m]].to_markdown(index=False, floatfmt=".3g"))
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("what", choices=("sweep", "mutants"))
+    p.add_argument("what", choices=("sweep", "mutants", "tables"))
     p.add_argument("--requests", type=int, default=8, help="requests per T = 0 cell")
     p.add_argument("--cell-minutes", type=float, default=None, help="cap per cell")
     p.add_argument("--only", nargs="*", default=None, help="mutants to run")
@@ -167,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
     _say(f"load {os.getloadavg()}; {json.dumps(vars(args), default=str)}")
-    (sweep if args.what == "sweep" else mutants)(args)
+    {"sweep": sweep, "mutants": mutants, "tables": tables}[args.what](args)
     return 0
 
 

@@ -156,9 +156,11 @@ def _greedy_cell(url: str, ref: str, kind: Kind, c: int, spec: SweepSpec, setup:
 
 
 def run_sweep(spec: SweepSpec, progress: Callable[[str], None] | None = None,
-              null: Any = None) -> list[SweepRow]:  # fmt: skip
+              null: Any = None,
+              on_row: Callable[[SweepRow], None] | None = None) -> list[SweepRow]:  # fmt: skip
     """Every cell of ``spec``; one reference llama-server (speculation off) for all of them.
-    ``null``: a numerics null measured before (same model and reference flags) to reuse."""
+    ``null``: a numerics null measured before (same model and reference flags) to reuse;
+    ``on_row``: called with each cell's row as it finishes (write as you go: a sweep is long)."""
     from specsim.serve.audit.config import AuditConfig
     from specsim.serve.audit.greedy import _setup
     from specsim.serve.audit.proxy import MutantProxy
@@ -195,6 +197,8 @@ def run_sweep(spec: SweepSpec, progress: Callable[[str], None] | None = None,
                             r = _law_cell(url, ref.url, kind, c, t, spec, alpha)
                         r.depth = d
                         rows.append(r)
+                        if on_row is not None:
+                            on_row(r)
                         say(f"{name} depth {d} c={c} T={t:g}: {r.verdict} ({r.positions:,} "
                             f"positions, {r.minutes:.1f} min)")  # fmt: skip
     return rows
