@@ -100,7 +100,8 @@ def _missing_extra(exc: ModuleNotFoundError) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one command; every way it can fail ends in one line on stderr and an exit code:
-    2 for anything the user can fix, 130 for Ctrl-C, 1 for a bug in specsim (its traceback
+    2 for anything the user can fix, 128 + the signal for Ctrl-C (130) or a signal a command
+    stops on (bench: SIGTERM, 143), 1 for a bug in specsim (its traceback
     with ``SPECSIM_DEBUG=1``)."""
     if sys.stderr is None:  # started with stderr closed: errors have nowhere to go but the code
         sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process
@@ -111,33 +112,39 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    if sys.stdout is None:
-        _error("standard output is closed; run with stdout open (or > FILE) to see the result")
-        return 2
+    out_file = getattr(args, "out", None)
     real_stdout = sys.stdout
-    sys.stdout = _Stdout(real_stdout)
+    if real_stdout is None:  # started with stdout closed (`>&-`)
+        if not out_file:
+            _error("standard output is closed; run with stdout open (or > FILE) to see the result")
+            return 2
+        _hold_stdout_fd()  # a file the command opens must not become fd 1
+        stdout = _Stdout(_ClosedStream())  # the result goes to --out; printing is noted, lost
+    else:
+        stdout = _Stdout(real_stdout)
+    sys.stdout = stdout
     try:
         code = int(args.func(args) or 0)
-        sys.stdout.flush()
+        stdout.flush()
+        if isinstance(stdout.error, BrokenPipeError):  # `| head` took what it wanted
+            return code
+        if stdout.error is not None:  # the command finished (and wrote --out): say what was lost
+            _error(_stdout_lost(stdout.error, out_file))
+            return code or 2
         return code
-    except _StdoutFailed as exc:
-        from specsim.outputs import os_reason
-
-        _error(
-            f"could not write to standard output ({os_reason(exc.error)}); pass --out FILE "
-            "to keep the result in a file"
-        )
-        with _devnull_stdout(real_stdout):
-            return 2
     except SpecsimError as exc:
+        stdout.flush()  # what the command printed before it failed (a partial result's table)
         _error(str(exc))
         return exc.exit_code
-    except KeyboardInterrupt:
-        _error("interrupted")
-        return 130
+    except KeyboardInterrupt as exc:  # Ctrl-C, or a signal a command turned into one
+        import signal
+
+        signum = int(getattr(exc, "signum", signal.SIGINT))
+        _error(f"interrupted by {signal.Signals(signum).name}")
+        return 128 + signum
     except BrokenPipeError:  # `specsim ... | head`: the reader had enough
-        with _devnull_stdout(real_stdout):
-            return 0
+        stdout.error = stdout.error or BrokenPipeError()  # drop the rest quietly at exit
+        return 0
     except ModuleNotFoundError as exc:
         hint = _missing_extra(exc)
         if hint is None:
@@ -162,39 +169,87 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 1
     finally:
-        if isinstance(sys.stdout, _Stdout):
+        if stdout.error is not None:  # the interpreter's last flush must not fail again
+            with _devnull_stdout(real_stdout):
+                pass
+        if sys.stdout is stdout:
             sys.stdout = real_stdout
 
 
-class _StdoutFailed(Exception):
-    """Writing the result to stdout failed (a full disk behind ``> FILE``, /dev/full)."""
+def _stdout_lost(error: OSError, out_file: object) -> str:
+    """The one line for a result that could not be printed (the file, when there is one)."""
+    from specsim.outputs import os_reason
 
-    def __init__(self, error: OSError) -> None:
-        super().__init__(str(error))
-        self.error = error
+    what = (
+        "standard output is closed"
+        if isinstance(error, _ClosedError)
+        else f"could not write to standard output ({os_reason(error)})"
+    )
+    if out_file:
+        return f"{what}; the result is kept in {out_file}"
+    return f"{what}; pass --out FILE to keep the result in a file"
+
+
+class _ClosedError(OSError):
+    """Writing to a standard output that was closed when specsim started."""
+
+
+class _ClosedStream:
+    """The stand-in for a closed stdout: every write fails (the command's --out is the
+    result)."""
+
+    encoding = "utf-8"
+
+    def write(self, text: str) -> int:
+        raise _ClosedError(9, "standard output is closed")
+
+    def flush(self) -> None:
+        return None
+
+    def isatty(self) -> bool:
+        return False
+
+
+def _hold_stdout_fd() -> None:
+    """Point fd 1 at /dev/null, so that no file a command opens (--out) gets it."""
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        if fd != 1:
+            os.dup2(fd, 1)
+            if fd > 2:
+                os.close(fd)
+    except OSError:
+        pass
 
 
 class _Stdout:
-    """stdout, with write failures told apart from every other OSError of a command."""
+    """stdout that never fails a command: the first write error (a full disk behind
+    ``> FILE``, /dev/full, a closed stdout) is kept in ``error`` and later output is dropped,
+    so the command still finishes and writes its --out; main() then says what was lost in one
+    line. A write to a broken pipe (``| head``) still raises: the reader had enough, exit 0."""
 
     def __init__(self, stream: object) -> None:
         self._stream = stream
+        self.error: OSError | None = None
 
     def write(self, text: str) -> int:
-        try:
-            return self._stream.write(text)  # type: ignore[attr-defined]
-        except BrokenPipeError:
-            raise
-        except OSError as exc:
-            raise _StdoutFailed(exc) from None
+        if self.error is None:
+            try:
+                return self._stream.write(text)  # type: ignore[attr-defined]
+            except BrokenPipeError:
+                raise
+            except OSError as exc:
+                self.error = exc
+        return len(text)
 
     def flush(self) -> None:
-        try:
-            self._stream.flush()  # type: ignore[attr-defined]
-        except BrokenPipeError:
-            raise
-        except OSError as exc:
-            raise _StdoutFailed(exc) from None
+        """Never raises (main() flushes inside its error handlers): a failure, a broken pipe
+        too, is kept in ``error``."""
+        if self.error is None:
+            try:
+                self._stream.flush()  # type: ignore[attr-defined]
+            except OSError as exc:
+                self.error = exc
 
     def __getattr__(self, name: str) -> object:
         return getattr(self._stream, name)

@@ -27,3 +27,12 @@ class RunFailed(SpecsimError):
     or more than the share the user allowed): exit 1, one line, what was measured kept."""
 
     exit_code = 1
+
+
+class Interrupted(RunFailed):
+    """A signal (Ctrl-C, SIGTERM) stopped a run that kept what it had measured: exit 128 plus
+    the signal's number (130, 143), as a shell reports a process the signal killed."""
+
+    def __init__(self, message: str, signum: int) -> None:
+        super().__init__(message)
+        self.exit_code = 128 + int(signum)

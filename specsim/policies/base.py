@@ -230,9 +230,68 @@ def _wrap_user(obj: object, spec: str) -> Policy:
     return replace(
         policy,
         schedule=_guarded(policy.schedule, spec),
-        solo=None if policy.solo is None else _guarded(policy.solo, spec, "policy (solo)"),
-        plan=None if policy.plan is None else _guarded(policy.plan, spec, "policy (plan)"),
+        solo=None if policy.solo is None else _checked_solo(policy.solo, spec),
+        plan=None if policy.plan is None else _checked_plan(policy.plan, spec),
     )
+
+
+def _checked_solo(fn: SoloSchedule, spec: str) -> SoloSchedule:
+    """A plug-in's ``solo``, guarded, and what it returns put through the check every
+    ``schedule`` answer goes through (:func:`check_lengths`): one length in [0, gamma] per
+    confidence row, or a one-line error naming the plug-in and the hook. The solo walk trusts
+    these lengths for hundreds of steps at once, so a bad one must not get in."""
+    guarded = _guarded(fn, spec, "policy (solo)")
+
+    def solo(conf: np.ndarray, accept_len: np.ndarray, step_time: StepTime) -> np.ndarray:
+        out = guarded(conf, accept_len, step_time)
+        n, gamma = int(conf.shape[0]), int(conf.shape[1])
+        if lengths_ok(out, n, gamma):
+            return out
+        shape = step_input(conf=conf, step_time=step_time)
+        return check_lengths(out, shape, spec, what="policy (solo)")
+
+    solo.__qualname__ = f"plugin[{spec}].solo"
+    return solo
+
+
+def _checked_plan(fn: Callable[[StepInput], int | None], spec: str) -> Callable:
+    """A plug-in's ``plan``, guarded, its answer checked by :func:`check_plan` (the engine
+    would otherwise clamp a negative or an over-long plan, or truncate 2.5, in silence)."""
+    guarded = _guarded(fn, spec, "policy (plan)")
+
+    def plan(inp: StepInput) -> int | None:
+        return check_plan(guarded(inp), inp, spec)
+
+    plan.__qualname__ = f"plugin[{spec}].plan"
+    return plan
+
+
+def check_plan(k: object, inp: StepInput, name: str, what: str = "policy (plan)") -> int | None:
+    """What a ``plan`` may return: None (the whole block) or a whole number of draft tokens in
+    [0, gamma] (a Python or numpy integer, an integral float, ``Fraction(3)``); anything else
+    (a negative, more than gamma, NaN, 2.5, a bool, text, an array) is a one-line error."""
+    if k is None:
+        return None
+    gamma = inp.gamma
+    if type(k) is int and 0 <= k <= gamma:  # the common answer, checked at every step
+        return k
+    fix = f"return None (the whole block) or a whole number of draft tokens in [0, {gamma}]"
+    if isinstance(k, np.ndarray) and k.ndim == 0:
+        k = k.item()
+    if isinstance(k, bool | np.bool_) or not _real(k):
+        shown = f"an array of shape {k.shape}" if isinstance(k, np.ndarray) else type(k).__name__
+        raise SpecsimError(f"{what} {name!r} returned {shown} ({str(k)[:40]!r}); {fix}")
+    value = _integral(k, name, what)
+    if not 0 <= value <= gamma:
+        raise SpecsimError(f"{what} {name!r} returned {value}, outside [0, {gamma}]; {fix}")
+    return value
+
+
+def _real(x: object) -> bool:
+    import numbers
+    from decimal import Decimal
+
+    return isinstance(x, numbers.Real | np.number | Decimal)
 
 
 def _wrap_user_unguarded(obj: object, spec: str) -> Policy:
@@ -281,19 +340,20 @@ def get_policy(spec: str | Policy) -> Policy:
     return POLICIES.get(spec, wrap=_wrap_user)
 
 
-def check_lengths(lengths: object, inp: StepInput, name: str) -> np.ndarray:
+def check_lengths(lengths: object, inp: StepInput, name: str, what: str = "policy") -> np.ndarray:
     """The one validation boundary for what a policy returns: any sequence of real integers in
     [0, gamma], one per request, becomes an int64 array; anything else is a one-line error.
 
     Accepted: integer arrays and lists, integral floats, and objects that are integers in value
     (Python big ints, ``Fraction(3)``, ``Decimal('3')``). Refused, naming what came back: other
     shapes, strings, booleans, complex numbers, NaN, fractions of a token, masked entries.
+    ``what`` names the hook in the message (``"policy (solo)"``).
     """
     n, gamma = inp.n_requests, inp.gamma
     if isinstance(lengths, np.ma.MaskedArray):
         if np.ma.count_masked(lengths):
             raise SpecsimError(
-                f"policy {name!r} returned a masked array with masked entries; return plain "
+                f"{what} {name!r} returned a masked array with masked entries; return plain "
                 "integers, one per request"
             )
         lengths = lengths.filled()
@@ -301,34 +361,34 @@ def check_lengths(lengths: object, inp: StepInput, name: str) -> np.ndarray:
         arr = np.asarray(lengths)
     except Exception as exc:  # noqa: BLE001 - whatever a plug-in returned
         raise SpecsimError(
-            f"policy {name!r} returned {type(lengths).__name__}, which is not an array of "
+            f"{what} {name!r} returned {type(lengths).__name__}, which is not an array of "
             f"lengths ({type(exc).__name__}); return one integer per request"
         ) from None
     if arr.shape != (n,):
         raise SpecsimError(
-            f"policy {name!r} returned shape {arr.shape}, expected ({n},): one "
+            f"{what} {name!r} returned shape {arr.shape}, expected ({n},): one "
             "verification length per request"
         )
     kind = arr.dtype.kind
     if kind == "f" and (not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr))):
-        raise SpecsimError(f"policy {name!r} returned non-integer lengths; return integers")
+        raise SpecsimError(f"{what} {name!r} returned non-integer lengths; return integers")
     if kind == "O":  # Python ints of any size, Fraction, Decimal: compared exactly, in Python
-        values = [_integral(x, name) for x in arr.tolist()]
+        values = [_integral(x, name, what) for x in arr.tolist()]
     elif kind in "iuf":
         values = arr
     else:  # b (bool), c (complex), U/S (text), M/m (dates), V (records)
         raise SpecsimError(
-            f"policy {name!r} returned {arr.dtype} values; return integers in [0, {gamma}]"
+            f"{what} {name!r} returned {arr.dtype} values; return integers in [0, {gamma}]"
         )
     if n and (min(values) < 0 or max(values) > gamma):
         raise SpecsimError(
-            f"policy {name!r} returned lengths outside [0, {gamma}] (min {min(values)}, "
+            f"{what} {name!r} returned lengths outside [0, {gamma}] (min {min(values)}, "
             f"max {max(values)})"
         )
     return np.asarray(values).astype(np.int64)
 
 
-def _integral(x: object, name: str) -> int:
+def _integral(x: object, name: str, what: str = "policy") -> int:
     """One element of an object array: an integer in value, or a one-line error."""
     import numbers
 
@@ -337,7 +397,7 @@ def _integral(x: object, name: str) -> int:
 
         if not isinstance(x, Decimal):
             raise SpecsimError(
-                f"policy {name!r} returned a {type(x).__name__} ({str(x)[:40]!r}) as a length; "
+                f"{what} {name!r} returned a {type(x).__name__} ({str(x)[:40]!r}) as a length; "
                 "return integers"
             )
     try:
@@ -348,7 +408,7 @@ def _integral(x: object, name: str) -> int:
             return as_int
     except (TypeError, ValueError, OverflowError, ArithmeticError):
         pass
-    raise SpecsimError(f"policy {name!r} returned {str(x)[:40]!r}, not a whole number of tokens")
+    raise SpecsimError(f"{what} {name!r} returned {str(x)[:40]!r}, not a whole number of tokens")
 
 
 _U64 = np.dtype(np.uint64)

@@ -19,6 +19,7 @@ APIs: ``llama`` (llama-server's native ``/completion``: token-id prompts, ``timi
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 from typing import Any
 
@@ -26,7 +27,7 @@ import numpy as np
 
 from specsim.errors import SpecsimError
 from specsim.serve.bench_config import BenchConfig, Job, Result
-from specsim.serve.sse import sse_json
+from specsim.serve.sse import StreamError, sse_json
 
 PERCENTILES = (50, 90, 95, 99)
 
@@ -65,26 +66,87 @@ def _chunk_tokens(cfg: BenchConfig, data: dict[str, Any]) -> int:
     return 1 if text else 0
 
 
-async def _send(client, cfg: BenchConfig, i: int, job: Job, t0: float) -> Result:  # noqa: ANN001
+class _Bounds:
+    """Where a request stands against its time bounds (``--connect-timeout-s`` is httpx's): the
+    next deadline on the loop's clock and, when it passes, which bound that was."""
+
+    def __init__(self, cfg: BenchConfig, now: float) -> None:
+        self.cfg = cfg
+        self.start = now
+        self.end = now + cfg.timeout_s  # the whole request
+        self.first = True
+
+    def next(self, now: float) -> float:
+        """The deadline from ``now``: the first event's (counted from the send) until it came,
+        then the next event's, never past the whole request's."""
+        if self.first:
+            return min(self.end, self.start + self.cfg.first_byte_timeout_s)
+        return min(self.end, now + self.cfg.event_timeout_s)
+
+    def event(self, now: float) -> float:
+        """An event arrived at ``now``: the deadline for the next one."""
+        self.first = False
+        return self.next(now)
+
+    def message(self, now: float) -> str:
+        c = self.cfg
+        if now >= self.end - 1e-3:
+            return f"timeout: the request ran past {c.timeout_s:g} s (--timeout-s)"
+        if self.first:
+            return (
+                f"timeout: no streamed event within {c.first_byte_timeout_s:g} s of sending "
+                "(--first-byte-timeout-s)"
+            )
+        return f"timeout: no streamed event for {c.event_timeout_s:g} s (--event-timeout-s)"
+
+
+async def _send(client, cfg: BenchConfig, i: int, job: Job, t0: float,  # noqa: ANN001
+                sent: dict[int, Result]) -> Result:  # fmt: skip
+    """One request, streamed, within its time bounds. Recorded in ``sent`` before it goes out,
+    so a run stopped by a signal still has every request it sent."""
+    import httpx
+
     path, body = _payload(cfg, job)
     res = Result(job=i, trace_id=job.trace_id, sent_s=time.perf_counter() - t0)
+    sent[i] = res
+    loop = asyncio.get_running_loop()
+    bounds = _Bounds(cfg, loop.time())
+    finished = False
     try:
-        async with client.stream("POST", cfg.url.rstrip("/") + path, json=body) as r:
-            if r.status_code != 200:
-                text = (await r.aread()).decode(errors="replace")
-                res.error = f"HTTP {r.status_code}: {text[:300]}"
-                return res
-            async for data in sse_json(r):
-                now = time.perf_counter() - t0
-                n = _chunk_tokens(cfg, data)
-                if cfg.api == "llama" and isinstance(data.get("tokens"), list):
-                    res.tokens.extend(int(t) for t in data["tokens"])
-                if n:
-                    if not res.chunk_s:
-                        res.first_s = now
-                    res.chunk_s.append(now)
-                    res.chunk_tokens.append(n)
-                _read_final(cfg, data, res)
+        async with asyncio.timeout_at(bounds.next(loop.time())) as limit:
+            async with client.stream("POST", cfg.url.rstrip("/") + path, json=body) as r:
+                if r.status_code != 200:  # the body's start says why (never all of a huge one)
+                    head = b""
+                    async for piece in r.aiter_bytes():
+                        head += piece
+                        if len(head) >= 300:
+                            break
+                    res.error = f"HTTP {r.status_code}: {head[:300].decode(errors='replace')}"
+                    return res
+                async for data in sse_json(r):
+                    limit.reschedule(bounds.event(loop.time()))
+                    now = time.perf_counter() - t0
+                    n = _chunk_tokens(cfg, data)
+                    if cfg.api == "llama" and isinstance(data.get("tokens"), list):
+                        res.tokens.extend(int(t) for t in data["tokens"])
+                    if n:
+                        if not res.chunk_s:
+                            res.first_s = now
+                        res.chunk_s.append(now)
+                        res.chunk_tokens.append(n)
+                    _read_final(cfg, data, res)
+                    finished = finished or _is_last(cfg, data)
+    except TimeoutError:
+        res.error = bounds.message(loop.time())
+        return res
+    except StreamError as exc:  # already one line saying what the server sent
+        res.error = str(exc)
+        return res
+    except httpx.ConnectTimeout:
+        res.error = (
+            f"timeout: no connection within {cfg.connect_timeout_s:g} s (--connect-timeout-s)"
+        )
+        return res
     except Exception as exc:  # noqa: BLE001 - a failed request is data, not a crash
         res.error = f"{type(exc).__name__}: {str(exc)[:300]}"
         return res
@@ -93,8 +155,22 @@ async def _send(client, cfg: BenchConfig, i: int, job: Job, t0: float) -> Result
     if not res.chunk_s and not res.output_tokens:  # HTTP 200 but no token: not a response
         res.error = "the stream carried no token (no server-sent event with generated text)"
         return res
+    if not finished:  # cut at an event boundary: what came is not the whole answer
+        res.error = (
+            "the stream ended before the server's last event (no 'stop': true or "
+            "finish_reason): the answer was cut short"
+        )
+        return res
     res.done_s = time.perf_counter() - t0
     return res
+
+
+def _is_last(cfg: BenchConfig, data: dict[str, Any]) -> bool:
+    """Whether ``data`` is a stream's closing event: llama-server's ``"stop": true``, an
+    OpenAI choice with its ``finish_reason``."""
+    if cfg.api == "llama":
+        return bool(data.get("stop"))
+    return any(isinstance(c, dict) and c.get("finish_reason") for c in data.get("choices") or [])
 
 
 def _read_final(cfg: BenchConfig, data: dict[str, Any], res: Result) -> None:
@@ -118,38 +194,57 @@ def _read_final(cfg: BenchConfig, data: dict[str, Any], res: Result) -> None:
         res.prompt_tokens = int(usage["prompt_tokens"])
 
 
-async def _closed(client, cfg: BenchConfig, jobs: list[Job], progress) -> list[Result]:  # noqa: ANN001
+async def _closed(client, cfg: BenchConfig, jobs: list[Job], progress,  # noqa: ANN001
+                  sent: dict[int, Result]) -> None:  # fmt: skip
     t0 = time.perf_counter()
     nxt = iter(range(len(jobs)))
-    out: list[Result] = []
 
     async def worker() -> None:
         for i in nxt:
-            out.append(await _send(client, cfg, i, jobs[i], t0))
+            await _send(client, cfg, i, jobs[i], t0, sent)
             if progress is not None:
                 progress.update(1)
 
     await asyncio.gather(*(worker() for _ in range(min(cfg.concurrency or 1, len(jobs)))))
-    return sorted(out, key=lambda r: r.job)
 
 
-async def _open(client, cfg: BenchConfig, jobs: list[Job], progress) -> list[Result]:  # noqa: ANN001
+async def _open(client, cfg: BenchConfig, jobs: list[Job], progress,  # noqa: ANN001
+                sent: dict[int, Result]) -> None:  # fmt: skip
     t0 = time.perf_counter()
 
-    async def at(i: int) -> Result:
+    async def at(i: int) -> None:
         delay = float(jobs[i].arrival_s or 0.0) - (time.perf_counter() - t0)
         if delay > 0:
             await asyncio.sleep(delay)
-        r = await _send(client, cfg, i, jobs[i], t0)
+        await _send(client, cfg, i, jobs[i], t0, sent)
         if progress is not None:
             progress.update(1)
-        return r
 
-    return list(await asyncio.gather(*(at(i) for i in range(len(jobs)))))
+    await asyncio.gather(*(at(i) for i in range(len(jobs))))
+
+
+class BenchInterrupted(KeyboardInterrupt):
+    """SIGINT (Ctrl-C) or SIGTERM stopped a run: ``results`` holds every request sent (those
+    cut short with their ``error`` saying so), ``signum`` the signal. A KeyboardInterrupt, so
+    a caller that does not keep the results (the fidelity grid) stops as on Ctrl-C, cleaning
+    up on its way out; ``specsim bench`` catches it and writes them."""
+
+    def __init__(self, results: list[Result], signum: int, total: int) -> None:
+        super().__init__(f"interrupted by {signal.Signals(signum).name}")
+        self.results = results
+        self.signum = signum
+        self.total = total
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def run_bench(cfg: BenchConfig, jobs: list[Job], progress: Any = None) -> list[Result]:
-    """Send ``jobs`` under ``cfg``'s load; one :class:`Result` per job, in job order."""
+    """Send ``jobs`` under ``cfg``'s load; one :class:`Result` per job, in job order.
+
+    SIGINT and SIGTERM stop the client (requests in flight are cancelled, none more is sent)
+    and raise :class:`BenchInterrupted` with what was measured, so the caller can keep it; a
+    second signal acts as it would without this (the default handlers are back)."""
     try:
         import httpx
     except ImportError:  # pragma: no cover - a core dependency
@@ -162,15 +257,50 @@ def run_bench(cfg: BenchConfig, jobs: list[Job], progress: Any = None) -> list[R
     # with "Server disconnected without sending a response" (2 of 12 requests in a closed loop
     # at C=4, measured); a local connect costs well under a millisecond
     limits = httpx.Limits(max_connections=max(n, 1), max_keepalive_connections=0)
-    timeout = httpx.Timeout(cfg.timeout_s, connect=30.0)
+    # connect is httpx's bound; first byte, between events and the whole request are each
+    # request's own deadlines (_Bounds), which name the bound they hit
+    timeout = httpx.Timeout(None, connect=cfg.connect_timeout_s)
+    sent: dict[int, Result] = {}
+    stopped: list[int] = []
 
-    async def main() -> list[Result]:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
         async with httpx.AsyncClient(timeout=timeout, limits=limits) as client:
-            if cfg.rate is not None:
-                return await _open(client, cfg, jobs, progress)
-            return await _closed(client, cfg, jobs, progress)
+            load = _open if cfg.rate is not None else _closed
+            work = asyncio.ensure_future(load(client, cfg, jobs, progress, sent))
 
-    return asyncio.run(main())
+            def stop(signum: int) -> None:
+                stopped.append(signum)
+                for s in STOP_SIGNALS:  # a second signal: the default action, at once
+                    loop.remove_signal_handler(s)
+                work.cancel()
+
+            installed = []
+            for s in STOP_SIGNALS:
+                try:
+                    loop.add_signal_handler(s, stop, s)
+                    installed.append(s)
+                except (NotImplementedError, RuntimeError, ValueError):  # not the main thread
+                    pass
+            try:
+                await work
+            except asyncio.CancelledError:
+                if not stopped:
+                    raise
+            finally:
+                if not stopped:
+                    for s in installed:
+                        loop.remove_signal_handler(s)
+
+    asyncio.run(main())
+    results = sorted(sent.values(), key=lambda r: r.job)
+    if stopped:
+        name = signal.Signals(stopped[0]).name
+        for r in results:
+            if not r.error and not np.isfinite(r.done_s):
+                r.error = f"interrupted by {name} before it finished"
+        raise BenchInterrupted(results, stopped[0], n)
+    return results
 
 
 # ------------------------------------------------------------------ metrics

@@ -30,7 +30,15 @@ class BenchConfig:
     temperature: float = option(0.0, "sampling temperature")
     seed: int = option(0, "seed of the job order and arrivals (and of the server's sampling)")
     slo: str | None = option(None, "SLOs in ms, e.g. ttft=500,tpot=50 (goodput)", type=str)
-    timeout_s: float = option(600.0, "per-request timeout, seconds")
+    timeout_s: float = option(600.0, "a whole request, send to last event, at most (seconds)")
+    connect_timeout_s: float = option(30.0, "a connection to the server, at most (seconds)")
+    first_byte_timeout_s: float = option(
+        300.0, "from sending a request to its first streamed event, at most (seconds; "
+        "queueing and prefill included)"
+    )  # fmt: skip
+    event_timeout_s: float = option(
+        60.0, "between two streamed events of a request, at most (seconds)"
+    )
     max_failed_share: float = option(
         0.0, "share of requests that may fail before the run is a failure (exit 1)"
     )
@@ -65,10 +73,11 @@ class BenchConfig:
             )
         if self.cv is not None and not (math.isfinite(self.cv) and self.cv > 0):
             raise SpecsimError(f"--cv must be a positive number, got {self.cv}")
-        if not (math.isfinite(self.timeout_s) and 0 < self.timeout_s <= MAX_TIMEOUT_S):
-            raise SpecsimError(
-                f"--timeout-s must be seconds in (0, {MAX_TIMEOUT_S:,.0f}], got {self.timeout_s}"
-            )
+        for name in TIMEOUTS:
+            v = getattr(self, name)
+            if not (math.isfinite(v) and 0 < v <= MAX_TIMEOUT_S):
+                flag = "--" + name.replace("_", "-")
+                raise SpecsimError(f"{flag} must be seconds in (0, {MAX_TIMEOUT_S:,.0f}], got {v}")
         if not (math.isfinite(self.temperature) and 0 <= self.temperature <= 100):
             raise SpecsimError(
                 f"--temperature must be a number in [0, 100], got {self.temperature}"
@@ -83,6 +92,9 @@ MAX_REQUESTS = 10_000_000
 MAX_TOKENS = 1_000_000
 MIN_RATE = 1e-3  # one request per 1,000 s: slower is a typo, and would look like a hang
 MAX_TIMEOUT_S = 86_400.0
+# the time bounds of one request (each its own flag): a server that stalls anywhere is a failed
+# request naming the bound it hit, never a run that waits forever
+TIMEOUTS = ("timeout_s", "connect_timeout_s", "first_byte_timeout_s", "event_timeout_s")
 
 
 def check_url(url: str, flag: str = "--url") -> None:

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from specsim.errors import SpecsimError
-from specsim.serve.sse import sse_json
+from specsim.serve.sse import StreamError, sse_json
 
 APIS = ("llama", "completions")
 
@@ -154,21 +154,29 @@ async def generate_llama(client, url: str, job: int, prompt: list[int], n: int,
         if r.status_code != 200:
             g.error = f"HTTP {r.status_code}: {(await r.aread()).decode(errors='replace')[:300]}"
             return g
-        async for d in sse_json(r):
-            toks = d.get("tokens") or []
-            tm = d.get("timings") or {}
-            probs = d.get("completion_probabilities") or []
-            predicted = max(predicted, int(d.get("tokens_predicted") or 0))
-            for i, t in enumerate(toks):
-                g.tokens.append(int(t))
-                e = probs[i] if i < len(probs) else {}
-                has_probs.append(bool(e.get("top_probs") or e.get("top_logprobs")))
-                drafted.append(tm.get("draft_n"))
-            if d.get("stop"):
-                if "draft_n" in tm:
-                    g.drafted, g.accepted = int(tm["draft_n"]), int(tm.get("draft_n_accepted", 0))
-                gs = d.get("generation_settings") or {}
-                g.spec_types = str(gs.get("speculative.types", ""))
+        try:
+            async for d in sse_json(r):
+                toks = d.get("tokens") or []
+                tm = d.get("timings") or {}
+                probs = d.get("completion_probabilities") or []
+                predicted = max(predicted, int(d.get("tokens_predicted") or 0))
+                for i, t in enumerate(toks):
+                    g.tokens.append(int(t))
+                    e = probs[i] if i < len(probs) else {}
+                    has_probs.append(bool(e.get("top_probs") or e.get("top_logprobs")))
+                    drafted.append(tm.get("draft_n"))
+                if d.get("stop"):
+                    if "draft_n" in tm:
+                        g.drafted = int(tm["draft_n"])
+                        g.accepted = int(tm.get("draft_n_accepted", 0))
+                    gs = d.get("generation_settings") or {}
+                    g.spec_types = str(gs.get("speculative.types", ""))
+        except (StreamError, TypeError, ValueError, AttributeError) as exc:  # not its stream
+            g.error = f"a stream that is not llama-server's ({str(exc)[:200]})"
+            return g
+    if not g.tokens and sampling.ignore_eos:  # asked for n tokens whatever the text: none came
+        g.error = f"a stream with no token (asked for {n} with ignore_eos)"
+        return g
     g.roles = _roles(has_probs, drafted)
     g.plain = has_probs
     g.draft_n = [int(d or 0) for d in drafted]
@@ -205,13 +213,32 @@ async def generate_completions(client, url: str, job: int, prompt: list[int], n:
     if r.status_code != 200:
         g.error = f"HTTP {r.status_code}: {r.text[:300]}"
         return g
-    d = r.json()
-    g.tokens = _oai_ids(d["choices"][0])
+    d = _json(r, "the server")
+    try:
+        g.tokens = _oai_ids(d["choices"][0])
+    except (KeyError, IndexError, TypeError, ValueError):
+        g.error = f"an answer with no choices ({r.text[:200]!r})"
+        return g
     g.roles = [0] * len(g.tokens)
     tm = d.get("timings") or {}
     if "draft_n" in tm:
         g.drafted, g.accepted = int(tm["draft_n"]), int(tm.get("draft_n_accepted", 0))
     return g
+
+
+def _json(r: Any, who: str) -> Any:
+    """The JSON body of an answer, or one line naming who sent something else (a proxy's
+    error page, a server that is not llama-server)."""
+    try:
+        data = r.json()
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        raise SpecsimError(
+            f"{who} answered {r.request.url.path} with something that is not a JSON object "
+            f"({r.text[:80]!r}); is it a llama-server?"
+        )
+    return data
 
 
 async def _law_at(client, url: str, body: dict[str, Any]) -> dict[str, Any]:  # noqa: ANN001
@@ -222,7 +249,7 @@ async def _law_at(client, url: str, body: dict[str, Any]) -> dict[str, Any]:  # 
                               json={**body, "seed": body["seed"] + 65_537 * attempt})  # fmt: skip
         if r.status_code != 200:
             raise SpecsimError(f"the reference answered HTTP {r.status_code}: {r.text[:200]}")
-        probs = r.json().get("completion_probabilities")
+        probs = _json(r, "the reference").get("completion_probabilities")
         if probs:
             return probs[0]
     raise SpecsimError(
@@ -312,7 +339,7 @@ async def greedy_tokens(client, url: str, prefix: list[int], n: int, banned: tup
     r = await client.post(url.rstrip("/") + "/completion", json=body)
     if r.status_code != 200:
         raise SpecsimError(f"the reference answered HTTP {r.status_code}: {r.text[:200]}")
-    return [int(t) for t in r.json().get("tokens") or []]
+    return [int(t) for t in _json(r, "the reference").get("tokens") or []]
 
 
 async def tokenize(client, url: str, text: str) -> list[int]:  # noqa: ANN001
@@ -321,7 +348,12 @@ async def tokenize(client, url: str, text: str) -> list[int]:  # noqa: ANN001
     r = await client.post(url.rstrip("/") + "/tokenize", json=body)
     if r.status_code != 200:
         raise SpecsimError(f"the reference's /tokenize answered HTTP {r.status_code}")
-    return [int(t) for t in r.json()["tokens"]]
+    tokens = _json(r, "the reference").get("tokens")
+    if not isinstance(tokens, list):
+        raise SpecsimError(
+            "the reference's /tokenize answer has no token list; is it llama-server?"
+        )
+    return [int(t) for t in tokens]
 
 
 async def slots(client, url: str) -> int:  # noqa: ANN001
@@ -339,7 +371,7 @@ async def chat_prompt(client, url: str, message: str) -> str:  # noqa: ANN001
                           json={"messages": [{"role": "user", "content": message}]})  # fmt: skip
     if r.status_code != 200:
         return message  # no chat template: the message is the prompt
-    return str(r.json().get("prompt", message))
+    return str(_json(r, "the reference").get("prompt", message))
 
 
 async def banned_tokens(client, cfg: Any, ref: str) -> tuple[int, ...]:  # noqa: ANN001
@@ -353,7 +385,7 @@ async def banned_tokens(client, cfg: Any, ref: str) -> tuple[int, ...]:  # noqa:
     path = cfg.reference_model
     if path is None:
         r = await client.get(ref.rstrip("/") + "/props")
-        path = (r.json() if r.status_code == 200 else {}).get("model_path")
+        path = (_json(r, "the reference") if r.status_code == 200 else {}).get("model_path")
     if not path:
         raise SpecsimError(
             f"the reference at {ref} does not say its model file (/props model_path): pass "

@@ -97,6 +97,10 @@ class AuditConfig:
         "(twice the largest difference of the reference's own two paths)", type=float,
     )  # fmt: skip
     null_positions: int = option(128, "T = 0: positions the numerics null reads both paths at")
+    timeout_s: float = option(
+        600.0, "T > 0: seconds one request may take, and one read within it may wait (a server "
+        "that stalls is an error naming it, not a wait)"
+    )  # fmt: skip
     seed: int = option(0, "seed of the requests and of the PIT", cli=False)
     # this audit's share of a family-wise false-alarm rate (a sweep of m audits: 1e-6 / m)
     alpha_run: float = option(1e-6, "family-wise false-alarm rate of this audit", cli=False)
@@ -127,6 +131,8 @@ class AuditConfig:
             )
         if self.top_k > self.n_probs:
             raise SpecsimError(f"--n-probs must be >= --top-k ({self.top_k}) to see the support")
+        if not (math.isfinite(self.timeout_s) and 0 < self.timeout_s <= 86_400):
+            raise SpecsimError(f"--timeout-s must be seconds in (0, 86,400], got {self.timeout_s}")
         if self.minutes is not None and not self.minutes > 0:
             raise SpecsimError(f"--minutes must be positive, got {self.minutes}")
 

@@ -253,6 +253,14 @@ def _sampling(cfg: AuditConfig, banned: tuple[int, ...] = ()) -> Sampling:
     return Sampling(cfg.temperature, cfg.top_k, cfg.top_p, cfg.min_p, cfg.ignore_eos, banned)
 
 
+def _why(exc: Exception) -> str:
+    """An httpx error in a few words (a timeout's own message is often empty)."""
+    text = str(exc)[:200]
+    if isinstance(exc, TimeoutError) or "Timeout" in type(exc).__name__:
+        return f"{type(exc).__name__}: no answer within --timeout-s {text}".strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
 async def _retried(fn: Any, *args: Any, attempts: int = 3) -> Any:
     """Await ``fn(*args)``, again when the connection dropped before an answer: llama-server may
     close a kept-alive connection after a streamed answer, and the client only learns it on
@@ -274,14 +282,15 @@ async def _audit(cfg: AuditConfig, ref: str, run: _Run, progress: Any) -> None:
     gen = generate_llama if cfg.api == "llama" else generate_completions
     limits = httpx.Limits(max_connections=4 * cfg.concurrency + 4)
     deadline = None if cfg.minutes is None else time.monotonic() + 60.0 * cfg.minutes
-    async with httpx.AsyncClient(timeout=httpx.Timeout(600.0, connect=30.0), limits=limits) as c:
+    timeout = httpx.Timeout(cfg.timeout_s, connect=min(30.0, cfg.timeout_s))
+    async with httpx.AsyncClient(timeout=timeout, limits=limits) as c:
         try:
             msgs = contexts_of(cfg)
             prompts = [await tokenize(c, ref, await chat_prompt(c, ref, m)) for m in msgs]
             n_slots = await slots(c, ref)
             banned = await banned_tokens(c, cfg, ref)
         except httpx.HTTPError as exc:
-            raise SpecsimError(f"the reference at {ref} does not answer ({exc})") from None
+            raise SpecsimError(f"the reference at {ref} does not answer ({_why(exc)})") from None
         sampling = _sampling(cfg, banned)
         run.sampling = sampling.describe()
         run.n_contexts = len(prompts)
@@ -303,15 +312,28 @@ async def _audit(cfg: AuditConfig, ref: str, run: _Run, progress: Any) -> None:
                 ctx = prompts[j % len(prompts)]
                 try:
                     seed = _request_seed(cfg.seed, j)
-                    g = await _retried(gen, c, cfg.server, j, ctx, cfg.n_predict, sampling, seed)
+                    g = await asyncio.wait_for(
+                        _retried(gen, c, cfg.server, j, ctx, cfg.n_predict, sampling, seed),
+                        cfg.timeout_s,
+                    )  # a whole generation is bounded too: a server may trickle forever
+                except TimeoutError:
+                    raise SpecsimError(
+                        f"the server at {cfg.server} did not finish a generation within "
+                        f"{cfg.timeout_s:g} s (--timeout-s)"
+                    ) from None
                 except httpx.HTTPError as exc:
-                    raise SpecsimError(f"the server at {cfg.server} failed ({exc})") from None
+                    raise SpecsimError(f"the server at {cfg.server} failed ({_why(exc)})") from None
                 if g.error:
                     raise SpecsimError(f"the server at {cfg.server} answered {g.error}")
                 if run.stop:
                     return
-                sc = await _retried(score, c, ref, ctx, g.tokens, sampling, w % n_slots,
-                                    cfg.n_probs)  # fmt: skip
+                try:
+                    sc = await _retried(score, c, ref, ctx, g.tokens, sampling, w % n_slots,
+                                        cfg.n_probs)  # fmt: skip
+                except httpx.HTTPError as exc:
+                    raise SpecsimError(
+                        f"the reference at {ref} failed while scoring ({_why(exc)})"
+                    ) from None
                 run.absorb(j, g, sc)
                 save_state(cfg.state, run.state("running"))
                 if progress is not None:
