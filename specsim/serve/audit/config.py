@@ -98,7 +98,7 @@ class AuditConfig:
     )  # fmt: skip
     null_positions: int = option(128, "T = 0: positions the numerics null reads both paths at")
     timeout_s: float = option(
-        600.0, "T > 0: seconds one request may take, and one read within it may wait (a server "
+        600.0, "seconds one request may take, and one read within it may wait (a server "
         "that stalls is an error naming it, not a wait)"
     )  # fmt: skip
     seed: int = option(0, "seed of the requests and of the PIT", cli=False)

@@ -304,6 +304,7 @@ class GreedySpec:
     seed: int = 0
     label: str = ""
     stop_on_bug: bool = False  # start no request after the first confident divergence
+    timeout_s: float = 600.0  # one generation, and one read within any request
 
     def __post_init__(self) -> None:
         if self.n_predict < 1 or self.requests < 1 or self.concurrency < 1:
@@ -325,7 +326,8 @@ async def run_greedy_async(spec: GreedySpec, null: Null, progress: Any = None) -
     state = {"next": 0, "done": 0, "positions": 0, "disagree": 0, "drafted": 0, "accepted": 0,
              "generated": 0, "spec": ""}  # fmt: skip
     limits = httpx.Limits(max_connections=4 * spec.concurrency + 4)
-    async with httpx.AsyncClient(timeout=httpx.Timeout(600.0, connect=30.0), limits=limits) as c:
+    timeout = httpx.Timeout(spec.timeout_s, connect=min(30.0, spec.timeout_s))
+    async with httpx.AsyncClient(timeout=timeout, limits=limits) as c:
 
         async def worker(w: int) -> None:
             while state["next"] < spec.requests:
@@ -338,7 +340,16 @@ async def run_greedy_async(spec: GreedySpec, null: Null, progress: Any = None) -
                 ci = j % len(spec.prompts)
                 ctx = list(spec.prompts[ci])
                 seed = int((spec.seed * 1_000_003 + j * 7_919 + 12_345) % 2_147_483_647)
-                g = await generate_llama(c, spec.server, j, ctx, spec.n_predict, sampling, seed)
+                try:  # a whole generation is bounded: a server may trickle forever
+                    g = await asyncio.wait_for(
+                        generate_llama(c, spec.server, j, ctx, spec.n_predict, sampling, seed),
+                        spec.timeout_s,
+                    )
+                except TimeoutError:
+                    raise SpecsimError(
+                        f"the server at {spec.server} did not finish a generation within "
+                        f"{spec.timeout_s:g} s (--timeout-s)"
+                    ) from None
                 if g.error:
                     raise SpecsimError(f"the server at {spec.server} answered {g.error}")
                 slot = w % spec.ref_slots
@@ -388,7 +399,9 @@ async def _setup(
     from specsim.serve.audit.client import banned_tokens, chat_prompt, slots, tokenize
     from specsim.serve.audit.config import contexts_of
 
-    async with httpx.AsyncClient(timeout=httpx.Timeout(600.0, connect=30.0)) as c:
+    async with httpx.AsyncClient(
+        timeout=httpx.Timeout(cfg.timeout_s, connect=min(30.0, cfg.timeout_s))
+    ) as c:
         try:
             msgs = contexts_of(cfg)
             prompts = tuple(
@@ -428,6 +441,6 @@ def run_greedy(cfg: Any, progress: Any = None) -> GreedyResult:
             server=cfg.server, reference=ref, prompts=prompts, n_predict=cfg.n_predict,
             requests=max(1, cfg.tokens // cfg.n_predict), minutes=cfg.minutes,
             concurrency=cfg.concurrency, ref_slots=n_slots, banned=banned, seed=cfg.seed,
-            label=cfg.label,
+            label=cfg.label, timeout_s=cfg.timeout_s,
         )  # fmt: skip
         return asyncio.run(run_greedy_async(spec, null, progress))
