@@ -53,6 +53,7 @@ def _images(readme: Path) -> list[str]:
     return re.findall(r"!\[[^\]]*\]\(([^)]+)\)", readme.read_text())
 
 
+@pytest.mark.slow  # fast suite under 5 min: over 2.8 s alone (CI runs it)
 def test_schedulers_under_load_report(root, monkeypatch):
     monkeypatch.chdir(root.parent)
     readme = run_report("sul", root, workers=1)
@@ -83,6 +84,7 @@ def test_schedulers_under_load_report(root, monkeypatch):
     assert "numpy" in text and "git" in text  # versions recorded
 
 
+@pytest.mark.slow  # fast suite under 5 min: over 2.8 s alone (CI runs it)
 def test_report_resume_reuses_rows_only_when_asked(root, monkeypatch):
     monkeypatch.chdir(root.parent)
     run_report("sul", root, workers=1)

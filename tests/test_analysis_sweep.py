@@ -74,6 +74,7 @@ def test_local_processes_give_the_same_table(reference, trace_path):
     assert par.attrs["cells_run"] == len(par)
 
 
+@pytest.mark.slow  # fast suite under 5 min: over 2.8 s alone (CI runs it)
 def test_dask_cluster_gives_the_same_table(reference, trace_path):
     distributed = pytest.importorskip("distributed")
     with distributed.LocalCluster(
@@ -112,6 +113,7 @@ def test_out_file_then_rerun_runs_nothing(reference, trace_path, tmp_path):
     _same(reference, more[more["load"] != 32])
 
 
+@pytest.mark.slow  # fast suite under 5 min: over 2.8 s alone (CI runs it)
 def test_killed_sweep_resumes_only_missing_cells(trace_path, tmp_path):
     """Kill the CLI mid-sweep: no results file appears, finished cells survive as parts, and
     the same command then runs only the rest; the table equals an uninterrupted run."""

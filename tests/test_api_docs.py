@@ -33,6 +33,7 @@ def test_every_public_name_resolves():
         specsim.no_such_name  # noqa: B018
 
 
+@pytest.mark.slow  # fast suite under 5 min: over 2.8 s alone (CI runs it)
 def test_doc_examples_run_in_order(tmp_path, monkeypatch, capsys):
     blocks = _blocks()
     assert len(blocks) >= 8

@@ -201,6 +201,7 @@ def test_a_mid_probe_makes_the_blend_piecewise(monkeypatch):
         SpeedRef(probes, sizes={"target": 4, MID: 64, LARGE: 64})
 
 
+@pytest.mark.slow  # fast suite under 5 min: over 2.8 s alone (CI runs it)
 def test_sized_probes_on_a_real_model():
     """speed_reference with a mid and a large probe on a tiny real model: both timed at the
     reference and at the first calibration, their ratios finite and positive."""

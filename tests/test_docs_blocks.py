@@ -37,6 +37,7 @@ def _command_lines(page: Path) -> list[str]:
     return out
 
 
+@pytest.mark.slow  # fast suite under 5 min: over 2.8 s alone (CI runs it)
 @pytest.mark.parametrize("page", [p for p in PAGES if _python_blocks(p)], ids=lambda p: p.name)
 def test_python_blocks_run(page, tmp_path, monkeypatch):
     (tmp_path / "traces").symlink_to(ROOT / "traces")

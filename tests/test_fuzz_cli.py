@@ -165,6 +165,7 @@ CORRUPTIONS = [
 ]  # fmt: skip
 
 
+@pytest.mark.slow  # fast suite under 5 min: over 2.8 s alone (CI runs it)
 @settings(**_examples())
 @given(how=st.sampled_from(CORRUPTIONS), seed=st.integers(0, 2**16))
 def test_corrupted_traces(files, how, seed):

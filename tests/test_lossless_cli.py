@@ -27,6 +27,7 @@ def _module(tmp_path: Path, name: str, body: str) -> str:
     return name
 
 
+@pytest.mark.slow  # fast suite under 5 min: over 2.8 s alone (CI runs it)
 def test_example_verifier_is_lossless(capsys):
     assert main(["check-lossless", "--verifier", "my_verifier:verify", *FAST]) == 0
     out = capsys.readouterr().out
@@ -35,6 +36,7 @@ def test_example_verifier_is_lossless(capsys):
     assert out.count(" exact ") == 6 and out.count(" statistical ") == 6
 
 
+@pytest.mark.slow  # fast suite under 5 min: over 2.8 s alone (CI runs it)
 def test_example_buggy_verifier_is_caught_with_a_counterexample(capsys):
     code = main(["check-lossless", "--verifier", "my_verifier:verify_buggy", *FAST])
     out = capsys.readouterr().out
@@ -52,6 +54,7 @@ def test_rng_verifier_gets_statistical_checks_only(capsys):
     assert out.count("consistent (statistical, floor TV") == 6
 
 
+@pytest.mark.slow  # fast suite under 5 min: over 2.8 s alone (CI runs it)
 def test_example_policy_passes_and_peeking_policy_fails(capsys):
     assert main(["check-lossless", "--policy", "my_policy:survival_floor", *FAST]) == 0
     assert main(["check-lossless", "--policy", "my_policy:peeking", *FAST]) == 1
@@ -138,6 +141,7 @@ def test_bad_arguments_exit_2(capsys, argv, message):
     assert message in err and err.count("\n") == 1
 
 
+@pytest.mark.slow  # fast suite under 5 min: over 2.8 s alone (CI runs it)
 def test_user_model_replaces_the_tables(tmp_path, capsys):
     name = _module(tmp_path, "user_good_model", GOOD_MODEL)
     assert main(["check-lossless", "--model", f"{name}:model", "--policy", "hw-aware", *FAST]) == 0

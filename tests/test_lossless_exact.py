@@ -142,6 +142,7 @@ def test_multi_draft_verifiers_are_lossless(seed, vocab, k):
         ]
     ),
 )  # fmt: skip
+@pytest.mark.slow  # fast suite under 5 min: over 2.8 s alone (CI runs it)
 def test_non_anticipating_policies_are_lossless(world, policy):
     toy, gamma, m, batch = world
     res = output_law(toy, m, gamma, policy, batch=batch)
@@ -172,6 +173,7 @@ def _found(world, policy, rule=None, capsys=None) -> float:
     return res.tv
 
 
+@pytest.mark.slow  # fast suite under 5 min: over 2.8 s alone (CI runs it)
 def test_anticipating_global_search_is_caught():
     world = find(
         worlds(max_vocab=3),

@@ -32,6 +32,7 @@ def test_catalogue_has_the_required_mutants():
     assert REQUIRED <= set(names)
 
 
+@pytest.mark.slow  # fast suite under 5 min: over 2.8 s alone (CI runs it)
 @pytest.mark.parametrize("mutant", catalogue(), ids=lambda m: m.name)
 def test_every_mutant_is_caught(mutant):
     row = mutant_row(mutant, seed=0, samples=SAMPLES, stop_early=True)
@@ -44,6 +45,7 @@ def test_every_mutant_is_caught(mutant):
         assert row["stat_p_value"] < 1e-6, row
 
 
+@pytest.mark.slow  # fast suite under 5 min: over 2.8 s alone (CI runs it)
 @pytest.mark.parametrize("pipe", correct_pipelines(), ids=lambda p: p.name)
 def test_every_correct_implementation_passes(pipe):
     df = check_pipeline(pipe, seed=0, samples=SAMPLES, progress=False)

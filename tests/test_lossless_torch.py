@@ -17,6 +17,7 @@ from specsim.lossless.user import verifier_pipeline  # noqa: E402
 pytestmark = pytest.mark.record
 
 
+@pytest.mark.slow  # fast suite under 5 min: over 2.8 s alone (CI runs it)
 @pytest.mark.parametrize("policy", ["full", "hw-aware"])
 def test_torch_verifier_is_lossless(policy):
     pipe = verifier_pipeline("specsim.record.verify:verify_np", policy)
@@ -37,6 +38,7 @@ def _engine_greedy(p, q, x, u, v):
     return verify_np(p1, q1, x, np.zeros_like(u), v)
 
 
+@pytest.mark.slow  # fast suite under 5 min: over 2.8 s alone (CI runs it)
 def test_torch_verifier_temperature_zero_path_is_the_greedy_chain():
     pipe = Pipeline(name="torch greedy", rule=truncated(_engine_greedy), greedy=True)
     df = check_pipeline(pipe, seed=0, samples=50_000, progress=False)

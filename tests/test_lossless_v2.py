@@ -77,6 +77,7 @@ def test_subtle_mutants_are_in_the_catalogue():
     assert {m.name for m in subtle()} <= names and len(subtle()) >= 8
 
 
+@pytest.mark.slow  # fast suite under 5 min: over 2.8 s alone (CI runs it)
 def test_vocab_chunk_mutant_is_lossy_only_at_v5():
     df = check_pipeline(by_name("vocab-chunk-carry-v5").pipeline, checks=("exact",),
                         progress=False)  # fmt: skip
@@ -91,6 +92,7 @@ def test_position2_mutant_is_lossless_when_only_one_draft_is_verified():
     assert df["lossless"].all() and (df["status"] == "proven").all()
 
 
+@pytest.mark.slow  # fast suite under 5 min: over 2.8 s alone (CI runs it)
 @pytest.mark.parametrize("name", sorted(UNIFORM_CONTROLS))
 def test_unusual_but_correct_verifiers_are_proven(name):
     pipe = Pipeline(name=name, rule=truncated(UNIFORM_CONTROLS[name]), scheduler="threshold:0.5")

@@ -164,6 +164,7 @@ def bonus_run():
     return check_pipeline(by_name("bonus-temperature-v4").pipeline, progress=False)
 
 
+@pytest.mark.slow  # fast suite under 5 min: over 2.8 s alone (CI runs it)
 def test_the_old_window_missed_the_bonus_token_the_new_one_does_not(bonus_run):
     """Issue #36: in the V4 world (gamma 3) the first 2 tokens never hold the bonus token."""
     world = WORLDS["V4-g3-batch2-jagged"]
@@ -273,6 +274,7 @@ def test_a_model_without_a_finite_context_is_sampled_on_its_first_block_only():
 # --- 2. never a cross-check on a proof that does not cover the sampled law ----------------------
 
 
+@pytest.mark.slow  # fast suite under 5 min: over 2.8 s alone (CI runs it)
 def test_an_unproven_world_gets_its_full_plan(monkeypatch):
     """A verifier the integrator refuses: its world is sampled on the planned n (capped here
     to keep the test fast), not the cross-check a proof would buy."""
@@ -311,6 +313,7 @@ def test_a_lossy_verifier_stops_at_once(bonus_run):
     assert v.loc["V3-g2-alone", "verdict"] == "proven (exact)"
 
 
+@pytest.mark.slow  # fast suite under 5 min: over 2.8 s alone (CI runs it)
 def test_verdicts_say_what_they_cover():
     df = check_pipeline(Pipeline(name="r + hw-aware", scheduler="hw-aware"), samples=20_000,
                         progress=False)  # fmt: skip

@@ -49,6 +49,7 @@ def _marks(path: Path) -> list:
     return [pytest.mark.slow]  # 13-25 s each on a loaded machine
 
 
+@pytest.mark.slow  # fast suite under 5 min: over 2.8 s alone (CI runs it)
 @pytest.mark.parametrize("path", [pytest.param(p, id=p.stem, marks=_marks(p)) for p in NOTEBOOKS])
 def test_notebook_runs_top_to_bottom(path, monkeypatch):
     if "recording" in path.stem:

@@ -201,6 +201,7 @@ def _tiny(tmp_path: Path, **extra: object) -> Path:
     return folder
 
 
+@pytest.mark.slow  # fast suite under 5 min: over 2.8 s alone (CI runs it)
 def test_report_runs_on_a_tiny_config(tmp_path: Path) -> None:
     from specsim.analysis.report import run_report
 

@@ -202,6 +202,7 @@ def worlds(draw, max_vocab=4, max_gamma=3):
     return toy, gamma, m, batch
 
 
+@pytest.mark.slow  # fast suite under 5 min: over 2.8 s alone (CI runs it)
 @EXACT
 @given(worlds(), st.sampled_from(NEW_RULES))
 def test_new_engine_rules_are_lossless(world, policy):

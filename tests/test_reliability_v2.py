@@ -561,6 +561,7 @@ REPORT_VALUES = st.one_of(
     key=st.sampled_from(["concurrency", "seeds", "requests", "sched_scales", "seed"]),
     value=REPORT_VALUES,
 )
+@pytest.mark.slow  # fast suite under 5 min: over 2.8 s alone (CI runs it)
 def test_report_configs_with_values_of_the_wrong_kind_are_one_line(tmp_path_factory, key, value):
     import json
 
@@ -650,6 +651,7 @@ def test_limits_set_to_nonsense_are_refused(files, monkeypatch, env, value):  # 
     assert rc == 2 and env in err
 
 
+@pytest.mark.slow  # fast suite under 5 min: over 2.8 s alone (CI runs it)
 def test_calibration_of_a_long_trace_fits_in_bounded_memory():
     """STS scores its temperature grid a few at a time: the (grid, rows) block of a long trace
     is never built (it was gigabytes for a 1M-position trace)."""

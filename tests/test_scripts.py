@@ -17,6 +17,7 @@ def test_there_are_scripts():
     assert len(SCRIPTS) >= 10
 
 
+@pytest.mark.slow  # fast suite under 5 min: over 2.8 s alone (CI runs it)
 @pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_script_answers_help(path):
     out = subprocess.run(

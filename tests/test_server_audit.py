@@ -88,6 +88,7 @@ def test_pit_is_uniform_and_rank_cells_match_their_expectation_under_the_null() 
         assert lk.rejected is None
 
 
+@pytest.mark.slow  # fast suite under 5 min: over 2.8 s alone (CI runs it)
 @pytest.mark.parametrize("complete", [True, False])
 def test_null_never_rejects_and_p_values_are_conservative(complete: bool) -> None:
     """200 audits of a lossless server (laws heterogeneous per position): no look of any run
@@ -137,6 +138,7 @@ def test_swap_to_second_at_a_share_of_positions_is_caught() -> None:
     assert all(a is not None for a in caught), caught
 
 
+@pytest.mark.slow  # fast suite under 5 min: over 2.8 s alone (CI runs it)
 def test_temperature_mutant_is_caught_by_each_check() -> None:
     """One position in ten re-drawn at temperature 0.9 (TV ~0.04 there, ~0.004 per position):
     a small shift, so it takes many positions, but each check alone rejects it at 524,288
@@ -350,6 +352,7 @@ def test_real_server_with_forced_acceptance_is_caught() -> None:
 # ---- the top-1 check (issue 46: more power at T > 0) ---------------------------------------
 
 
+@pytest.mark.slow  # fast suite under 5 min: over 2.8 s alone (CI runs it)
 def test_top1_check_is_conservative_under_the_null() -> None:
     """300 lossless runs of 8,192 positions (heterogeneous laws, 3 roles): the top-1 check's
     p-values are not smaller than uniform ones, and none reaches a look's alpha."""

@@ -146,6 +146,7 @@ def test_failed_write_leaves_no_partial_file(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow  # fast suite under 5 min: over 2.8 s alone (CI runs it)
 def test_file_size_limit_kills_write_cleanly(tmp_path):
     """A real failure (RLIMIT_FSIZE): exit 2, one line, no file, no temp, old file untouched."""
     script = textwrap.dedent(

@@ -78,6 +78,7 @@ def report(setup):
     return out, trace
 
 
+@pytest.mark.slow  # fast suite under 5 min: over 2.8 s alone (CI runs it)
 def test_grid_table_is_complete(report):
     out, _ = report
     table = pd.read_csv(out / "fidelity.csv")
@@ -271,6 +272,7 @@ def test_compare_and_grid_helpers():
         parse_grid("ar", "0")
 
 
+@pytest.mark.slow  # fast suite under 5 min: over 2.8 s alone (CI runs it)
 def test_ref_clock_grid(report, setup):
     """The CI grid on the reference clock (issue 15, section 4): 2 policies x C = 1, 2 plus the
     hog check; tau and lengths exact, timing within a loose bound, the profile and every run
@@ -303,6 +305,7 @@ def test_ref_clock_grid(report, setup):
     assert "ref clock" in (out / "README.md").read_text()
 
 
+@pytest.mark.slow  # fast suite under 5 min: over 2.8 s alone (CI runs it)
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="two workers need two cores")
 def test_two_workers_on_the_ref_clock(report, setup):
     """``--workers 2``: the runs in two spawned processes, each with the parent's reference;
@@ -338,6 +341,7 @@ def test_workers_refusals(report, setup, capsys, extra, needle):
     assert rc == 2 and needle in err and "Traceback" not in err
 
 
+@pytest.mark.slow  # fast suite under 5 min: over 2.8 s alone (CI runs it)
 def test_shared_table_is_timed_once_and_reused(setup):
     """--shared-table (the default): the second drafter's profile reuses the first one's step
     table and prefill points (the same rows, bit for bit) while its drafting terms are its
