@@ -23,9 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from specsim.lossless.check import jagged_batch
 from specsim.lossless.oracle import TOLERANCE, output_law
-from specsim.lossless.toy import random_toy
 from specsim.policies import get_policy
 from specsim.policies.base import StepInput, TableStepTime
 from specsim.policies.blocks import (
@@ -38,7 +36,6 @@ from specsim.policies.blocks import (
     top_k_lengths,
 )
 from specsim.policies.hw_aware import _global_budget_flat, zos_lengths
-from specsim.rng import stream
 
 SURV = np.array([[0.9, 0.72, 0.36], [0.6, 0.3, 0.15]])
 CONF = np.array([[0.9, 0.8, 0.5], [0.6, 0.5, 0.5]])  # cumprod = SURV
@@ -189,17 +186,7 @@ EXACT = settings(
 )  # fmt: skip
 
 
-@st.composite
-def worlds(draw, max_vocab=4, max_gamma=3):
-    """tests/test_lossless_exact.py's worlds: a toy and a jagged batch from a drawn seed."""
-    seed = draw(st.integers(0, 2**31 - 1))
-    vocab = draw(st.integers(2, max_vocab))
-    gamma = draw(st.integers(1, max_gamma if vocab <= 3 else 2))
-    m = draw(st.integers(1, 3 if gamma <= 2 else 2))
-    n_others = draw(st.integers(0, 3))
-    toy = random_toy(seed, vocab, zeros=0.4, near_one=0.15, ties=0.2)
-    batch = jagged_batch(stream(seed, "batch"), n_others, gamma)
-    return toy, gamma, m, batch
+from tests.test_lossless_exact import worlds  # noqa: E402  (one generator of worlds)
 
 
 @pytest.mark.slow  # fast suite under 5 min: over 2.8 s alone (CI runs it)
