@@ -390,7 +390,7 @@ async def run_greedy_async(spec: GreedySpec, null: Null, progress: Any = None) -
     )  # fmt: skip
 
 
-async def _setup(
+async def prepare(
     cfg: Any, ref: str, null: Null | None = None
 ) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...], Null, int]:
     """Prompts (token ids), banned tokens, the numerics null and the reference's slots."""
@@ -436,7 +436,7 @@ def run_greedy(cfg: Any, progress: Any = None) -> GreedyResult:
     if cfg.api != "llama":
         raise SpecsimError("the greedy audit reads speculative steps: use --api llama")
     with reference_url(cfg) as ref:
-        prompts, banned, null, n_slots = asyncio.run(_setup(cfg, ref))
+        prompts, banned, null, n_slots = asyncio.run(prepare(cfg, ref))
         spec = GreedySpec(
             server=cfg.server, reference=ref, prompts=prompts, n_predict=cfg.n_predict,
             requests=max(1, cfg.tokens // cfg.n_predict), minutes=cfg.minutes,

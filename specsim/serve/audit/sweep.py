@@ -162,7 +162,7 @@ def run_sweep(spec: SweepSpec, progress: Callable[[str], None] | None = None,
     ``null``: a numerics null measured before (same model and reference flags) to reuse;
     ``on_row``: called with each cell's row as it finishes (write as you go: a sweep is long)."""
     from specsim.serve.audit.config import AuditConfig
-    from specsim.serve.audit.greedy import _setup
+    from specsim.serve.audit.greedy import prepare
     from specsim.serve.audit.proxy import MutantProxy
     from specsim.serve.llama_server import LlamaServer, ServerSpec
 
@@ -179,7 +179,7 @@ def run_sweep(spec: SweepSpec, progress: Callable[[str], None] | None = None,
                 reference_model=str(spec.model), temperature=0.0, n_predict=spec.n_predict,
                 null_positions=spec.null_positions,
             )  # fmt: skip
-            setup = asyncio.run(_setup(cfg, ref.url, null))
+            setup = asyncio.run(prepare(cfg, ref.url, null))
             say(f"numerics null: {setup[2].summary()}")
         by_server: dict[tuple[str, int | None], list[tuple[int, float]]] = {}
         for k, d, c, t in spec.cells():
