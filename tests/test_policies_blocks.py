@@ -186,7 +186,7 @@ EXACT = settings(
 )  # fmt: skip
 
 
-from tests.test_lossless_exact import worlds  # noqa: E402  (one generator of worlds)
+from test_lossless_exact import worlds  # noqa: E402  (one generator of worlds)
 
 
 @pytest.mark.slow  # fast suite under 5 min: over 2.8 s alone (CI runs it)

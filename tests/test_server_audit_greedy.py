@@ -121,7 +121,7 @@ def test_sweep_grid_and_family_alpha() -> None:
 
 # ---- against a real llama-server (slow: CI runs them) --------------------------------------
 
-from tests.test_server_audit import MODEL, needs_llama  # noqa: E402
+from test_server_audit import MODEL, needs_llama  # noqa: E402
 
 BASE = ("-c", "4096", "-t", "1", "--no-warmup")
 DRAFT = ("--spec-type", "draft-simple", "-md", str(MODEL), "--spec-draft-p-min", "0", "-td", "1")
