@@ -227,6 +227,10 @@ def build(ctx: ReportContext) -> None:
         )
         ctx.table(pd.DataFrame(speed_rows), "{:+,.0f}")
     ctx.md(*_discussion(sla, cur, names, ours, baseline, targets, profile, traces), "")
+    if ctx.get("engine_policies", None) is not None:
+        from specsim.analysis.reports.sul_engines import engine_section
+
+        engine_section(ctx, sla, groups, targets, policies)
     if ctx.get("auto_profiles", None) is not None:
         from specsim.analysis.reports.sul_auto import auto_section
 
@@ -410,8 +414,9 @@ def _discussion(sla, cur, names, ours, baseline, targets, profile, traces) -> li
         "the SLA its throughput there is tiny, so a gain of a few hundred percent is a statement "
         "about the baseline's cliff; it moves a lot with the exact SLA and with where the "
         "swept loads fall.",
-        "- The simulator reserves every request's KV cache up front and never preempts; drafting "
-        "cost is a linear model; prefill is batched with decode (chunked-prefill style). "
-        "Production engines differ in all three.",
+        "- Serving model v2 (paged KV with preemption, chunked prefill, drafting charged by "
+        "what is drafted) is a model of an engine, not V4-Flash's: expert-parallel dispatch, "
+        "the drafter's own kernels and the engine's scheduling overheads are folded into the "
+        "profile's step time (docs/simulator.md).",
     ]
     return lines
