@@ -42,6 +42,9 @@ DEFAULT_DRAFTER = {
     "llama": "./dspark-drafter.gguf",
 }
 TRTLLM_COST_TABLE = "cost_table.json"
+# The first release whose DSparkDecodingConfig declares the confidence-scheduling fields
+# (nvidia.github.io/TensorRT-LLM/1.4.0rc4/llm-api/reference/DSparkDecodingConfig.html).
+TRTLLM_CONFIDENCE_RELEASE = "1.4.0rc4"
 
 
 @dataclass(frozen=True)
@@ -100,12 +103,19 @@ def trtllm(
         "decoding_type": "DSpark",
         "max_draft_len": int(knobs["max_draft_len"]),
         "speculative_model": drafter,
-        "enable_confidence_scheduling": bool(knobs.get("enable_confidence_scheduling", False)),
     }
     notes: list[str] = list(_block_note(knobs, "max_draft_len", block))
-    if data["enable_confidence_scheduling"]:
+    if knobs.get("enable_confidence_scheduling", False):
+        # Only TensorRT-LLM 1.4.0rc4's DSparkDecodingConfig has the confidence fields (its API
+        # reference; llm_args.py before it says they are "intentionally omitted"), so a row
+        # without them prints none: it then loads on every release that has DSpark.
+        data["enable_confidence_scheduling"] = True
         data["confidence_min_predicted_gain"] = float(knobs["confidence_min_predicted_gain"])
         data["confidence_cost_table_path"] = cost_table
+        notes.append(
+            f"confidence scheduling needs TensorRT-LLM {TRTLLM_CONFIDENCE_RELEASE} or newer: "
+            "older DSparkDecodingConfig classes have no confidence fields and refuse them"
+        )
         notes.append(
             f"{cost_table}: the step costs the planner reads; write it from the profile with "
             f"'specsim profile export PROFILE --format trtllm --out {cost_table}' (or tune's "
@@ -142,8 +152,16 @@ def llama(knobs: dict[str, Any], drafter: str, block: int | None = None) -> Engi
     if not knobs:
         return EngineConfig("llama", "flags", "(no -md / --spec-type: speculation off)", {})
     n, p = int(knobs["spec_draft_n_max"]), float(knobs["spec_draft_p_min"])
-    args = ["-md", drafter, "--spec-type", "draft-dspark", "--spec-draft-n-max", str(n),
-            "--spec-draft-p-min", f"{p:g}"]  # fmt: skip
+    args = [
+        "-md",
+        drafter,
+        "--spec-type",
+        "draft-dspark",
+        "--spec-draft-n-max",
+        str(n),
+        "--spec-draft-p-min",
+        repr(p),
+    ]  # fmt: skip  (repr: the p-min scored, unrounded)
     data = {"md": drafter, "spec_type": "draft-dspark", "spec_draft_n_max": n,
             "spec_draft_p_min": p}  # fmt: skip
     notes = list(_block_note(knobs, "spec_draft_n_max", block))
@@ -192,7 +210,10 @@ def _scalar(v: Any) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, float):
-        return repr(v)  # 0.0, 0.04: read back as floats
+        # YAML 1.1 (PyYAML, which TensorRT-LLM reads configs with) takes a float only with a
+        # '.' in its mantissa: repr's 1e-05 would load as a string, 1.0e-05 loads as 1e-05.
+        mantissa, e, exponent = repr(v).partition("e")
+        return f"{mantissa}.0{e}{exponent}" if e and "." not in mantissa else repr(v)
     if isinstance(v, int):
         return str(v)
     text = str(v)

@@ -420,7 +420,8 @@ def _fixed_len(policy: str) -> int | None:
 def tuned_schedule(results: list[LoadResult], objective: str) -> tuple[tuple[int, int], ...] | None:
     """TensorRT-LLM's ``draft_len_schedule`` from the searched closed-loop loads: at each load C
     the best fixed draft length meeting the SLA (0: no speculation), for batch sizes up to C
-    (``get_draft_len_for_batch_size``: the first key >= the batch); runs of one length merged
+    (``get_draft_len_for_batch_size``: the first key >= the batch), never longer at a larger
+    batch than at a smaller one (the engine's validator refuses it); runs of one length merged
     into their largest key, and speculation off above the largest load searched (the rule's
     own behaviour above its last key). None when no load has a fixed length worth drafting."""
     sign = 1.0 if maximize(objective) else -1.0
@@ -435,6 +436,12 @@ def tuned_schedule(results: list[LoadResult], objective: str) -> tuple[tuple[int
             continue
         best = max(fixed, key=lambda t: (sign * t[0], t[1]))[2]
         pairs.append((int(lr.load.value), _fixed_len(best["policy"]) or 0))
+    # TensorRT-LLM's validator (DecodingBaseConfig.validate_draft_len_schedule_and_sort in
+    # llm_args.py) wants the smallest batch's length = max_draft_len >= every other length: a
+    # length that grows with the load is raised at the smaller batches (the candidate is
+    # replayed like any other, so the table shows what that costs).
+    for i in range(len(pairs) - 2, -1, -1):
+        pairs[i] = (pairs[i][0], max(pairs[i][1], pairs[i + 1][1]))
     merged: list[tuple[int, int]] = []
     for c, k in pairs:
         if merged and merged[-1][1] == k:
