@@ -7,7 +7,10 @@ Scenario: ``hw-aware``, closed loop at ``--concurrency`` (256) on a synthetic ch
 
 - ``lean``: today's lean replay: every request's row kept, the summary computed at the end;
 - ``stream``: ``stream=True``: the summary accumulated as requests finish, slots of finished
-  jobs reused, no per-request rows (``--out DIR`` also streams them to Parquet per run).
+  jobs reused, no per-request rows (``--out DIR`` also streams them to Parquet per run);
+- ``bound``: ``numpy_bound.bound_loop_v2``, the bare numpy loop doing the same accounting, on
+  the same workload: each mode's CPU over the bound's, measured in the same run, is the ratio
+  that carries from one machine to another.
 
 Each (mode, size) runs in a fresh process, so its peak RSS (``ru_maxrss``) is its own; the
 report gives the replay's CPU seconds (``time.process_time`` around ``replay``), the whole
@@ -64,6 +67,9 @@ def _child(args: argparse.Namespace) -> None:
         if args.out:
             opts["requests_out"] = os.path.join(args.out, f"requests-{args.child_size}.parquet")
     os.environ.setdefault("SPECSIM_MAX_REQUESTS", str(max(args.child_size, 5_000_000)))
+    if args.child_mode == "bound":
+        _child_bound(tr, args, t_proc)
+        return
     t0 = time.process_time()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -81,6 +87,38 @@ def _child(args: argparse.Namespace) -> None:
                 "peak_rss_mb": usage.ru_maxrss / 1024.0,  # Linux: kilobytes
                 "summary": summary,
                 "stream": res.config.get("stream"),
+            },
+            default=float,
+        )
+    )
+
+
+def _child_bound(tr, args: argparse.Namespace, t_proc: float) -> None:
+    """The numpy bound (``numpy_bound.bound_loop_v2``: the bare loop doing serving model v2's
+    accounting) on the same workload, so the engine's CPU can be given as a ratio to it
+    measured in the same run (the ratio, not the absolute time, carries across machines)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from numpy_bound import bound_loop_v2
+
+    from specsim.policies.base import get_policy
+    from specsim.sim.cost_profiles import get_profile
+    from specsim.sim.workload import make_workload
+
+    cost = get_profile(args.profile).for_serving("v2")
+    wl = make_workload(tr, concurrency=args.concurrency, requests=args.child_size, seed=0)
+    t0 = time.process_time()
+    tokens, steps, sim_s = bound_loop_v2(tr, get_policy("hw-aware"), cost, wl)
+    cpu = time.process_time() - t0
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    print(
+        json.dumps(
+            {
+                "mode": "bound",
+                "requests": args.child_size,
+                "cpu_replay_s": cpu,
+                "cpu_process_s": time.process_time() - t_proc + 0.0,
+                "peak_rss_mb": usage.ru_maxrss / 1024.0,
+                "summary": {"output_tokens": tokens, "engine_steps": steps, "sim_time_s": sim_s},
             },
             default=float,
         )
@@ -126,7 +164,7 @@ def _diff(a: dict, b: dict) -> list[str]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--sizes", default="10000,100000,1000000")
-    p.add_argument("--modes", default="lean,stream")
+    p.add_argument("--modes", default="lean,stream,bound")
     p.add_argument("--concurrency", type=int, default=256)
     p.add_argument("--profile", default="h100-dense-8b")
     p.add_argument("--sla-tps", type=float, default=60.0)
@@ -156,6 +194,19 @@ def main() -> None:
                 flush=True,
             )
     for size in sizes:
+        b = rows.get(("bound", size))
+        for mode in ("lean", "stream"):
+            r = rows.get((mode, size))
+            if b and r:
+                same = all(
+                    r["summary"].get(k) == b["summary"][k]
+                    for k in ("output_tokens", "engine_steps")
+                )
+                print(
+                    f"{size:,} requests: {mode} CPU / numpy bound CPU = "
+                    f"{r['cpu_replay_s'] / b['cpu_replay_s']:.2f}"
+                    f" (same tokens and steps: {'yes' if same else 'NO'})"
+                )
         if ("lean", size) in rows and ("stream", size) in rows:
             a, b = rows[("lean", size)], rows[("stream", size)]
             d = _diff(a["summary"], b["summary"])
