@@ -240,6 +240,8 @@ class _Stdout:
                 raise
             except OSError as exc:
                 self.error = exc
+            except ValueError:  # a stream closed under us ("I/O operation on closed file")
+                self.error = OSError("standard output was closed during the run")
         return len(text)
 
     def flush(self) -> None:
@@ -250,6 +252,13 @@ class _Stdout:
                 self._stream.flush()  # type: ignore[attr-defined]
             except OSError as exc:
                 self.error = exc
+            except ValueError:
+                self.error = OSError("standard output was closed during the run")
+
+    def close(self) -> None:
+        """A plug-in that closes ``sys.stdout`` closes this wrapper, not the process's stdout:
+        what the command prints later is lost and said so, as for a closed stdout."""
+        self.error = self.error or OSError("standard output was closed during the run")
 
     def __getattr__(self, name: str) -> object:
         return getattr(self._stream, name)

@@ -107,7 +107,9 @@ def load_callable(spec: str, kind: str = "callable") -> object:
             f"module {mod_name!r} (for {kind} {spec!r}) called sys.exit({exc.code!r}) when "
             "imported; a plug-in module must only define things"
         ) from None
-    except Exception as exc:  # noqa: BLE001 - any import failure is the user's
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - any import failure is the user's
         hint = "check the module is on PYTHONPATH" if isinstance(exc, ImportError) else "fix it"
         raise SpecsimError(
             f"cannot import module {mod_name!r} for {kind} {spec!r}: {type(exc).__name__}: "
@@ -115,11 +117,17 @@ def load_callable(spec: str, kind: str = "callable") -> object:
         ) from None
     obj = mod
     for part in attr.split("."):
-        if not hasattr(obj, part):
+        try:  # a module's own __getattr__ may raise anything
+            obj = getattr(obj, part)
+        except AttributeError:
             raise SpecsimError(
                 f"module {mod_name!r} has no attribute {attr!r} (for {kind} {spec!r})"
-            )
-        obj = getattr(obj, part)
+            ) from None
+        except Exception as exc:  # noqa: BLE001
+            raise SpecsimError(
+                f"looking up {attr!r} in module {mod_name!r} (for {kind} {spec!r}) raised "
+                f"{type(exc).__name__}: {str(exc)[:200]}; fix the module"
+            ) from None
     if not callable(obj):
         raise SpecsimError(f"{kind} {spec!r} is not callable")
     return obj

@@ -335,7 +335,8 @@ def _literal(v: object) -> str:
         ("def schedule(inp):\n    import sys; sys.exit(3)", "sys.exit(3)"),
         (
             "from specsim.policies.base import Policy\nimport numpy as np\n"
-            "def _solo(*a, **k):\n    raise ValueError('solo broke')\n"
+            # RuntimeError: ValueError is solo's documented "not for these rows" (a fallback)
+            "def _solo(*a, **k):\n    raise RuntimeError('solo broke')\n"
             "def policy():\n    return Policy(name='p', solo=_solo, solo_rows=True,\n"
             "        schedule=lambda inp: np.zeros(inp.n_requests, np.int64))",
             "solo broke",

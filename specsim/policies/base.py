@@ -191,7 +191,9 @@ class Policy:
 POLICIES: Registry[Policy] = Registry("policy")
 
 
-def _guarded(fn: Callable, spec: str, what: str = "policy") -> Callable:
+def _guarded(
+    fn: Callable, spec: str, what: str = "policy", passthrough: tuple[type, ...] = ()
+) -> Callable:
     """A plug-in's callable (``schedule``, ``solo``, ``plan``) whose failures become one line
     naming the policy.
 
@@ -204,14 +206,16 @@ def _guarded(fn: Callable, spec: str, what: str = "policy") -> Callable:
     def guarded(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except SpecsimError:
+        except (SpecsimError, *passthrough):
             raise
         except SystemExit as exc:
             raise SpecsimError(
                 f"{what} {spec!r} called sys.exit({exc.code!r}) while running; a policy returns "
                 "lengths, it must not exit"
             ) from None
-        except Exception as exc:  # noqa: BLE001 - anything a plug-in raises
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - anything a plug-in raises (GeneratorExit too)
             raise SpecsimError(
                 f"{what} {spec!r} raised {type(exc).__name__}: {str(exc)[:200]}; fix the policy "
                 "(it gets a StepInput and returns one integer length per request)"
@@ -227,6 +231,7 @@ def _wrap_user(obj: object, spec: str) -> Policy:
     ``schedule(StepInput) -> lengths`` function. Every callable it hands the engine (schedule,
     the solo walk, the step planner) is guarded (``_guarded``)."""
     policy = _wrap_user_unguarded(obj, spec)
+    _check_user_fields(policy, spec)
     return replace(
         policy,
         schedule=_guarded(policy.schedule, spec),
@@ -235,12 +240,52 @@ def _wrap_user(obj: object, spec: str) -> Policy:
     )
 
 
+# What a plug-in may list in ``Policy.needs``: the optional StepInput fields the engine fills.
+KNOWN_NEEDS = _STEP_INPUT_FIELDS - {"conf", "step_time"}
+
+
+def _check_user_fields(policy: Policy, spec: str) -> None:
+    """A plug-in's Policy fields, checked once when it is loaded: the engine reads them at every
+    step (``needs`` as a set of names, ``draft_len`` as an index), so a wrong type there would
+    surface as an internal error deep in a run, or not at all (``draft_len=2.5``)."""
+    where = f"policy {spec!r}"
+    needs = policy.needs
+    if not isinstance(needs, set | frozenset) or not all(isinstance(x, str) for x in needs):
+        raise SpecsimError(
+            f"{where}: needs must be a frozenset of StepInput field names, got "
+            f"{type(needs).__name__}; e.g. needs=frozenset({{'survival'}})"
+        )
+    unknown = sorted(needs - KNOWN_NEEDS)
+    if unknown:
+        raise SpecsimError(
+            f"{where}: needs names {unknown[0]!r}, which is not a StepInput field; valid: "
+            f"{', '.join(sorted(KNOWN_NEEDS))}"
+        )
+    k = policy.draft_len
+    if k is not None and (isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 0):
+        raise SpecsimError(
+            f"{where}: draft_len must be None (the whole block) or a whole number of draft "
+            f"tokens >= 0, got {k!r}"
+        )
+    for name in ("zos", "lossless", "solo_lagged", "rowwise", "decides", "solo_rows"):
+        if not isinstance(getattr(policy, name), bool | np.bool_):
+            raise SpecsimError(
+                f"{where}: {name} must be True or False, got {getattr(policy, name)!r}"
+            )
+    for name in ("schedule", "solo", "plan"):
+        fn = getattr(policy, name)
+        if (fn is not None or name == "schedule") and not callable(fn):
+            raise SpecsimError(f"{where}: {name} must be a function, got {type(fn).__name__}")
+
+
 def _checked_solo(fn: SoloSchedule, spec: str) -> SoloSchedule:
     """A plug-in's ``solo``, guarded, and what it returns put through the check every
     ``schedule`` answer goes through (:func:`check_lengths`): one length in [0, gamma] per
     confidence row, or a one-line error naming the plug-in and the hook. The solo walk trusts
     these lengths for hundreds of steps at once, so a bad one must not get in."""
-    guarded = _guarded(fn, spec, "policy (solo)")
+    # ValueError is solo's documented "not for these rows": the engine then schedules step by
+    # step, for a plug-in as for a built-in
+    guarded = _guarded(fn, spec, "policy (solo)", passthrough=(ValueError,))
 
     def solo(conf: np.ndarray, accept_len: np.ndarray, step_time: StepTime) -> np.ndarray:
         out = guarded(conf, accept_len, step_time)
@@ -307,12 +352,14 @@ def _wrap_user_unguarded(obj: object, spec: str) -> Policy:
                 if p.default is inspect.Parameter.empty
                 and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
             ]
-        except (TypeError, ValueError):
+        except Exception:  # noqa: BLE001 - a __signature__ that raises: treat as one-argument
             params = [None]
         if not params:  # a zero-argument factory
             try:
                 made = obj()
-            except (Exception, SystemExit) as exc:  # noqa: BLE001 - a plug-in's own failure
+            except KeyboardInterrupt:
+                raise
+            except BaseException as exc:  # noqa: BLE001 - a plug-in's own failure
                 raise SpecsimError(
                     f"policy factory {spec!r} raised {type(exc).__name__}: {str(exc)[:200]}"
                 ) from exc
@@ -431,4 +478,4 @@ def checked_lengths(lengths: object, inp: StepInput, name: str) -> np.ndarray:
     n, gamma = inp.conf.shape
     if lengths_ok(lengths, n, gamma):
         return lengths  # type: ignore[return-value]
-    return check_lengths(np.asarray(lengths), inp, name)
+    return check_lengths(lengths, inp, name)
