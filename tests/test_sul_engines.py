@@ -73,3 +73,14 @@ def test_deploy_lines_name_the_best_rule_per_group_and_where_each_holds(sla):
     assert "`llama-dspark:0.3`: not within 2%" in "\n".join(
         deploy_lines(engine_summary(one), one, [20.0])
     )
+
+
+def test_auto_is_shown_beside_the_engine_rules_but_not_ranked_among_them(sla):
+    with_auto = pd.concat(
+        [sla, pd.DataFrame([{"trace": "chat", "sla_tps": 20.0, "policy": "auto", Y: 100.0}])]
+    )
+    ratios = engine_ratios(with_auto[with_auto["trace"] == "chat"], [*ENGINES, "auto"],
+                           ["zos", "mtp1"], GROUPS)  # fmt: skip
+    text = "\n".join(deploy_lines(engine_summary(ratios), ratios, [20.0, 80.0]))
+    assert "- recorded traces: `llama-dspark:0.3`" in text  # auto's 1.0 does not take the lead
+    assert "(specsim's `auto`: median" in text

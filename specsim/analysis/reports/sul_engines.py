@@ -15,6 +15,8 @@ import pandas as pd
 
 from specsim.analysis.frontier import Y
 
+# specsim's own policy, shown beside the engines' rules for comparison (not ranked among them).
+OWN = "auto"
 # Not lossless, or not a schedule: never the reference a deployable rule is measured against.
 NOT_REFERENCES = ("hw-aware-global", "oracle")
 
@@ -77,15 +79,24 @@ def deploy_lines(summary: pd.DataFrame, ratios: pd.DataFrame, targets: list[floa
     ratio, and the tightest SLA where each rule still holds within 2% of the best everywhere."""
     lines = ["### Which engine rule to deploy where", ""]
     for group, g in summary.groupby("group", sort=False):
-        g = g.sort_values(["median / best", "worst / best"], ascending=False)
+        own = g[g["rule"] == OWN]
+        g = g[g["rule"] != OWN].sort_values(["median / best", "worst / best"], ascending=False)
+        if g.empty:
+            continue
         top = g.iloc[0]
         rest = ", ".join(
             f"`{r['rule']}` {r['median / best']:.3f}" for _, r in g.iloc[1:].iterrows()
         )
+        mine = (
+            f" (specsim's `{OWN}`: median {own['median / best'].iloc[0]:.3f}, worst "
+            f"{own['worst / best'].iloc[0]:.3f})"
+            if not own.empty
+            else ""
+        )
         lines.append(
             f"- {group} traces: `{top['rule']}` (median {top['median / best']:.3f} of the best "
             f"lossless built-in over {int(top['points'])} SLA points, worst "
-            f"{top['worst / best']:.3f}); then {rest}."
+            f"{top['worst / best']:.3f}); then {rest}{mine}."
         )
     for rule, r in ratios.groupby("rule", sort=False):
         held = [t for t in sorted(targets) if (r[r["sla_tps"] == t]["ratio"] >= 0.98).all()]
@@ -109,14 +120,13 @@ def engine_section(
     """Writes the section: the summary table, the per-point table and the deploy lines.
     ``policies``: the report's, the default reference (``engine_reference`` overrides)."""
     engines = [str(p) for p in ctx.get("engine_policies", kind=list)]
-    if "auto" in set(sla["policy"]):  # specsim's own, for comparison
-        engines.append("auto")
+    own = [OWN] if OWN in set(sla["policy"]) else []  # specsim's own, for comparison
     reference = [
         str(p)
         for p in ctx.get("engine_reference", policies, kind=list)
-        if str(p) not in (*engines, *NOT_REFERENCES)
+        if str(p) not in (*engines, *own, *NOT_REFERENCES)
     ]
-    ratios = engine_ratios(sla, engines, reference, groups)
+    ratios = engine_ratios(sla, [*engines, *own], reference, groups)
     if ratios.empty:
         return
     summary = engine_summary(ratios)
@@ -125,8 +135,9 @@ def engine_section(
         "",
         "Each engine's DSpark rule as built into specsim from the engine's source "
         "(docs/policies.md cites file and commit): "
-        + ", ".join(f"`{e}`" for e in dict.fromkeys(ratios["rule"]))
-        + " (`auto`, specsim's own, for comparison). SGLang's default static verify of G "
+        + ", ".join(f"`{e}`" for e in engines)
+        + (f", and specsim's own `{OWN}` for comparison" if own else "")
+        + ". SGLang's default static verify of G "
         "drafts is `static:G` (`full` at the block), "
         "so its rows are those. At every (trace, SLA target) that some lossless built-in "
         f"reaches, each rule's throughput per GPU over the best of {', '.join(reference)} "
