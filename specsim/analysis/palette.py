@@ -62,6 +62,13 @@ _FAMILY: dict[str, Style] = {
     # issue #16's policy and its alias: indigo (Tol), outside Okabe-Ito but distinct from all
     "calibrated-zos": Style("#332288", "p", "-"),
     "auto": Style("#332288", "p", "-"),
+    # the engines' own rules (issue #47; specsim.policies.engines): Tol's remaining hues, each
+    # its own marker, so they never pass for full (reddish purple) or one another
+    "vllm-adaptive": Style("#CC6677", "<", "-"),  # rose
+    "trtllm-confidence": Style("#44AA99", ">", "-"),  # teal
+    "trtllm-schedule": Style("#AA4499", ">", "--"),  # purple (Tol)
+    "sglang-dspark": Style("#88CCEE", "8", "--"),  # cyan
+    "llama-dspark": Style("#117733", "H", "-."),  # green, dash-dot: apart from threshold's D
     # the ZOS report's variants (specsim.analysis.variants)
     "zos-serial": Style(OKABE_ITO["vermillion"], "v", "--"),
     "fresh-overlapped": Style(OKABE_ITO["black"], "X", ":"),
@@ -108,6 +115,7 @@ def policy_style(policy: str) -> Style:
 POLICY_ORDER = (
     "ar", "mtp1", "static", "full", "threshold", "cum-threshold", "goodput", "hw-aware",
     "hw-aware-global", "zos-serial", "zos", "fresh-overlapped", "calibrated-zos", "auto",
+    "vllm-adaptive", "trtllm-confidence", "trtllm-schedule", "sglang-dspark", "llama-dspark",
     "oracle",
 )  # fmt: skip
 
