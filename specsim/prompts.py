@@ -48,10 +48,14 @@ def _bundled_path(name: str) -> Path:
 
 def _lines(path: Path) -> list[str]:
     """A prompt file's lines, refused in one line when it cannot be one: a directory, a FIFO or
-    device (reading would block or never end), or text that is not UTF-8 (with its line)."""
+    device (reading would block or never end), a file the system will not read (a name too
+    long, /proc/self/mem), or text that is not UTF-8 (with its line)."""
     import stat
 
-    mode = path.stat().st_mode
+    try:
+        mode = path.stat().st_mode
+    except OSError as exc:  # a name too long, a symlink loop, no permission: one line
+        raise _os_refusal(path, exc) from None
     if stat.S_ISDIR(mode):
         raise SpecsimError(f"--prompts {path} is a directory; pass a JSONL file inside it")
     if not stat.S_ISREG(mode):
@@ -59,7 +63,10 @@ def _lines(path: Path) -> list[str]:
             f"--prompts {path} is not a regular file (a FIFO or device would block); "
             "write the prompts to a JSONL file first"
         )
-    data = path.read_bytes()
+    try:
+        data = path.read_bytes()
+    except OSError as exc:  # /proc/self/mem: a "regular" file that fails on read (EIO)
+        raise _os_refusal(path, exc) from None
     try:
         return data.decode("utf-8").split("\n")  # not splitlines: U+2028 may sit in a string
     except UnicodeDecodeError as exc:
@@ -70,6 +77,49 @@ def _lines(path: Path) -> list[str]:
         ) from None
 
 
+def _os_refusal(path: Path, exc: OSError) -> SpecsimError:
+    """The system refused to open or read a prompt file: one line with its reason."""
+    shown = str(path) if len(str(path)) <= 200 else str(path)[:200] + "..."
+    return SpecsimError(
+        f"--prompts {shown}: cannot read it ({exc.strerror or type(exc).__name__}); "
+        "pass a readable JSONL file"
+    )
+
+
+def _text(obj: object) -> str:
+    """The prompt text of one parsed line: ``turns`` (a list; its first string) or ``prompt``.
+    Raises TypeError for any other shape: a ``turns`` string would send only its first
+    character, and a lone surrogate (``"\\ud800"``) cannot be encoded to send at all."""
+    if not isinstance(obj, dict):
+        raise TypeError("not an object")
+    if "turns" in obj:
+        turns = obj["turns"]
+        if not isinstance(turns, list) or not turns:
+            raise TypeError("turns is not a non-empty list")
+        text = turns[0]
+    else:
+        text = obj.get("prompt")
+    if not isinstance(text, str) or not text:
+        raise TypeError("empty or non-text turn")
+    return text
+
+
+def _parse(path: Path, lineno: int, line: str) -> object:
+    """One line's JSON, or a one-line refusal naming the file, the line and why."""
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as exc:
+        why = f"not JSON: {exc.msg} at column {exc.colno}"
+    except ValueError:  # an integer of more than sys.get_int_max_str_digits() digits
+        why = "a number too long to read"
+    except RecursionError:  # [[[[... deeper than the parser's stack
+        why = "arrays or objects nested too deeply"
+    raise SpecsimError(
+        f"{path}:{lineno} is {why}; each line must be a JSON object with a non-empty text "
+        "'turns' or 'prompt'"
+    )
+
+
 def load_prompts(spec: str, category: str | None = None) -> list[Prompt]:
     """Prompts of ``NAME[START:STOP]`` (bundled name or path; the slice is optional)."""
     m = _SPEC.match(spec.strip())
@@ -77,27 +127,36 @@ def load_prompts(spec: str, category: str | None = None) -> list[Prompt]:
         raise SpecsimError(f"bad prompt spec {spec!r}; use NAME or NAME[START:STOP]")
     name = m.group("name")
     path = _bundled_path(name) if name in BUNDLED else Path(name).expanduser()
-    if not path.exists():
+    try:
+        found = path.exists()
+    except OSError as exc:  # ENAMETOOLONG and friends: Path.exists lets them through
+        raise _os_refusal(path, exc) from None
+    if not found:
         raise SpecsimError(
-            f"prompt file {name!r} not found; pass a JSONL path or one of {sorted(BUNDLED)}"
+            f"prompt file {name[:200]!r} not found; pass a JSONL path or one of {sorted(BUNDLED)}"
         )
     cat = category or BUNDLED.get(name) or BUNDLED.get(path.stem) or path.stem
     rows = []
     for i, line in enumerate(_lines(path)):
         if not line.strip():
             continue
+        obj = _parse(path, i + 1, line)
         try:
-            obj = json.loads(line)
-            text = obj["turns"][0] if "turns" in obj else obj["prompt"]
-            if not isinstance(text, str) or not text:
-                raise TypeError("empty or non-text turn")
-            src = obj.get("source") if isinstance(obj, dict) else None
-            own = obj.get("category") if isinstance(obj, dict) else None
-        except (json.JSONDecodeError, KeyError, IndexError, TypeError):
+            text = _text(obj)
+        except TypeError:
             raise SpecsimError(
-                f"{path}:{i + 1} is not a JSON object with a non-empty text 'turns' or 'prompt'; "
-                "fix that line"
+                f"{path}:{i + 1} is not a JSON object with a non-empty text 'turns' list or "
+                "'prompt'; fix that line"
             ) from None
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise SpecsimError(
+                f"{path}:{i + 1} holds a lone surrogate escape (e.g. \\ud800), which no server "
+                "can be sent; fix that line"
+            ) from None
+        assert isinstance(obj, dict)
+        src, own = obj.get("source"), obj.get("category")
         # --category wins; then the line's own "category"; then its source's; then the
         # file's (a bundled set's, or the file stem of a user's JSONL)
         row_cat = category or (str(own) if own else SOURCE_CATEGORY.get(str(src), cat))

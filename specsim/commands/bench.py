@@ -64,11 +64,15 @@ def table(s: dict) -> str:
         ("E2E mean, p50 / p90 / p99", f"{_fmt(s['e2e_ms_mean'], ',.0f')} ms, {pcts('e2e')}"),
     ]
     if "draft_tokens" in s:
+        rate = (
+            f"{_fmt(100 * s['verify_efficiency'], '.1f')}% accepted"
+            if "verify_efficiency" in s
+            else "the server drafted nothing"
+        )
         rows.append(
             (
                 "drafted / accepted tokens",
-                f"{s['draft_tokens']:,} / {s['accepted_draft_tokens']:,} "
-                f"({_fmt(100 * s['verify_efficiency'], '.1f')}% accepted)",
+                f"{s['draft_tokens']:,} / {s['accepted_draft_tokens']:,} ({rate})",
             )
         )
     if "goodput_req_s" in s:
@@ -130,6 +134,21 @@ def run(args: argparse.Namespace) -> int:
             f"{len(failed)} of {len(results)} requests failed (allowed: "
             f"{cfg.max_failed_share:.0%}); first error: {failed[0] if failed else 'none'}{kept}"
         )
+    bad = [k for k in HEADLINE if not (math.isfinite(summary[k]) and summary[k] >= 0)]
+    if bad:  # every request's numbers were checked: this is a run too short to time
+        raise RunFailed(
+            f"the run measured no valid {bad[0]} ({summary[bad[0]]}) from "
+            f"{summary['requests_completed']} completed requests; send more requests{kept}"
+        )
+    if not math.isfinite(summary["tpot_ms_mean"]):  # every request generated one token
+        sys.stderr.write(
+            "specsim: note: TPOT is undefined (n/a, null in --json): no request generated more "
+            "than one token; raise --max-tokens to measure it\n"
+        )
     if failed:
         sys.stderr.write(f"specsim: warning: {len(failed)} requests failed, e.g. {failed[0]}\n")
     return 0
+
+
+# the numbers a successful run must have measured: finite and non-negative, or it exits 1
+HEADLINE = ("duration_s", "throughput_tok_s", "request_throughput", "ttft_ms_mean", "e2e_ms_mean")

@@ -130,6 +130,8 @@ def run_llama(args: argparse.Namespace) -> int:
     threads = args.server_threads
     if threads is None:  # --threads is the torch engine's; the server has its own default
         threads = LlamaValidationConfig.__dataclass_fields__["threads"].default
+    elif threads < 1:  # named here: the config's own check knows the field as --threads
+        raise SpecsimError(f"--server-threads must be at least 1, got {threads}")
     extra: dict[str, object] = {"seed": args.seed, "threads": threads}
     if args.profile is not None:
         from pathlib import Path

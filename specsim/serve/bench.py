@@ -125,17 +125,22 @@ async def _send(client, cfg: BenchConfig, i: int, job: Job, t0: float,  # noqa: 
                     return res
                 async for data in sse_json(r):
                     limit.reschedule(bounds.event(loop.time()))
+                    if (err := _server_error(data)) is not None:
+                        raise StreamError(err)
                     now = time.perf_counter() - t0
-                    n = _chunk_tokens(cfg, data)
+                    # after the closing event only OpenAI's usage chunk belongs to the answer
+                    n = 0 if finished else _chunk_tokens(cfg, data)
                     if cfg.api == "llama" and isinstance(data.get("tokens"), list):
-                        res.tokens.extend(int(t) for t in data["tokens"])
+                        res.tokens.extend(_count(t, "a token id") for t in data["tokens"])
                     if n:
                         if not res.chunk_s:
                             res.first_s = now
                         res.chunk_s.append(now)
                         res.chunk_tokens.append(n)
-                    _read_final(cfg, data, res)
+                    _read_final(cfg, data, res, job.max_tokens)
                     finished = finished or _is_last(cfg, data)
+                    if finished and cfg.api == "llama":  # "stop": true is llama-server's last
+                        break
     except TimeoutError:
         res.error = bounds.message(loop.time())
         return res
@@ -150,11 +155,11 @@ async def _send(client, cfg: BenchConfig, i: int, job: Job, t0: float,  # noqa: 
     except Exception as exc:  # noqa: BLE001 - a failed request is data, not a crash
         res.error = f"{type(exc).__name__}: {str(exc)[:300]}"
         return res
-    if not res.output_tokens:
-        res.output_tokens = int(sum(res.chunk_tokens))
-    if not res.chunk_s and not res.output_tokens:  # HTTP 200 but no token: not a response
+    if not res.chunk_s:  # HTTP 200 but no token event: whatever its counts say, no answer
         res.error = "the stream carried no token (no server-sent event with generated text)"
         return res
+    if not res.output_tokens:
+        res.output_tokens = int(sum(res.chunk_tokens))
     if not finished:  # cut at an event boundary: what came is not the whole answer
         res.error = (
             "the stream ended before the server's last event (no 'stop': true or "
@@ -173,25 +178,71 @@ def _is_last(cfg: BenchConfig, data: dict[str, Any]) -> bool:
     return any(isinstance(c, dict) and c.get("finish_reason") for c in data.get("choices") or [])
 
 
-def _read_final(cfg: BenchConfig, data: dict[str, Any], res: Result) -> None:
-    """The counts a server gives at the end of a stream (tokens, llama-server's timings)."""
+# the most tokens any count a server reports may hold (a prompt, drafts): far beyond any
+# context window, and still exact as a float
+MAX_COUNT = 2**31
+
+
+def _count(value: object, name: str, most: int = MAX_COUNT) -> int:
+    """A token count the server reported, checked: a whole number in [0, ``most``]. Anything
+    else (negative, NaN, 1e300, ``true``, a string) makes the request fail with a message naming
+    the field: a throughput computed from it would be a number that was never measured."""
+    n: int | None = None
+    if isinstance(value, int) and not isinstance(value, bool):
+        n = value
+    elif isinstance(value, float) and value.is_integer():  # NaN and inf are not integers
+        n = int(value)
+    if n is None or not 0 <= n <= most:
+        raise StreamError(
+            f"the server reported {name} = {value!r}, not a whole number in "
+            f"[0, {most:,}]; its counts cannot be trusted"
+        )
+    return n
+
+
+def _read_final(cfg: BenchConfig, data: dict[str, Any], res: Result, most: int) -> None:
+    """The counts a server gives at the end of a stream (tokens, llama-server's timings), each
+    checked (:func:`_count`; at most ``most`` generated tokens, the request's own limit)."""
     if cfg.api == "llama":
-        t = data.get("timings") or {}
+        t = data.get("timings")
+        if t is None:
+            t = {}
+        if not isinstance(t, dict):
+            raise StreamError(f"the server sent timings = {t!r}, not a JSON object")
         if "predicted_n" in t:
-            res.output_tokens = int(t["predicted_n"])
+            res.output_tokens = _count(t["predicted_n"], "timings.predicted_n", most)
         if "prompt_n" in t:
-            res.prompt_tokens = int(t["prompt_n"])
+            res.prompt_tokens = _count(t["prompt_n"], "timings.prompt_n")
         if "draft_n" in t:
-            res.draft_n = int(t["draft_n"])
-            res.draft_accepted = int(t.get("draft_n_accepted", 0))
+            res.draft_n = _count(t["draft_n"], "timings.draft_n")
+            res.draft_accepted = _count(t.get("draft_n_accepted", 0), "timings.draft_n_accepted")
+            if res.draft_accepted > res.draft_n:
+                raise StreamError(
+                    f"the server reported timings.draft_n_accepted = {res.draft_accepted} > "
+                    f"timings.draft_n = {res.draft_n}: more drafts accepted than drafted"
+                )
         if data.get("tokens_evaluated"):
-            res.prompt_tokens = int(data["tokens_evaluated"])
+            res.prompt_tokens = _count(data["tokens_evaluated"], "tokens_evaluated")
         return
-    usage = data.get("usage") or {}
-    if usage.get("completion_tokens"):
-        res.output_tokens = int(usage["completion_tokens"])
-    if usage.get("prompt_tokens"):
-        res.prompt_tokens = int(usage["prompt_tokens"])
+    usage = data.get("usage")
+    if usage is None:
+        return
+    if not isinstance(usage, dict):
+        raise StreamError(f"the server sent usage = {usage!r}, not a JSON object")
+    if usage.get("completion_tokens") is not None:
+        res.output_tokens = _count(usage["completion_tokens"], "usage.completion_tokens", most)
+    if usage.get("prompt_tokens") is not None:
+        res.prompt_tokens = _count(usage["prompt_tokens"], "usage.prompt_tokens")
+
+
+def _server_error(data: dict[str, Any]) -> str | None:
+    """The message of an error object a server streamed inside a 200 answer (OpenAI's
+    ``{"error": {"message": ...}}``, llama-server's the same), else None."""
+    err = data.get("error")
+    if err is None:
+        return None
+    msg = err.get("message", err) if isinstance(err, dict) else err
+    return f"the server streamed an error: {str(msg)[:300]}"
 
 
 async def _closed(client, cfg: BenchConfig, jobs: list[Job], progress,  # noqa: ANN001
@@ -364,7 +415,8 @@ def summarize_bench(
         acc = sum(r.draft_accepted or 0 for r in ok if r.draft_n is not None)
         s["draft_tokens"] = int(sum(drafted))
         s["accepted_draft_tokens"] = int(acc)
-        s["verify_efficiency"] = acc / sum(drafted) if sum(drafted) else float("nan")
+        if sum(drafted):  # no draft at all (no n-gram matched): no acceptance rate, not NaN
+            s["verify_efficiency"] = acc / sum(drafted)
     if slo:
         good = np.ones(len(ok), dtype=bool)
         for key, x in (("ttft", ttft), ("tpot", tpot), ("e2e", e2e)):

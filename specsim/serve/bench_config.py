@@ -71,8 +71,11 @@ class BenchConfig:
                 f"--rate {self.rate:g} req/s would take more than {1 / MIN_RATE:,.0f} s between "
                 f"requests; give a rate >= {MIN_RATE:g}"
             )
-        if self.cv is not None and not (math.isfinite(self.cv) and self.cv > 0):
-            raise SpecsimError(f"--cv must be a positive number, got {self.cv}")
+        if self.cv is not None and not (math.isfinite(self.cv) and MIN_CV <= self.cv <= MAX_CV):
+            raise SpecsimError(
+                f"--cv must be a coefficient of variation in [{MIN_CV:g}, {MAX_CV:g}] (1 is "
+                f"Poisson), got {self.cv}"
+            )
         for name in TIMEOUTS:
             v = getattr(self, name)
             if not (math.isfinite(v) and 0 < v <= MAX_TIMEOUT_S):
@@ -92,6 +95,9 @@ MAX_REQUESTS = 10_000_000
 MAX_TOKENS = 1_000_000
 MIN_RATE = 1e-3  # one request per 1,000 s: slower is a typo, and would look like a hang
 MAX_TIMEOUT_S = 86_400.0
+# Gamma gaps of shape 1/cv^2: outside this range cv^2 under- or overflows (a division by zero),
+# and long before that the arrivals are a metronome or one burst
+MIN_CV, MAX_CV = 1e-3, 100.0
 # the time bounds of one request (each its own flag): a server that stalls anywhere is a failed
 # request naming the bound it hit, never a run that waits forever
 TIMEOUTS = ("timeout_s", "connect_timeout_s", "first_byte_timeout_s", "event_timeout_s")
@@ -99,19 +105,51 @@ TIMEOUTS = ("timeout_s", "connect_timeout_s", "first_byte_timeout_s", "event_tim
 
 def check_url(url: str, flag: str = "--url") -> None:
     """A base URL a client can connect to: http(s), a host, a port in 1..65535 (one line
-    naming ``flag``). Every real-server command checks its URLs here before connecting."""
+    naming ``flag``). Every real-server command checks its URLs here before connecting.
+
+    Refused too, because the client would otherwise send somewhere the user did not mean (or
+    fail later with a message that hides the typo): whitespace or control characters (a pasted
+    newline), a backslash (``http://h:1\\@evil`` is host ``evil`` to the client, ``h`` to a
+    browser), a query or fragment (every request's path is appended after the base), a host
+    label over 63 characters, and a bracketed host that is not an IPv6 address."""
     from urllib.parse import urlsplit
 
     example = "e.g. http://127.0.0.1:8080"
-    if not url.startswith(("http://", "https://")):
-        raise SpecsimError(f"{flag} {url!r} must start with http:// or https://")
+    if not url.lower().startswith(("http://", "https://")):
+        raise SpecsimError(f"{flag} {url!r} must start with http:// or https://; {example}")
+    bad = next((i for i, ch in enumerate(url) if ch.isspace() or not ch.isprintable()), None)
+    if bad is not None:
+        raise SpecsimError(
+            f"{flag} {url!r} has whitespace or a control character at position {bad} "
+            f"(a pasted newline or tab?); {example}"
+        )
+    if "\\" in url:
+        raise SpecsimError(f"{flag} {url!r} has a backslash; use / in a URL; {example}")
     try:
         parts = urlsplit(url)
-        port = parts.port
-    except ValueError:
-        raise SpecsimError(f"{flag} {url!r} has a port outside 1..65535; {example}") from None
-    if not parts.hostname:
+    except ValueError as exc:  # an unclosed [ or a bracketed host that is not IPv6
+        raise SpecsimError(
+            f"{flag} {url!r} is not a URL ({exc}); write an IPv6 host in brackets "
+            f"(http://[::1]:8080), any other without; {example}"
+        ) from None
+    if parts.query or parts.fragment or url.endswith(("?", "#")):
+        raise SpecsimError(
+            f"{flag} {url!r} has a query or fragment; give the server's base URL only, {example}"
+        )
+    host = parts.hostname or ""
+    if not host:
         raise SpecsimError(f"{flag} {url!r} names no host; {example}")
+    if not host.startswith("[") and ":" not in host:
+        if len(host) > 253 or any(len(label) > 63 for label in host.split(".")):
+            raise SpecsimError(
+                f"{flag} {url!r} has a host name over 253 characters or a label (between dots) "
+                f"over 63: no such host can exist; {example}"
+            )
+    try:
+        port = parts.port
+    except ValueError as exc:  # 99999; or "+80", "80:80", "８０" (not a number at all)
+        what = "outside" if "out of range" in str(exc) else "that is not a number in"
+        raise SpecsimError(f"{flag} {url!r} has a port {what} 1..65535; {example}") from None
     if port is not None and not 1 <= port <= 65535:
         raise SpecsimError(f"{flag} {url!r} has a port outside 1..65535; {example}")
 

@@ -23,6 +23,12 @@ from typing import Any
 from specsim.errors import SpecsimError
 
 LLAMA_CPP_BUILD = 11434
+# a request that is not a generation (/tokenize, /apply-template) answers in milliseconds
+REQUEST_TIMEOUT_S = 30.0
+# a non-streamed generation of the validation grid's model (SmolLM2-135M: hundreds of tokens/s
+# on one core): this long to start, plus this long per token asked for (10 tokens/s)
+COMPLETION_BASE_S, COMPLETION_PER_TOKEN_S = 10.0, 0.1
+MAX_ANSWER_BYTES = 64 * 2**20  # far beyond any answer (a few KB), still small in memory
 INSTALL_HINT = "build it with scripts/install-llama-server.sh (about 15-40 minutes on 2 cores)"
 
 
@@ -191,20 +197,69 @@ class LlamaServer:
     def log_tail(self, lines: int = 30) -> str:
         return "\n".join(self.log_text().splitlines()[-lines:])
 
-    def post(self, path: str, payload: dict[str, Any], timeout_s: float = 600.0) -> Any:
-        """POST JSON to the server and return the decoded answer."""
+    def post(self, path: str, payload: dict[str, Any], timeout_s: float = REQUEST_TIMEOUT_S) -> Any:
+        """POST JSON to the server and return the decoded answer, within ``timeout_s`` seconds
+        in all (a server that never answers, or trickles its answer, is an error naming the
+        path, not a wait of hours); an answer that is not JSON is one line naming the path."""
         req = urllib.request.Request(
             self.url + path,
             data=json.dumps(payload).encode(),
             headers={"Content-Type": "application/json"},
         )
+        deadline = time.monotonic() + timeout_s
         try:
             with urllib.request.urlopen(req, timeout=timeout_s) as r:
-                return json.loads(r.read())
+                body = _read_until(r, deadline, path)
         except urllib.error.HTTPError as exc:
-            body = exc.read().decode(errors="replace")
+            body = exc.read(500).decode(errors="replace")
             raise SpecsimError(f"llama-server {path} answered {exc.code}: {body[:500]}") from None
+        except (TimeoutError, OSError) as exc:  # socket.timeout, a reset, a refused connection
+            if isinstance(exc, TimeoutError) or "timed out" in str(exc):
+                raise SpecsimError(
+                    f"llama-server {path} did not answer within {timeout_s:g} s; see its log "
+                    f"({self.log_path})"
+                ) from None
+            raise SpecsimError(f"llama-server {path} failed ({exc}); see {self.log_path}") from None
+        try:
+            return json.loads(body, parse_constant=_no_constant)
+        except ValueError as exc:
+            raise SpecsimError(
+                f"llama-server {path} answered something that is not JSON ({exc}; it begins "
+                f"{body[:80]!r}); is this llama.cpp's llama-server?"
+            ) from None
 
     def completion(self, payload: dict[str, Any], timeout_s: float = 600.0) -> dict[str, Any]:
-        """``/completion``: the answer carries ``timings`` (``draft_n``, ``draft_n_accepted``)."""
-        return dict(self.post("/completion", payload, timeout_s))
+        """``/completion``: the answer carries ``timings`` (``draft_n``, ``draft_n_accepted``).
+        A non-streamed answer comes all at once, so only its whole length can be bounded:
+        callers that know the model pass :func:`completion_timeout_s` of their ``n_predict``."""
+        ans = self.post("/completion", payload, timeout_s)
+        if not isinstance(ans, dict):
+            raise SpecsimError(f"llama-server /completion answered {str(ans)[:80]}, not an object")
+        return ans
+
+
+def completion_timeout_s(n_predict: int) -> float:
+    """The bound of one non-streamed ``/completion`` of ``n_predict`` tokens (seconds)."""
+    return COMPLETION_BASE_S + COMPLETION_PER_TOKEN_S * max(n_predict, 0)
+
+
+def _read_until(r: Any, deadline: float, path: str) -> str:
+    """The body of answer ``r`` read piece by piece, refused past ``deadline`` or
+    :data:`MAX_ANSWER_BYTES` (each read is bounded by the socket's own timeout)."""
+    parts, size = [], 0
+    while piece := r.read(65536):
+        parts.append(piece)
+        size += len(piece)
+        if time.monotonic() > deadline:
+            raise TimeoutError(path)
+        if size > MAX_ANSWER_BYTES:
+            raise SpecsimError(
+                f"llama-server {path} answered more than {MAX_ANSWER_BYTES:,} bytes; not an "
+                "answer llama-server sends"
+            )
+    return b"".join(parts).decode("utf-8", errors="replace")
+
+
+def _no_constant(name: str) -> float:
+    """``json.loads`` hook: NaN and Infinity are not JSON, and no count can be one."""
+    raise ValueError(f"{name} is not a JSON number")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from specsim.errors import SpecsimError
 from specsim.serve.llama_server import LlamaServer
 
 
@@ -18,8 +19,25 @@ def chat_prompt_ids(server: LlamaServer, texts: Sequence[str]) -> list[list[int]
     out = []
     for text in texts:
         msg = {"messages": [{"role": "user", "content": text}]}
-        prompt = server.post("/apply-template", msg)["prompt"]
+        ans = server.post("/apply-template", msg)
+        prompt = ans.get("prompt") if isinstance(ans, dict) else None
+        if not isinstance(prompt, str):
+            raise SpecsimError(
+                f"llama-server /apply-template answered {str(ans)[:80]} (no text 'prompt'); "
+                "is this llama.cpp's llama-server (build b4000 or later)?"
+            )
         toks = server.post("/tokenize", {"content": prompt, "add_special": False,
                                          "parse_special": True})  # fmt: skip
-        out.append([int(t) for t in toks["tokens"]])
+        ids = toks.get("tokens") if isinstance(toks, dict) else None
+        if not isinstance(ids, list) or not all(_is_id(t) for t in ids):
+            raise SpecsimError(
+                f"llama-server /tokenize answered {str(toks)[:80]}, not a list of token ids "
+                "in 'tokens'; is this llama.cpp's llama-server?"
+            )
+        out.append([int(t) for t in ids])
     return out
+
+
+def _is_id(t: object) -> bool:
+    """A token id as JSON carries one: a non-negative int (not a bool, not a string)."""
+    return isinstance(t, int) and not isinstance(t, bool) and 0 <= t < 2**31

@@ -74,6 +74,14 @@ def calibrate(
             n = int(np.ceil(cfg.calib_requests * c))
             jobs, res, summary = send(srv, ids, lengths, temperature=t, seed=cfg.seed + 1,
                                       concurrency=c, requests=n)  # fmt: skip
+            failed = [r.error for r in res if r.error]
+            if failed:  # a profile fitted on the steps of the requests that survived is wrong
+                from specsim.errors import RunFailed
+
+                raise RunFailed(
+                    f"{len(failed)} of {n} calibration requests failed ({s.name}, T={t:g}, "
+                    f"C={c}); first error: {failed[0]}"
+                )
             table, info = run_steps(cfg, s, jobs, res)
             table["spec"], table["temperature"], table["concurrency"] = s.name, float(t), c
             frames.append(table)

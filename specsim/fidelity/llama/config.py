@@ -11,6 +11,7 @@ from typing import Any
 from specsim.errors import SpecsimError
 from specsim.options import option
 
+MAX_DRAFT = 256  # tokens drafted per step: far beyond any useful one (llama.cpp's default: 16)
 SPEC_HELP = "none or ngram:M (ngram-simple, draft size M)"
 DSPARK_LATER = (
     "draft-dspark settings are not in this grid yet: the drafts at every output position need "
@@ -34,7 +35,13 @@ class SpecSetting:
             if kind == "none" and len(parts) == 1:
                 return cls("none")
             if kind == "ngram" and len(parts) == 2:
-                return cls("ngram", int(parts[1]))
+                m = int(parts[1])
+                if not 1 <= m <= MAX_DRAFT:  # llama-server allocates a batch of M per slot
+                    raise SpecsimError(
+                        f"--specs {text!r}: the draft size M of ngram:M must be in "
+                        f"[1, {MAX_DRAFT}], got {m}"
+                    )
+                return cls("ngram", m)
             if kind == "dspark":
                 raise SpecsimError(DSPARK_LATER)
         except ValueError:

@@ -76,7 +76,25 @@ def run_cell(
     row["first_error"] = next((r.error for r in res if r.error), "")
     row["server_args"] = " ".join(server_args(cfg, s))
     row["load_1m"] = load_1m
+    check_failed([row])
     return row
+
+
+def check_failed(rows: list[dict[str, Any]]) -> None:
+    """Failed grid requests fail the command at once (exit 1, as ``specsim bench``): a cell's
+    numbers would be measured on the requests that happened to succeed (or be NaN), a score
+    of those is not a score of the server, and the rest of the grid would be hours more of it."""
+    from specsim.errors import RunFailed
+
+    failed = sum(int(r["failed"]) for r in rows)
+    if failed:
+        total = sum(int(r["requests"]) for r in rows)
+        r = next(r for r in rows if r["failed"])
+        load = f"C={r['concurrency']}" if r["concurrency"] is not None else f"rate={r['rate']:g}"
+        raise RunFailed(
+            f"{failed} of {total} grid requests failed (cell {r['spec']} T={r['temperature']:g} "
+            f"{load}); first error: {r['first_error']}"
+        )
 
 
 def _log_row(log: Callable[[str], None], row: dict[str, Any], what: str) -> None:

@@ -59,12 +59,20 @@ def accept_pooled(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def summary_lines(table: pd.DataFrame) -> str:
+    """The command's last line. A grid without a drafting setting (``--specs none``) has no
+    accepted/drafted gap: said in words, never printed as ``nan%``."""
     g = goals(table)
+    gap = g["accept_gap_max"]
+    accept = (
+        f"accepted/drafted gap max {100 * gap:.2f}%"
+        if np.isfinite(gap)
+        else "no accepted/drafted gap (no cell accepted drafts)"
+    )
     return (
         f"{int(g['cells'])} cells: throughput |err| median {100 * g['throughput_median_abs']:.1f}%"
         f" max {100 * g['throughput_max_abs']:.1f}%; TPOT mean |err| median "
         f"{100 * g['tpot_mean_median_abs']:.1f}% max {100 * g['tpot_mean_max_abs']:.1f}%; "
-        f"accepted/drafted gap max {100 * g['accept_gap_max']:.2f}%"
+        f"{accept}"
     )
 
 

@@ -42,7 +42,14 @@ def start_server(cfg: LlamaValidationConfig, s: SpecSetting, log_dir: Path | Non
     from specsim.record.models import smollm2_gguf  # torch-free: locates the GGUF
 
     log = None if log_dir is None else log_dir / f"server-{s.slug}.log"
-    return LlamaServer(ServerSpec(model=smollm2_gguf(), args=server_args(cfg, s), log_path=log))
+    spec = ServerSpec(model=smollm2_gguf(), args=server_args(cfg, s), log_path=log,
+                      startup_timeout_s=STARTUP_TIMEOUT_S)  # fmt: skip
+    return LlamaServer(spec)
+
+
+# SmolLM2-135M's GGUF (~100 MB) loads in about a second: a server not healthy after a minute
+# is not loading, it is stuck (the generic 300 s is for models a hundred times larger)
+STARTUP_TIMEOUT_S = 60.0
 
 
 def limits(cfg: LlamaValidationConfig) -> dict[str, int]:

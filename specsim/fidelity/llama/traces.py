@@ -67,18 +67,32 @@ def prepare(
             if bad:
                 from specsim.errors import SpecsimError
 
-                raise SpecsimError(f"llama-server returned short outputs for prompts {bad[:5]}")
+                failed = [r.error for r in res if r.error]  # the reason, where the client saw it
+                why = f" ({len(failed)} failed; first error: {failed[0]})" if failed else ""
+                raise SpecsimError(
+                    f"llama-server returned short outputs for prompts {bad[:5]}{why}"
+                )
             outputs[float(t)] = [by_prompt[i] for i in range(len(ids))]
     return GridInputs(ids, lengths, outputs, calib_ids, calib_lengths)
 
 
 def natural_lengths(srv, ids: list[list[int]], cfg: LlamaValidationConfig) -> list[int]:  # noqa: ANN001
     """Each prompt's greedy answer length (to its EOS), clipped to [16, max_tokens]."""
+    from specsim.errors import SpecsimError
+    from specsim.serve.llama_server import completion_timeout_s
+
     out = []
     for p in ids:
         ans = srv.completion({"prompt": p, "n_predict": cfg.max_tokens, "temperature": 0.0,
-                              "cache_prompt": False, "seed": cfg.seed})  # fmt: skip
-        n = int(ans.get("timings", {}).get("predicted_n", cfg.max_tokens))
+                              "cache_prompt": False, "seed": cfg.seed},
+                             timeout_s=completion_timeout_s(cfg.max_tokens))  # fmt: skip
+        timings = ans.get("timings", {})
+        n = timings.get("predicted_n", cfg.max_tokens) if isinstance(timings, dict) else None
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= cfg.max_tokens:
+            raise SpecsimError(
+                f"llama-server /completion answered timings {str(timings)[:80]}: no "
+                f"timings.predicted_n in [0, {cfg.max_tokens}] (the tokens it generated)"
+            )
         out.append(min(max(n, MIN_OUTPUT), cfg.max_tokens))
     return out
 
