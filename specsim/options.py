@@ -113,8 +113,15 @@ def _parse_list(f: Field, value: Any) -> Any:
         return value
     d = f.default
     elem = f.metadata.get("type") or (type(d[0]) if isinstance(d, tuple) and d else str)
+    items = [x.strip() for x in value.split(",")]
+    if "" in items[:-1] or (items == [""]):  # "0,,1" or "": one trailing comma is forgiven
+        from specsim.errors import SpecsimError
+
+        raise SpecsimError(
+            f"{_flag(f)} has an empty item in {value!r}; give comma-separated values, e.g. 1,2"
+        )
     try:
-        return tuple(elem(x.strip()) for x in value.split(",") if x.strip())
+        return tuple(elem(x) for x in items if x)
     except ValueError:
         from specsim.errors import SpecsimError
 

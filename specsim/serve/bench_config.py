@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from specsim.errors import SpecsimError
 from specsim.options import option
+from specsim.sim.config import MAX_CV, MIN_CV
 
 APIS = ("llama", "completions", "chat")
 
@@ -95,9 +96,6 @@ MAX_REQUESTS = 10_000_000
 MAX_TOKENS = 1_000_000
 MIN_RATE = 1e-3  # one request per 1,000 s: slower is a typo, and would look like a hang
 MAX_TIMEOUT_S = 86_400.0
-# Gamma gaps of shape 1/cv^2: outside this range cv^2 under- or overflows (a division by zero),
-# and long before that the arrivals are a metronome or one burst
-MIN_CV, MAX_CV = 1e-3, 100.0
 # the time bounds of one request (each its own flag): a server that stalls anywhere is a failed
 # request naming the bound it hit, never a run that waits forever
 TIMEOUTS = ("timeout_s", "connect_timeout_s", "first_byte_timeout_s", "event_timeout_s")

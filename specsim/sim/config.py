@@ -18,6 +18,10 @@ from specsim.errors import SpecsimError
 from specsim.options import default_of, help_text
 from specsim.options import option as _f
 
+# Gamma arrival gaps need 1 / cv^2 and cv^2 / rate finite and non-zero: beyond these bounds the
+# shape or scale underflows (cv 1e-200) or overflows (1e200). One rule for replay and bench.
+MIN_CV, MAX_CV = 1e-3, 100.0
+
 # The scheduler a replay runs when none is named: ``auto`` plans each step's draft lengths from
 # the cost profile (docs/policies.md), so it does not trap under load as ``hw-aware`` does.
 DEFAULT_POLICY = "auto"

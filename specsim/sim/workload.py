@@ -35,6 +35,7 @@ import numpy as np
 
 from specsim.errors import SpecsimError
 from specsim.rng import stream
+from specsim.sim.config import MAX_CV, MIN_CV
 from specsim.trace.model import Trace
 
 BUILTIN_ARRIVALS = {
@@ -196,8 +197,11 @@ def synthetic(
         )
     if rate is None or not (np.isfinite(rate) and rate > 0):
         raise SpecsimError(f"--rate must be a positive number of requests/s, got {rate}")
-    if cv is not None and not (np.isfinite(cv) and cv > 0):
-        raise SpecsimError(f"--cv must be a positive number, got {cv}")
+    if cv is not None and not (np.isfinite(cv) and MIN_CV <= cv <= MAX_CV):
+        raise SpecsimError(
+            f"--cv must be a coefficient of variation in [{MIN_CV:g}, {MAX_CV:g}] (1 is "
+            f"Poisson), got {cv}"
+        )
     n = requests if requests is not None else (None if duration else trace.n_requests)
     if n is None:
         check_request_count(float(rate) * float(duration), f"--rate {rate:g} for {duration:g} s")
