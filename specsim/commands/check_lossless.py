@@ -163,24 +163,50 @@ def run_server_audit(args: argparse.Namespace) -> int:
         at = f"; look {last['k']} at {last['n']:,}: rank p={last['rank_p']:.3g}" if last else ""
         sys.stderr.write(f"\r{run.counts.positions:,} positions, {run.minutes():.1f} min{at}  ")
 
-    if cfg.temperature == 0:  # greedy identity, token for token
-        from specsim.serve.audit.greedy import run_greedy
+    from specsim.errors import Interrupted, RunFailed
+    from specsim.serve.audit.client import AuditInterrupted
 
-        res = run_greedy(cfg, progress=progress)
-    else:
-        res = run_audit(cfg, progress=progress)
+    try:
+        if cfg.temperature == 0:  # greedy identity, token for token
+            from specsim.serve.audit.greedy import run_greedy
+
+            res = run_greedy(cfg, progress=progress)
+        else:
+            res = run_audit(cfg, progress=progress)
+    except AuditInterrupted as stop:  # SIGINT / SIGTERM: keep what was measured, as bench does
+        sys.stderr.write("\n")
+        kept = ""
+        if stop.result is not None:
+            sys.stdout.write(stop.result.text() + "\n")
+            if out is not None:
+                _write_audit(stop.result, out, partial=True)
+                kept = f"; what it measured is in {out} (marked partial)"
+        state = f"; --state {cfg.state} resumes it" if cfg.state else ""
+        raise Interrupted(f"{stop}{kept}{state}", stop.signum) from None
     sys.stderr.write("\n")
+    if res.positions == 0 or res.verdict == "too few positions":  # tested nothing: no verdict
+        budget = "--tokens" if cfg.temperature == 0 else "--tokens; the first look needs 1,024"
+        raise RunFailed(
+            f"too few positions to give a verdict: {res.positions:,} tested; run longer "
+            f"(--minutes, {budget})"
+        )
     sys.stdout.write(res.text() + "\n")
     if out is not None:
-        import pandas as pd
-
-        from specsim.outputs import write_table
-
-        write_table(pd.DataFrame([res.row()]), out)
-        divs = getattr(res, "divergences", None)
-        if divs:  # the greedy audit's reproducers, beside the verdict row
-            write_table(pd.DataFrame([d.row() for d in divs]), _beside(out, "divergences"))
+        _write_audit(res, out, partial=False)
     return 1 if res.lossy else 0
+
+
+def _write_audit(res, out, partial: bool) -> None:  # noqa: ANN001
+    """The verdict row (``partial``: a signal stopped the run) and, for the greedy audit, its
+    reproducers beside it."""
+    import pandas as pd
+
+    from specsim.outputs import write_table
+
+    write_table(pd.DataFrame([{**res.row(), "partial": partial}]), out)
+    divs = getattr(res, "divergences", None)
+    if divs:  # the greedy audit's reproducers, beside the verdict row
+        write_table(pd.DataFrame([d.row() for d in divs]), _beside(out, "divergences"))
 
 
 def _beside(path, what: str):  # noqa: ANN001, ANN202

@@ -24,6 +24,8 @@ tokenisations of one string are different samples) and the reference's law at th
 
 from __future__ import annotations
 
+import asyncio
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +35,55 @@ from specsim.errors import SpecsimError
 from specsim.serve.sse import StreamError, sse_json
 
 APIS = ("llama", "completions")
+MAX_TOKEN_ID = 2**31 - 1  # llama.cpp's llama_token is int32: any larger id is not a token
+PROB_SLACK = 1e-4  # float32 rounding a server's probabilities (and their sum) may carry
+
+
+def _bad(who: str, endpoint: str, what: str) -> SpecsimError:
+    """The one line for a malformed answer: who sent it, on which endpoint, which field."""
+    return SpecsimError(f"{who} answered {endpoint} with {what}; is it a llama-server?")
+
+
+def token_id(v: Any, who: str, endpoint: str, name: str) -> int:
+    """A token id as JSON must carry it: an integer (not a bool, float or string) in int32."""
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_TOKEN_ID:
+        raise _bad(who, endpoint, f"{name} {str(v)[:40]!r} (not a token id)")
+    return v
+
+
+def count_field(v: Any, who: str, endpoint: str, name: str) -> int:
+    """A non-negative count (``draft_n``, ``tokens_predicted``): an integer, or a float that
+    is one (some servers send 3.0), never NaN, a string or a negative number."""
+    if isinstance(v, float) and math.isfinite(v) and v == int(v):
+        v = int(v)
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise _bad(who, endpoint, f"{name} {str(v)[:40]!r} (not a count)")
+    return v
+
+
+def parse_top(entry: Any, who: str, endpoint: str) -> tuple[np.ndarray, np.ndarray]:
+    """One position's ``top_probs`` as (ids, probs): the single place a reported law is read.
+
+    Refused (one line naming the server, the endpoint and the field): anything not a non-empty
+    list of ``{id, prob}``, ids that are not distinct token ids, probabilities that are not
+    finite numbers in [0, 1], or that sum past 1. Whatever passes is a law the checks can use;
+    a garbage report must not reach them, where it would read as the audited server's loss."""
+    top = entry.get("top_probs") if isinstance(entry, dict) else None
+    if not isinstance(top, list) or not top or not all(isinstance(e, dict) for e in top):
+        raise _bad(who, endpoint, f"top_probs {str(top)[:60]!r} (not a list of {{id, prob}})")
+    ids = [token_id(e.get("id"), who, endpoint, "top_probs id") for e in top]
+    probs = []
+    for e in top:
+        p = e.get("prob")
+        ok = isinstance(p, (int, float)) and not isinstance(p, bool)
+        if not ok or not (math.isfinite(p) and -PROB_SLACK <= p <= 1.0 + PROB_SLACK):
+            raise _bad(who, endpoint, f"top_probs prob {str(p)[:40]!r} (not a probability)")
+        probs.append(min(max(float(p), 0.0), 1.0))
+    if len(set(ids)) != len(ids):
+        raise _bad(who, endpoint, "top_probs listing one token id twice")
+    if sum(probs) > 1.0 + PROB_SLACK:
+        raise _bad(who, endpoint, f"top_probs summing to {sum(probs):.4g} (> 1)")
+    return np.array(ids, dtype=np.int64), np.array(probs, dtype=np.float64)
 
 
 @dataclass(frozen=True)
@@ -140,6 +191,39 @@ def _roles(has_probs: list[bool], drafted: list[int | None]) -> list[int]:
     return out
 
 
+def _opt_count(d: dict[str, Any], key: str, endpoint: str) -> int:
+    """A count the server may leave out (0 then), refused when present and not a count."""
+    v = d.get(key)
+    return 0 if v is None else count_field(v, "the server", endpoint, key)
+
+
+def _chunk(d: Any, g: Generation, has_probs: list[bool], drafted: list[int | None]) -> None:
+    """Read one streamed chunk of the audited server into ``g``: every field typed here."""
+    if not isinstance(d, dict):
+        raise TypeError(f"a chunk that is not a JSON object: {str(d)[:60]!r}")
+    toks = d.get("tokens") or []
+    tm = d.get("timings") or {}
+    probs = d.get("completion_probabilities") or []
+    if not isinstance(toks, list) or not isinstance(tm, dict) or not isinstance(probs, list):
+        raise _bad("the server", "/completion", "tokens, timings or completion_probabilities "
+                   "of the wrong type")  # fmt: skip
+    draft_n = None if tm.get("draft_n") is None else _opt_count(tm, "draft_n", "/completion")
+    for i, t in enumerate(toks):
+        g.tokens.append(token_id(t, "the server", "/completion", "tokens"))
+        e = probs[i] if i < len(probs) else {}
+        if not isinstance(e, dict):
+            raise _bad("the server", "/completion", "a completion_probabilities entry that is "
+                       "not an object")  # fmt: skip
+        has_probs.append(bool(e.get("top_probs") or e.get("top_logprobs")))
+        drafted.append(draft_n)
+    if d.get("stop"):
+        if draft_n is not None:
+            g.drafted = draft_n
+            g.accepted = _opt_count(tm, "draft_n_accepted", "/completion")
+        gs = d.get("generation_settings") or {}
+        g.spec_types = str(gs.get("speculative.types", ""))
+
+
 async def generate_llama(client, url: str, job: int, prompt: list[int], n: int,
                          sampling: Sampling, seed: int) -> Generation:  # fmt: skip  # noqa: ANN001
     body = {
@@ -156,23 +240,13 @@ async def generate_llama(client, url: str, job: int, prompt: list[int], n: int,
             return g
         try:
             async for d in sse_json(r):
-                toks = d.get("tokens") or []
-                tm = d.get("timings") or {}
-                probs = d.get("completion_probabilities") or []
-                predicted = max(predicted, int(d.get("tokens_predicted") or 0))
-                for i, t in enumerate(toks):
-                    g.tokens.append(int(t))
-                    e = probs[i] if i < len(probs) else {}
-                    has_probs.append(bool(e.get("top_probs") or e.get("top_logprobs")))
-                    drafted.append(tm.get("draft_n"))
-                if d.get("stop"):
-                    if "draft_n" in tm:
-                        g.drafted = int(tm["draft_n"])
-                        g.accepted = int(tm.get("draft_n_accepted", 0))
-                    gs = d.get("generation_settings") or {}
-                    g.spec_types = str(gs.get("speculative.types", ""))
+                _chunk(d, g, has_probs, drafted)
+                predicted = max(predicted, _opt_count(d, "tokens_predicted", "/completion"))
         except (StreamError, TypeError, ValueError, AttributeError) as exc:  # not its stream
             g.error = f"a stream that is not llama-server's ({str(exc)[:200]})"
+            return g
+        except SpecsimError as exc:  # a field of the wrong type: named by _chunk
+            g.error = str(exc).removeprefix("the server answered ")
             return g
     if not g.tokens and sampling.ignore_eos:  # asked for n tokens whatever the text: none came
         g.error = f"a stream with no token (asked for {n} with ignore_eos)"
@@ -192,10 +266,11 @@ async def generate_llama(client, url: str, job: int, prompt: list[int], n: int,
 def _oai_ids(choice: dict[str, Any]) -> list[int]:
     lp = choice.get("logprobs") or {}
     if lp.get("content"):
-        return [int(c["id"]) for c in lp["content"]]
+        return [token_id(c["id"], "the server", "/v1/completions", "id") for c in lp["content"]]
     toks = lp.get("tokens") or []
     if toks and all(isinstance(t, str) and t.startswith("token_id:") for t in toks):
-        return [int(t.split(":", 1)[1]) for t in toks]
+        return [token_id(int(t.split(":", 1)[1]), "the server", "/v1/completions", "token")
+                for t in toks]  # fmt: skip
     raise SpecsimError(
         "the server's /v1/completions answer has no token ids; llama-server gives them with "
         "logprobs, vLLM with return_tokens_as_token_ids (use --api llama for llama-server)"
@@ -213,16 +288,21 @@ async def generate_completions(client, url: str, job: int, prompt: list[int], n:
     if r.status_code != 200:
         g.error = f"HTTP {r.status_code}: {r.text[:300]}"
         return g
-    d = _json(r, "the server")
+    d = _json(r, f"the server at {url}")
     try:
         g.tokens = _oai_ids(d["choices"][0])
-    except (KeyError, IndexError, TypeError, ValueError):
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError):
         g.error = f"an answer with no choices ({r.text[:200]!r})"
         return g
     g.roles = [0] * len(g.tokens)
     tm = d.get("timings") or {}
-    if "draft_n" in tm:
-        g.drafted, g.accepted = int(tm["draft_n"]), int(tm.get("draft_n_accepted", 0))
+    if not isinstance(tm, dict):
+        raise _bad(f"the server at {url}", "/v1/completions", "timings that are not an object")
+    if tm.get("draft_n") is not None:
+        who = f"the server at {url}"
+        g.drafted = count_field(tm["draft_n"], who, "/v1/completions", "timings.draft_n")
+        acc = tm.get("draft_n_accepted", 0)
+        g.accepted = count_field(acc, who, "/v1/completions", "timings.draft_n_accepted")
     return g
 
 
@@ -241,19 +321,41 @@ def _json(r: Any, who: str) -> Any:
     return data
 
 
-async def _law_at(client, url: str, body: dict[str, Any]) -> dict[str, Any]:  # noqa: ANN001
-    """One position's report. llama-server withholds the probabilities when the token it drew
-    there is an incomplete UTF-8 piece; the law does not depend on the draw, so draw again."""
+async def _request(client, method: str, url: str, path: str, who: str,
+                   body: Any = None) -> Any:  # fmt: skip  # noqa: ANN001
+    """One non-streamed request, bounded as a whole by the client's read timeout (the run's
+    --timeout-s): httpx bounds each read only, so a server that trickles a byte at a time
+    would otherwise hold the audit forever."""
+    limit = client.timeout.read
+    send = client.request(method, url.rstrip("/") + path, json=body)
+    try:
+        return await (send if limit is None else asyncio.wait_for(send, limit))
+    except TimeoutError:
+        raise SpecsimError(
+            f"{who} at {url} did not finish answering {path} within {limit:g} s (--timeout-s)"
+        ) from None
+
+
+async def _law_at(client, url: str, body: dict[str, Any],
+                  who: str = "the reference") -> tuple[np.ndarray, np.ndarray]:  # fmt: skip  # noqa: ANN001
+    """One position's report, parsed (``parse_top``). llama-server withholds the probabilities
+    when the token it drew there is an incomplete UTF-8 piece; the law does not depend on the
+    draw, so draw again."""
+    name = f"{who} at {url}"
     for attempt in range(RETRIES):
-        r = await client.post(url.rstrip("/") + "/completion",
-                              json={**body, "seed": body["seed"] + 65_537 * attempt})  # fmt: skip
+        r = await _request(client, "POST", url, "/completion", who,
+                           {**body, "seed": body["seed"] + 65_537 * attempt})  # fmt: skip
         if r.status_code != 200:
-            raise SpecsimError(f"the reference answered HTTP {r.status_code}: {r.text[:200]}")
-        probs = _json(r, "the reference").get("completion_probabilities")
-        if probs:
-            return probs[0]
+            raise SpecsimError(f"{name} answered HTTP {r.status_code}: {r.text[:200]}")
+        probs = _json(r, name).get("completion_probabilities")
+        if probs is None or probs == []:
+            continue
+        if not isinstance(probs, list):
+            raise _bad(name, "/completion", f"completion_probabilities {str(probs)[:40]!r} "
+                       "(not a list)")  # fmt: skip
+        return parse_top(probs[0], name, "/completion")
     raise SpecsimError(
-        f"the reference reported no probabilities in {RETRIES} draws at one position (it "
+        f"{name} reported no probabilities in {RETRIES} draws at one position (it "
         "withholds them after an incomplete UTF-8 token)"
     )
 
@@ -263,7 +365,11 @@ RETRIES = 32
 
 async def score(client, url: str, prompt: list[int], tokens: list[int], sampling: Sampling,
                 slot: int, top_n: int) -> list[Scored]:  # fmt: skip  # noqa: ANN001
-    """The reference's law at every position of ``tokens`` after ``prompt``."""
+    """The reference's law at every position of ``tokens`` after ``prompt``.
+
+    A report of fewer than ``top_n`` tokens is the whole support (the sampler chain cut the
+    rest), so its mass must be 1: a short report that is not is refused, since counting it
+    as complete would score a truncated law and call the audited server lossy."""
     out = []
     for t in range(len(tokens)):
         body = {
@@ -271,12 +377,21 @@ async def score(client, url: str, prompt: list[int], tokens: list[int], sampling
             "post_sampling_probs": True, "cache_prompt": True, "id_slot": slot,
             **sampling.body(),
         }  # fmt: skip
-        top = (await _law_at(client, url, body))["top_probs"]
-        ids = np.array([int(e["id"]) for e in top], dtype=np.int64)
-        probs = np.array([float(e["prob"]) for e in top], dtype=np.float64)
-        complete = len(top) < top_n or float(probs.sum()) >= 1.0 - 1e-6
+        ids, probs = await _law_at(client, url, body)
+        mass = float(probs.sum())
+        if len(ids) > top_n:
+            raise _bad(f"the reference at {url}", "/completion",
+                       f"{len(ids)} top_probs where n_probs was {top_n}")  # fmt: skip
+        if len(ids) < top_n and mass < 1.0 - SHORT_SLACK:
+            raise _bad(f"the reference at {url}", "/completion",
+                       f"{len(ids)} of {top_n} top_probs summing to {mass:.3g} (a short report "
+                       "is the whole support: its mass must be 1)")  # fmt: skip
+        complete = len(ids) < top_n or mass >= 1.0 - 1e-6
         out.append(Scored(ids, probs, complete))
     return out
+
+
+SHORT_SLACK = 1e-3  # a whole support's float32 probabilities sum to 1 within this
 
 
 @dataclass(frozen=True)
@@ -306,13 +421,15 @@ MARGIN_TOP = 8  # log-probabilities a margin request asks for
 
 
 async def margin_at(client, url: str, prefix: list[int], banned: tuple[int, ...], slot: int | None,
-                    cache: bool = True) -> Margin:  # fmt: skip  # noqa: ANN001
+                    cache: bool = True, who: str = "the reference") -> Margin:  # fmt: skip  # noqa: ANN001
     """The law's top at ``prefix`` on ``url``, as its greedy sampler ranks it (bans applied).
 
     Asked at temperature 1 with no truncation and ``post_sampling_probs``: the sampler chain's
     probabilities are then the softmax of the biased logits, so log-probability differences are
     logit differences, and a banned token never ranks. ``cache=False`` recomputes the whole
-    prefix as one batch (the prompt path) instead of one decode after the cached prefix."""
+    prefix as one batch (the prompt path) instead of one decode after the cached prefix.
+    Nothing truncates that law, so a report of fewer than two tokens cannot be a true one, and
+    the triage (a margin, the gap to a token past the top) cannot rest on it: refused."""
     body: dict[str, Any] = {
         "prompt": prefix, "n_predict": 1, "n_probs": MARGIN_TOP, "seed": 0,
         "post_sampling_probs": True, "cache_prompt": cache,
@@ -320,58 +437,66 @@ async def margin_at(client, url: str, prefix: list[int], banned: tuple[int, ...]
     }  # fmt: skip
     if slot is not None:
         body["id_slot"] = slot
-    top = (await _law_at(client, url, body))["top_probs"]
-    ids = np.array([int(e["id"]) for e in top], dtype=np.int64)
-    lp = np.log(np.maximum(np.array([float(e["prob"]) for e in top], dtype=np.float64), 1e-300))
-    return Margin(ids, lp)
+    ids, probs = await _law_at(client, url, body, who)
+    if ids.size < 2:
+        raise _bad(f"{who} at {url}", "/completion",
+                   f"{ids.size} top_probs where n_probs was {MARGIN_TOP} (the greedy triage "
+                   "reads a margin: it needs at least 2)")  # fmt: skip
+    return Margin(ids, np.log(np.maximum(probs, 1e-300)))
 
 
 async def greedy_tokens(client, url: str, prefix: list[int], n: int, banned: tuple[int, ...],
                         slot: int | None) -> list[int]:  # fmt: skip  # noqa: ANN001
     """``n`` greedy tokens after ``prefix`` on ``url`` (speculation off there: the reference's
-    argmax at every prefix, by its decode path)."""
+    argmax at every prefix, by its decode path). Asked with ignore_eos, so fewer than ``n``
+    is refused: positions past a short answer would otherwise be compared with nothing."""
     body: dict[str, Any] = {
         "prompt": prefix, "n_predict": n, "seed": 0, "return_tokens": True,
         "cache_prompt": True, **Sampling(temperature=0.0, banned=banned).body(),
     }  # fmt: skip
     if slot is not None:
         body["id_slot"] = slot
-    r = await client.post(url.rstrip("/") + "/completion", json=body)
+    name = f"the reference at {url}"
+    r = await _request(client, "POST", url, "/completion", "the reference", body)
     if r.status_code != 200:
-        raise SpecsimError(f"the reference answered HTTP {r.status_code}: {r.text[:200]}")
-    return [int(t) for t in _json(r, "the reference").get("tokens") or []]
+        raise SpecsimError(f"{name} answered HTTP {r.status_code}: {r.text[:200]}")
+    toks = _json(r, name).get("tokens")
+    if not isinstance(toks, list) or len(toks) < n:
+        raise _bad(name, "/completion", f"tokens {str(toks)[:60]!r} where {n} were asked for "
+                   "with ignore_eos")  # fmt: skip
+    return [token_id(t, name, "/completion", "tokens") for t in toks[:n]]
 
 
 async def tokenize(client, url: str, text: str) -> list[int]:  # noqa: ANN001
     """Token ids of a prompt (special tokens parsed, BOS as the model adds it)."""
     body = {"content": text, "add_special": True, "parse_special": True}
-    r = await client.post(url.rstrip("/") + "/tokenize", json=body)
+    name = f"the reference at {url}"
+    r = await _request(client, "POST", url, "/tokenize", "the reference", body)
     if r.status_code != 200:
         raise SpecsimError(f"the reference's /tokenize answered HTTP {r.status_code}")
-    tokens = _json(r, "the reference").get("tokens")
-    if not isinstance(tokens, list):
-        raise SpecsimError(
-            "the reference's /tokenize answer has no token list; is it llama-server?"
-        )
-    return [int(t) for t in tokens]
+    tokens = _json(r, name).get("tokens")
+    if not isinstance(tokens, list) or not tokens:
+        raise _bad(name, "/tokenize", f"tokens {str(tokens)[:60]!r} (no token list)")
+    return [token_id(t, name, "/tokenize", "tokens") for t in tokens]
 
 
 async def slots(client, url: str) -> int:  # noqa: ANN001
     """How many parallel slots the reference has (1 when /props does not say)."""
+    r = await _request(client, "GET", url, "/props", "the reference")
     try:
-        r = await client.get(url.rstrip("/") + "/props")
-        return max(1, int(r.json().get("total_slots", 1)))
+        n = r.json().get("total_slots", 1)
     except Exception:  # noqa: BLE001 - a server without /props: assume one slot
         return 1
+    return max(1, min(n, 1024)) if isinstance(n, int) and not isinstance(n, bool) else 1
 
 
 async def chat_prompt(client, url: str, message: str) -> str:  # noqa: ANN001
     """The prompt the reference's chat template makes of one user message."""
-    r = await client.post(url.rstrip("/") + "/apply-template",
-                          json={"messages": [{"role": "user", "content": message}]})  # fmt: skip
+    r = await _request(client, "POST", url, "/apply-template", "the reference",
+                       {"messages": [{"role": "user", "content": message}]})  # fmt: skip
     if r.status_code != 200:
         return message  # no chat template: the message is the prompt
-    return str(_json(r, "the reference").get("prompt", message))
+    return str(_json(r, f"the reference at {url}").get("prompt", message))
 
 
 async def banned_tokens(client, cfg: Any, ref: str) -> tuple[int, ...]:  # noqa: ANN001
@@ -384,11 +509,81 @@ async def banned_tokens(client, cfg: Any, ref: str) -> tuple[int, ...]:  # noqa:
 
     path = cfg.reference_model
     if path is None:
-        r = await client.get(ref.rstrip("/") + "/props")
-        path = (_json(r, "the reference") if r.status_code == 200 else {}).get("model_path")
+        r = await _request(client, "GET", ref, "/props", "the reference")
+        path = (_json(r, f"the reference at {ref}") if r.status_code == 200 else {}).get(
+            "model_path"
+        )
+        if path is not None and not isinstance(path, str):
+            raise _bad(f"the reference at {ref}", "/props", "a model_path that is not a string")
     if not path:
         raise SpecsimError(
             f"the reference at {ref} does not say its model file (/props model_path): pass "
             "--reference-model GGUF, or --no-ban-fragments if its stream keeps every token"
         )
     return fragment_tokens(str(Path(path).expanduser()))
+
+
+async def gather_all(coros: list[Any]) -> None:
+    """Run the workers; on the first failure cancel the others and await them, so their own
+    failures are retrieved here (not printed as 'Task exception was never retrieved' or a
+    traceback at the loop's shutdown) and only the first reaches the user."""
+    tasks = [asyncio.ensure_future(c) for c in coros]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+class AuditInterrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM stopped an audit: ``signum`` the signal, ``result`` what the audit
+    had measured by then (None when nothing was). A KeyboardInterrupt, so a caller that does
+    not keep the result stops as on Ctrl-C; ``check-lossless`` writes it and exits 128 + n."""
+
+    def __init__(self, signum: int, result: Any = None) -> None:
+        import signal
+
+        super().__init__(f"interrupted by {signal.Signals(signum).name}")
+        self.signum = signum
+        self.result = result
+
+
+def run_stoppable(main: Any) -> int | None:
+    """``asyncio.run(main)``, stopped cleanly by SIGINT or SIGTERM (as ``specsim bench`` is):
+    the work is cancelled, the clients close, and the signal's number is returned (None when
+    the work finished) so the caller keeps what was measured. A second signal acts as it
+    would without this (the default handlers are back)."""
+    import signal
+
+    stopped: list[int] = []
+
+    async def wrapped() -> None:
+        loop = asyncio.get_running_loop()
+        work = asyncio.ensure_future(main)
+
+        def stop(signum: int) -> None:
+            stopped.append(signum)
+            for s in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(s)
+            work.cancel()
+
+        installed = []
+        for s in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(s, stop, s)
+                installed.append(s)
+            except (NotImplementedError, RuntimeError, ValueError):  # not the main thread
+                pass
+        try:
+            await work
+        except asyncio.CancelledError:
+            if not stopped:
+                raise
+        finally:
+            if not stopped:
+                for s in installed:
+                    loop.remove_signal_handler(s)
+
+    asyncio.run(wrapped())
+    return stopped[0] if stopped else None

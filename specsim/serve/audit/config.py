@@ -53,6 +53,11 @@ CONTEXTS = (
 )
 
 
+MAX_CONCURRENCY = 256  # requests in flight: far above any reference's slots, and bounded
+MIN_N_PROBS = 11  # the rank cells reach rank 11 (stats.RANK_EDGES): fewer cannot fill them
+MAX_TEMPERATURE = 100.0  # as bench: a larger T is a uniform law, nothing left to audit
+
+
 @dataclass(frozen=True)
 class AuditConfig:
     """How a running server is audited (the ``check-lossless --server`` flags)."""
@@ -106,6 +111,28 @@ class AuditConfig:
     alpha_run: float = option(1e-6, "family-wise false-alarm rate of this audit", cli=False)
 
     def __post_init__(self) -> None:
+        for flag, url in (("--server", self.server), ("--reference", self.reference)):
+            if url and any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in url):
+                raise SpecsimError(
+                    f"--{flag.lstrip('-')} {url!r} holds a space or control character; "
+                    "give the bare URL, e.g. http://127.0.0.1:8080"
+                )
+        if not 0 <= self.seed < 2**32:
+            raise SpecsimError(f"--seed {self.seed}: use an integer in 0..{2**32 - 1}")
+        if not 1 <= self.concurrency <= MAX_CONCURRENCY:
+            raise SpecsimError(
+                f"--concurrency {self.concurrency}: use 1..{MAX_CONCURRENCY} (requests in "
+                "flight; the reference needs as many slots)"
+            )
+        if self.n_probs < MIN_N_PROBS:
+            raise SpecsimError(
+                f"--n-probs {self.n_probs}: use >= {MIN_N_PROBS} (the rank check's cells reach "
+                "rank 11; fewer reported tokens leave the checks without power)"
+            )
+        if self.temperature > MAX_TEMPERATURE:
+            raise SpecsimError(
+                f"--temperature {self.temperature}: use a number in [0, {MAX_TEMPERATURE:g}]"
+            )
         if self.server is not None and not self.server.startswith(("http://", "https://")):
             raise SpecsimError(f"--server {self.server!r} must start with http:// or https://")
         if self.reference and self.reference_model:
@@ -155,20 +182,111 @@ def contexts_of(cfg: AuditConfig) -> list[str]:
 STATE_VERSION = 2  # 2: the top-1 check (its variance sums; alpha split three ways)
 
 
+MAX_STATE_BYTES = 64 << 20  # a state file is kilobytes; anything far larger is not one
+
+
+def check_state_path(path: str) -> None:
+    """Refuse, before any request, a --state the run could not read or could not save to: a
+    FIFO or device (it would block or never end), a directory, or a folder that does not
+    exist (the run would fail at its first save, its results lost)."""
+    p = Path(path)
+    if p.exists() and not p.is_file():
+        raise SpecsimError(
+            f"--state {path} is not a regular file (a FIFO, device or directory); give a "
+            "JSON file path"
+        )
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise SpecsimError(
+            f"--state {path}: the folder {parent} does not exist or is not writable; create "
+            "it or give another path"
+        )
+
+
 def load_state(path: str | None, cfg: AuditConfig) -> dict[str, Any] | None:
-    """The saved run to resume (None: start fresh); refuses a state of another configuration."""
-    if path is None or not Path(path).exists():
+    """The saved run to resume (None: start fresh); refuses a state of another configuration
+    and one whose contents are not what a run saves (``validate_state``)."""
+    if path is None:
+        return None
+    check_state_path(path)
+    if not Path(path).exists():
         return None
     try:
+        if Path(path).stat().st_size > MAX_STATE_BYTES:
+            raise ValueError(f"larger than {MAX_STATE_BYTES >> 20} MiB")
         st = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:
         raise SpecsimError(f"--state {path}: not a readable audit state ({exc})") from None
+    if not isinstance(st, dict):
+        raise SpecsimError(f"--state {path}: not an audit state (not a JSON object); "
+                           "use a new state file")  # fmt: skip
     if st.get("version") != STATE_VERSION or st.get("fingerprint") != cfg.fingerprint():
         raise SpecsimError(
             f"--state {path} holds an audit with other settings "
             f"({st.get('fingerprint')}); use a new state file or the same settings"
         )
+    bad = validate_state(st)
+    if bad:
+        raise SpecsimError(
+            f"--state {path}: not an audit state this version wrote ({bad}); use a new state file"
+        )
     return st
+
+
+def _count(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _real(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def validate_state(st: dict[str, Any]) -> str:
+    """What is wrong with a state's contents ('' when nothing): the types and shapes ``_Run``
+    and the checks read, so a hand-edited or corrupted file is one line, not a crash."""
+    import numpy as np
+
+    from specsim.serve.audit import stats
+
+    c = st.get("counts")
+    if not isinstance(c, dict):
+        return "counts is not an object"
+    cells = (stats.N_STRATA, stats.N_CELLS)
+    shapes = {"observed": cells, "expected": cells, "pit_bins": (stats.PIT_BINS,),
+              "top1_var": (stats.N_STRATA,)}  # fmt: skip
+    for key, shape in shapes.items():
+        try:
+            a = np.asarray(c.get(key), dtype=np.float64)
+        except (TypeError, ValueError):
+            return f"counts.{key} is not numbers"
+        if a.shape != shape or not np.all(np.isfinite(a)) or np.any(a < 0):
+            return f"counts.{key} is not {shape} finite counts"
+    for key in ("positions", "outside_support"):
+        if not _count(c.get(key)):
+            return f"counts.{key} is not a count"
+    for key in ("jobs_done", "drafted", "accepted", "generated"):
+        if not _count(st.get(key, 0)):
+            return f"{key} is not a count"
+    if not (_real(st.get("minutes", 0.0)) and st.get("minutes", 0.0) >= 0):
+        return "minutes is not a number of minutes"
+    roles = st.get("roles", [0] * len(stats.ROLES))
+    if not (isinstance(roles, list) and len(roles) == len(stats.ROLES)
+            and all(_count(r) for r in roles)):  # fmt: skip
+        return f"roles is not {len(stats.ROLES)} counts"
+    hist = st.get("history", [])
+    keys = ("alpha", "rank_p", "pit_p", "rank_floor", "pit_floor")  # NaN or inf may be real
+    number = (int, float)
+    if not isinstance(hist, list) or not all(
+        isinstance(h, dict) and _count(h.get("n")) and _count(h.get("k"))
+        and all(isinstance(h.get(k), number) and not isinstance(h.get(k), bool) for k in keys)
+        for h in hist
+    ):  # fmt: skip
+        return f"history is not a list of looks with n, k, {', '.join(keys)}"
+    if not isinstance(st.get("outside", []), list):
+        return "outside is not a list"
+    if not isinstance(st.get("spec_types", ""), str) or not isinstance(st.get("evidence", ""), str):
+        return "spec_types or evidence is not text"
+    return ""
 
 
 def save_state(path: str | None, st: dict[str, Any]) -> None:
@@ -176,8 +294,11 @@ def save_state(path: str | None, st: dict[str, Any]) -> None:
     if path is None:
         return
     tmp = f"{path}.tmp{os.getpid()}"
-    Path(tmp).write_text(json.dumps(st, indent=1, sort_keys=True))
-    os.replace(tmp, path)
+    try:
+        Path(tmp).write_text(json.dumps(st, indent=1, sort_keys=True))
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise SpecsimError(f"--state {path}: cannot save the audit state ({exc})") from None
 
 
 def config_dict(cfg: AuditConfig) -> dict[str, Any]:

@@ -39,11 +39,14 @@ import numpy as np
 
 from specsim.errors import SpecsimError
 from specsim.serve.audit.client import (
+    AuditInterrupted,
     Generation,
     Sampling,
+    gather_all,
     generate_llama,
     greedy_tokens,
     margin_at,
+    run_stoppable,
 )
 
 NULL_FACTOR = 2.0  # tau = this x the largest path difference the null saw
@@ -164,9 +167,7 @@ class GreedyResult:
             f"in {self.requests:,} requests at concurrency {self.concurrency}, T = 0 "
             f"({self.minutes:.1f} min); speculation: {self.spec_types or 'not reported'}",
             f"steps by drafted tokens: {depths or 'none seen'}",
-            f"numerics null: {self.null.get('null_positions', 0)} positions, largest path "
-            f"difference {self.null.get('null_delta_max', math.nan):.3g} nats -> near-tie "
-            f"threshold tau {self.null.get('tau', math.nan):.3g} nats",
+            self._null_line(),
             f"divergences: {len(self.divergences)} ({nt} near-ties, {len(self.bugs)} confident); "
             f"reference decode/law disagreements: {self.reference_disagreements}",
         ]
@@ -177,11 +178,23 @@ class GreedyResult:
                 f"{d.expected}, emitted {d.emitted}; reference margin {d.ref_margin:.3g}, "
                 f"audited margin {d.audited_margin:.3g} (its argmax {d.audited_argmax})"
             )
+        at = f" or at >= {pos:.3g} of positions" if math.isfinite(pos) else ""
         lines.append(
             f"verdict: {self.verdict}; would catch, with 99% power, a confident wrong token in "
-            f">= {req:.2%} of requests or at >= {pos:.3g} of positions"
+            f">= {req:.2%} of requests{at}"
         )
         return "\n".join(lines)
+
+    def _null_line(self) -> str:
+        """The numerics null, or the threshold given when none was measured (no NaN)."""
+        tau = self.null.get("tau", math.nan)
+        if not self.null.get("null_positions"):
+            return f"numerics null: not measured; near-tie threshold tau {tau:.3g} nats (given)"
+        return (
+            f"numerics null: {self.null['null_positions']} positions, largest path difference "
+            f"{self.null.get('null_delta_max', math.nan):.3g} nats -> near-tie threshold tau "
+            f"{tau:.3g} nats"
+        )
 
 
 def step_places(plain: list[bool], draft_n: list[int]) -> list[tuple[int, int]]:
@@ -264,7 +277,7 @@ async def check_generation(client, ref: str, server: str, g: Generation, ctx: li
         if law.argmax == toks[i]:
             disagree += 1  # the reference's decode and its law differ here: not the server's
         else:
-            own = await margin_at(client, server, prefix, banned, None)
+            own = await margin_at(client, server, prefix, banned, None, who="the server")
             idx, drafted = places[i]
             out.append(
                 Divergence(
@@ -313,9 +326,11 @@ class GreedySpec:
             raise SpecsimError("the greedy audit needs at least one prompt")
 
 
-async def run_greedy_async(spec: GreedySpec, null: Null, progress: Any = None) -> GreedyResult:
+async def run_greedy_async(spec: GreedySpec, null: Null, progress: Any = None,
+                           partial: list[GreedyResult] | None = None) -> GreedyResult:  # fmt: skip
     """The greedy audit of ``spec.server``: ``spec.requests`` requests (or until
-    ``spec.minutes``), ``spec.concurrency`` in flight, each checked token for token."""
+    ``spec.minutes``), ``spec.concurrency`` in flight, each checked token for token. Cancelled
+    (a signal), it appends what it compared so far to ``partial``."""
     import httpx
 
     t0 = time.monotonic()
@@ -372,22 +387,29 @@ async def run_greedy_async(spec: GreedySpec, null: Null, progress: Any = None) -
                 if progress is not None:
                     progress(state, divs)
 
+        def finish() -> GreedyResult:
+            divs.sort(key=lambda d: (d.job, d.position))
+            gen = state["generated"]
+            share = state["accepted"] / gen if gen and state["drafted"] else math.nan
+            return GreedyResult(
+                label=spec.label, verdict=verdict_of(divs), requests=state["done"],
+                positions=state["positions"], concurrency=spec.concurrency, divergences=divs,
+                reference_disagreements=state["disagree"], null=null.summary(),
+                minutes=(time.monotonic() - t0) / 60.0, spec_types=state["spec"],
+                accepted_share=share, drafted_by_step=steps,
+            )  # fmt: skip
+
         try:
-            await asyncio.gather(*(worker(w) for w in range(spec.concurrency)))
+            await gather_all([worker(w) for w in range(spec.concurrency)])
         except httpx.HTTPError as exc:
             raise SpecsimError(
-                f"a server stopped answering during the greedy audit ({exc})"
+                f"a server stopped answering during the greedy audit ({_why(exc)})"
             ) from None
-    divs.sort(key=lambda d: (d.job, d.position))
-    gen = state["generated"]
-    share = state["accepted"] / gen if gen and state["drafted"] else math.nan
-    return GreedyResult(
-        label=spec.label, verdict=verdict_of(divs), requests=state["done"],
-        positions=state["positions"], concurrency=spec.concurrency, divergences=divs,
-        reference_disagreements=state["disagree"], null=null.summary(),
-        minutes=(time.monotonic() - t0) / 60.0, spec_types=state["spec"], accepted_share=share,
-        drafted_by_step=steps,
-    )  # fmt: skip
+        except asyncio.CancelledError:  # a signal stopped the run: keep what it compared
+            if partial is not None:
+                partial.append(finish())
+            raise
+    return finish()
 
 
 async def prepare(
@@ -410,7 +432,7 @@ async def prepare(
             n_slots = await slots(c, ref)
             banned = await banned_tokens(c, cfg, ref)
         except httpx.HTTPError as exc:
-            raise SpecsimError(f"the reference at {ref} does not answer ({exc})") from None
+            raise SpecsimError(f"the reference at {ref} does not answer ({_why(exc)})") from None
         if null is not None:
             pass  # measured before, on the same model and reference flags
         elif cfg.near_tie is not None:
@@ -421,8 +443,13 @@ async def prepare(
                 "start it with -np 2 (or more), or give --near-tie NATS"
             )
         else:
-            null = await measure_null(c, ref, [list(p) for p in prompts], cfg.null_positions,
-                                      banned, cfg.n_predict)  # fmt: skip
+            try:
+                null = await measure_null(c, ref, [list(p) for p in prompts],
+                                          cfg.null_positions, banned, cfg.n_predict)  # fmt: skip
+            except httpx.HTTPError as exc:
+                raise SpecsimError(
+                    f"the reference at {ref} failed while measuring the numerics null ({_why(exc)})"
+                ) from None
     return prompts, banned, null, n_slots
 
 
@@ -436,11 +463,36 @@ def run_greedy(cfg: Any, progress: Any = None) -> GreedyResult:
     if cfg.api != "llama":
         raise SpecsimError("the greedy audit reads speculative steps: use --api llama")
     with reference_url(cfg) as ref:
-        prompts, banned, null, n_slots = asyncio.run(prepare(cfg, ref))
+        got: list[Any] = []
+
+        async def setup() -> None:
+            got.append(await prepare(cfg, ref))
+
+        stopped = run_stoppable(setup())
+        if stopped is not None:
+            raise AuditInterrupted(stopped)
+        prompts, banned, null, n_slots = got[0]
         spec = GreedySpec(
             server=cfg.server, reference=ref, prompts=prompts, n_predict=cfg.n_predict,
             requests=max(1, cfg.tokens // cfg.n_predict), minutes=cfg.minutes,
             concurrency=cfg.concurrency, ref_slots=n_slots, banned=banned, seed=cfg.seed,
             label=cfg.label, timeout_s=cfg.timeout_s,
         )  # fmt: skip
-        return asyncio.run(run_greedy_async(spec, null, progress))
+        partial: list[GreedyResult] = []
+        done: list[GreedyResult] = []
+
+        async def audit() -> None:
+            done.append(await run_greedy_async(spec, null, progress, partial))
+
+        stopped = run_stoppable(audit())
+        if stopped is not None:
+            raise AuditInterrupted(stopped, partial[0] if partial else None)
+        return done[0]
+
+
+def _why(exc: Exception) -> str:
+    """An httpx error in a few words (a timeout's own message is often empty)."""
+    text = str(exc)[:200]
+    if "Timeout" in type(exc).__name__:
+        return f"{type(exc).__name__}: no answer within --timeout-s {text}".strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

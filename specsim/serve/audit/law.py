@@ -22,13 +22,16 @@ import numpy as np
 from specsim.errors import SpecsimError
 from specsim.serve.audit import stats as st
 from specsim.serve.audit.client import (
+    AuditInterrupted,
     Generation,
     Sampling,
     Scored,
     banned_tokens,
     chat_prompt,
+    gather_all,
     generate_completions,
     generate_llama,
+    run_stoppable,
     score,
     slots,
     tokenize,
@@ -95,6 +98,11 @@ class AuditResult:
             f"sampling: {self.sampling}; speculation: {self.spec_types or 'not reported'}; "
             f"emitted tokens that were accepted drafts: {share}; positions by place in a "
             f"speculative step: {roles or 'unknown'}",
+        ]
+        if self.verdict == "too few positions":  # no look: no p-value, no floor to print
+            lines.append("verdict: too few positions for a first look (1,024); raise the budget")
+            return "\n".join(lines)
+        lines += [
             f"checks (looks: {self.looks}, alpha per look {self.alpha_look:.2g}, family-wise "
             f"<= 1e-6): rank cells p={self.rank_p:.3g}, PIT p={self.pit_p:.3g}, top-1 "
             f"p={self.top1_p:.3g}; tokens the "
@@ -102,8 +110,6 @@ class AuditResult:
         ]
         if self.lossy:
             lines.append(f"verdict: LOSSY: {self.evidence}")
-        elif self.verdict == "too few positions":
-            lines.append("verdict: too few positions for a first look (1,024); raise the budget")
         else:
             lines.append(
                 f"verdict: no evidence of loss; floor TV {self.tv_floor_99:.2g} (a shift of "
@@ -339,17 +345,20 @@ async def _audit(cfg: AuditConfig, ref: str, run: _Run, progress: Any) -> None:
                 if progress is not None:
                     progress(run)
 
-        await asyncio.gather(*(worker(w) for w in range(cfg.concurrency)))
+        await gather_all([worker(w) for w in range(cfg.concurrency)])
 
 
 def run_audit(cfg: AuditConfig, progress: Any = None) -> AuditResult:
-    """Audit ``cfg.server`` against the reference; resumes from and saves to ``cfg.state``."""
+    """Audit ``cfg.server`` against the reference; resumes from and saves to ``cfg.state``.
+    SIGINT or SIGTERM stops it with what it measured (``AuditInterrupted.result``)."""
     if cfg.server is None:
         raise SpecsimError("--server URL is required for a server audit")
     run = _Run(cfg, load_state(cfg.state, cfg))
     run.n_contexts = len(contexts_of(cfg))
     with reference_url(cfg) as ref:
-        asyncio.run(_audit(cfg, ref, run, progress))
+        stopped = run_stoppable(_audit(cfg, ref, run, progress))
+    if stopped is not None:
+        raise AuditInterrupted(stopped, _result(cfg, run))
     return _result(cfg, run)
 
 

@@ -27,45 +27,72 @@ _STRING, _ARRAY = 8, 9
 _WANTED = ("tokenizer.ggml.model", "tokenizer.ggml.tokens")
 
 
-def _string(f: BinaryIO) -> bytes:
+MAX_DEPTH = 4  # arrays of arrays a GGUF header may nest (its tokenizer needs one level)
+
+
+class _Bad(ValueError):
+    """A GGUF header that is not one (a length past the file's end, nesting too deep)."""
+
+
+def _string(f: BinaryIO, size: int) -> bytes:
     (n,) = struct.unpack("<Q", f.read(8))
+    if n > size - f.tell():  # a length past the end of the file: not a string of it
+        raise _Bad(f"a string of {n} bytes at offset {f.tell()}, past the end of the file")
     return f.read(n)
 
 
-def _value(f: BinaryIO, kind: int, keep: bool) -> object:
+def _value(f: BinaryIO, kind: int, keep: bool, size: int, depth: int = 0) -> object:
     if kind == _STRING:
-        return _string(f)
+        return _string(f, size)
     if kind == _ARRAY:
+        if depth >= MAX_DEPTH:
+            raise _Bad(f"arrays nested deeper than {MAX_DEPTH}")
         sub, n = struct.unpack("<IQ", f.read(12))
         if sub in _SCALARS and not keep:
             f.seek(n * struct.calcsize("<" + _SCALARS[sub]), 1)
             return None
-        return [_value(f, sub, keep) for _ in range(n)]
+        if n > size - f.tell():  # every element takes at least a byte
+            raise _Bad(f"an array of {n} elements, longer than the file")
+        return [_value(f, sub, keep, size, depth + 1) for _ in range(n)]
     fmt = "<" + _SCALARS[kind]
     return struct.unpack(fmt, f.read(struct.calcsize(fmt)))[0]
 
 
 def gguf_vocab(path: str | Path) -> tuple[str, list[bytes]]:
-    """The tokenizer kind (``gpt2``, ``llama``, ...) and the token strings of a GGUF file."""
+    """The tokenizer kind (``gpt2``, ``llama``, ...) and the token strings of a GGUF file.
+
+    Only a regular file is opened (a FIFO or device named by a server's /props would block or
+    never end), and a malformed header (lengths past the end, deep nesting, keys that are not
+    UTF-8, fields of the wrong type) is one line naming the file, not a crash."""
     found: dict[str, object] = {}
+    p = Path(path)
+    if not p.is_file():
+        raise SpecsimError(f"{path} is not a regular file: cannot read its vocabulary (give "
+                           "--reference-model GGUF, or --no-ban-fragments)")  # fmt: skip
     try:
-        with open(path, "rb") as f:
+        size = p.stat().st_size
+        with open(p, "rb") as f:
             if f.read(4) != b"GGUF":
                 raise SpecsimError(f"{path} is not a GGUF file")
             _version, _tensors, n_kv = struct.unpack("<IQQ", f.read(20))
             for _ in range(n_kv):
-                key = _string(f).decode()
+                key = _string(f, size).decode()
                 (kind,) = struct.unpack("<I", f.read(4))
-                v = _value(f, kind, key in _WANTED)
+                v = _value(f, kind, key in _WANTED, size)
                 if key in _WANTED:
                     found[key] = v
                 if len(found) == len(_WANTED):
                     break
-    except (OSError, struct.error, KeyError) as exc:
-        raise SpecsimError(f"cannot read the vocabulary of {path} ({exc})") from None
+    except (OSError, struct.error, KeyError, ValueError, OverflowError) as exc:
+        raise SpecsimError(f"cannot read the vocabulary of {path} ({str(exc)[:120]})") from None
     if len(found) < len(_WANTED):
         raise SpecsimError(f"{path} has no tokenizer.ggml.tokens: cannot find fragment tokens")
-    return found[_WANTED[0]].decode(), list(found[_WANTED[1]])  # type: ignore[union-attr,arg-type]
+    kind, tokens = found[_WANTED[0]], found[_WANTED[1]]
+    if not isinstance(kind, bytes) or not isinstance(tokens, list):
+        raise SpecsimError(f"{path}: tokenizer.ggml.model or .tokens is not of GGUF's types")
+    if not all(isinstance(t, bytes) for t in tokens):
+        raise SpecsimError(f"{path}: tokenizer.ggml.tokens is not a list of strings")
+    return kind.decode(errors="replace"), list(tokens)  # type: ignore[arg-type]
 
 
 def _gpt2_byte_decoder() -> dict[str, int]:
