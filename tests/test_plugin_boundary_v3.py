@@ -75,6 +75,10 @@ class _Sig:
 bad_signature = _Sig()
 
 
+async def coroutine(inp):
+    return _one(inp)
+
+
 def close_stdout(inp):
     sys.stdout.close()
     return _one(inp)
@@ -120,6 +124,7 @@ def _replay(spec: str, capsys, *extra: str) -> tuple[int, str, str]:
         ("needs_none", "needs must be a frozenset"),
         ("needs_bogus", "'bogus', which is not a StepInput field"),
         ("zos_text", "zos must be True or False"),
+        ("coroutine", "is an async function"),
     ],
 )
 def test_a_broken_plugin_is_one_line_exit_2(plugin, attr, says, capsys):

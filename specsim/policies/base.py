@@ -35,6 +35,7 @@ x_{r,k} itself through the Markov feature). See docs/ and the losslessness suite
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -205,7 +206,14 @@ def _guarded(
 
     def guarded(*args: Any, **kwargs: Any) -> Any:
         try:
-            return fn(*args, **kwargs)
+            out = fn(*args, **kwargs)
+            if inspect.iscoroutine(out):  # an ``async def`` hook: nothing awaits it here
+                out.close()  # (closed, so Python does not warn that it was never awaited)
+                raise SpecsimError(
+                    f"{what} {spec!r} is an async function (it returned a coroutine); write it "
+                    "as a plain def: the engine calls it synchronously at every step"
+                )
+            return out
         except (SpecsimError, *passthrough):
             raise
         except SystemExit as exc:
