@@ -28,6 +28,7 @@ import numpy as np
 from specsim.errors import SpecsimError
 from specsim.serve.bench_config import BenchConfig, Job, Result
 from specsim.serve.sse import StreamError, sse_json
+from specsim.serve.stoppable import await_stoppable
 
 PERCENTILES = (50, 90, 95, 99)
 
@@ -287,9 +288,6 @@ class BenchInterrupted(KeyboardInterrupt):
         self.total = total
 
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-
 def run_bench(cfg: BenchConfig, jobs: list[Job], progress: Any = None) -> list[Result]:
     """Send ``jobs`` under ``cfg``'s load; one :class:`Result` per job, in job order.
 
@@ -315,33 +313,10 @@ def run_bench(cfg: BenchConfig, jobs: list[Job], progress: Any = None) -> list[R
     stopped: list[int] = []
 
     async def main() -> None:
-        loop = asyncio.get_running_loop()
         async with httpx.AsyncClient(timeout=timeout, limits=limits) as client:
             load = _open if cfg.rate is not None else _closed
             work = asyncio.ensure_future(load(client, cfg, jobs, progress, sent))
-
-            def stop(signum: int) -> None:
-                stopped.append(signum)
-                for s in STOP_SIGNALS:  # a second signal: the default action, at once
-                    loop.remove_signal_handler(s)
-                work.cancel()
-
-            installed = []
-            for s in STOP_SIGNALS:
-                try:
-                    loop.add_signal_handler(s, stop, s)
-                    installed.append(s)
-                except (NotImplementedError, RuntimeError, ValueError):  # not the main thread
-                    pass
-            try:
-                await work
-            except asyncio.CancelledError:
-                if not stopped:
-                    raise
-            finally:
-                if not stopped:
-                    for s in installed:
-                        loop.remove_signal_handler(s)
+            await await_stoppable(work, stopped)
 
     asyncio.run(main())
     results = sorted(sent.values(), key=lambda r: r.job)

@@ -33,6 +33,7 @@ import numpy as np
 
 from specsim.errors import SpecsimError
 from specsim.serve.sse import StreamError, sse_json
+from specsim.serve.stoppable import await_stoppable
 
 APIS = ("llama", "completions")
 MAX_TOKEN_ID = 2**31 - 1  # llama.cpp's llama_token is int32: any larger id is not a token
@@ -554,36 +555,10 @@ def run_stoppable(main: Any) -> int | None:
     the work is cancelled, the clients close, and the signal's number is returned (None when
     the work finished) so the caller keeps what was measured. A second signal acts as it
     would without this (the default handlers are back)."""
-    import signal
-
     stopped: list[int] = []
 
     async def wrapped() -> None:
-        loop = asyncio.get_running_loop()
-        work = asyncio.ensure_future(main)
-
-        def stop(signum: int) -> None:
-            stopped.append(signum)
-            for s in (signal.SIGINT, signal.SIGTERM):
-                loop.remove_signal_handler(s)
-            work.cancel()
-
-        installed = []
-        for s in (signal.SIGINT, signal.SIGTERM):
-            try:
-                loop.add_signal_handler(s, stop, s)
-                installed.append(s)
-            except (NotImplementedError, RuntimeError, ValueError):  # not the main thread
-                pass
-        try:
-            await work
-        except asyncio.CancelledError:
-            if not stopped:
-                raise
-        finally:
-            if not stopped:
-                for s in installed:
-                    loop.remove_signal_handler(s)
+        await await_stoppable(asyncio.ensure_future(main), stopped)
 
     asyncio.run(wrapped())
     return stopped[0] if stopped else None
