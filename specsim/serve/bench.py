@@ -29,6 +29,7 @@ from specsim.errors import SpecsimError
 from specsim.serve.bench_config import BenchConfig, Job, Result
 from specsim.serve.sse import StreamError, sse_json
 from specsim.serve.stoppable import await_stoppable
+from specsim.serve.wire import as_count, as_token_id
 
 PERCENTILES = (50, 90, 95, 99)
 
@@ -132,7 +133,7 @@ async def _send(client, cfg: BenchConfig, i: int, job: Job, t0: float,  # noqa: 
                     # after the closing event only OpenAI's usage chunk belongs to the answer
                     n = 0 if finished else _chunk_tokens(cfg, data)
                     if cfg.api == "llama" and isinstance(data.get("tokens"), list):
-                        res.tokens.extend(_count(t, "a token id") for t in data["tokens"])
+                        res.tokens.extend(_token(t) for t in data["tokens"])
                     if n:
                         if not res.chunk_s:
                             res.first_s = now
@@ -179,26 +180,26 @@ def _is_last(cfg: BenchConfig, data: dict[str, Any]) -> bool:
     return any(isinstance(c, dict) and c.get("finish_reason") for c in data.get("choices") or [])
 
 
-# the most tokens any count a server reports may hold (a prompt, drafts): far beyond any
-# context window, and still exact as a float
-MAX_COUNT = 2**31
-
-
-def _count(value: object, name: str, most: int = MAX_COUNT) -> int:
-    """A token count the server reported, checked: a whole number in [0, ``most``]. Anything
-    else (negative, NaN, 1e300, ``true``, a string) makes the request fail with a message naming
-    the field: a throughput computed from it would be a number that was never measured."""
-    n: int | None = None
-    if isinstance(value, int) and not isinstance(value, bool):
-        n = value
-    elif isinstance(value, float) and value.is_integer():  # NaN and inf are not integers
-        n = int(value)
-    if n is None or not 0 <= n <= most:
+def _count(value: object, name: str, most: int | None = None) -> int:
+    """A token count the server reported (:func:`specsim.serve.wire.as_count`, at most
+    ``most``); anything else (negative, NaN, 1e300 past the request's limit, ``true``, a string)
+    fails the request naming the field: a throughput from it would never have been measured."""
+    n = as_count(value, most)
+    if n is None:
+        bound = f", at most {most:,}" if most is not None else ""
         raise StreamError(
-            f"the server reported {name} = {value!r}, not a whole number in "
-            f"[0, {most:,}]; its counts cannot be trusted"
+            f"the server reported {name} = {value!r}, not a whole number >= 0{bound}; its "
+            "counts cannot be trusted"
         )
     return n
+
+
+def _token(value: object) -> int:
+    """A token id the server streamed (:func:`specsim.serve.wire.as_token_id`)."""
+    t = as_token_id(value)
+    if t is None:
+        raise StreamError(f"the server streamed the token id {value!r}, not a token id")
+    return t
 
 
 def _read_final(cfg: BenchConfig, data: dict[str, Any], res: Result, most: int) -> None:

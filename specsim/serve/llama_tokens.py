@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from specsim.errors import SpecsimError
 from specsim.serve.llama_server import LlamaServer
+from specsim.serve.wire import as_token_id
 
 
 def chat_prompt_ids(server: LlamaServer, texts: Sequence[str]) -> list[list[int]]:
@@ -29,15 +30,10 @@ def chat_prompt_ids(server: LlamaServer, texts: Sequence[str]) -> list[list[int]
         toks = server.post("/tokenize", {"content": prompt, "add_special": False,
                                          "parse_special": True})  # fmt: skip
         ids = toks.get("tokens") if isinstance(toks, dict) else None
-        if not isinstance(ids, list) or not all(_is_id(t) for t in ids):
+        if not isinstance(ids, list) or not all(as_token_id(t) is not None for t in ids):
             raise SpecsimError(
                 f"llama-server /tokenize answered {str(toks)[:80]}, not a list of token ids "
                 "in 'tokens'; is this llama.cpp's llama-server?"
             )
         out.append([int(t) for t in ids])
     return out
-
-
-def _is_id(t: object) -> bool:
-    """A token id as JSON carries one: a non-negative int (not a bool, not a string)."""
-    return isinstance(t, int) and not isinstance(t, bool) and 0 <= t < 2**31

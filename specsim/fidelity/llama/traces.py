@@ -80,6 +80,7 @@ def natural_lengths(srv, ids: list[list[int]], cfg: LlamaValidationConfig) -> li
     """Each prompt's greedy answer length (to its EOS), clipped to [16, max_tokens]."""
     from specsim.errors import SpecsimError
     from specsim.serve.llama_server import completion_timeout_s
+    from specsim.serve.wire import as_count
 
     out = []
     for p in ids:
@@ -87,8 +88,9 @@ def natural_lengths(srv, ids: list[list[int]], cfg: LlamaValidationConfig) -> li
                               "cache_prompt": False, "seed": cfg.seed},
                              timeout_s=completion_timeout_s(cfg.max_tokens))  # fmt: skip
         timings = ans.get("timings", {})
-        n = timings.get("predicted_n", cfg.max_tokens) if isinstance(timings, dict) else None
-        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= cfg.max_tokens:
+        raw = timings.get("predicted_n", cfg.max_tokens) if isinstance(timings, dict) else None
+        n = as_count(raw, cfg.max_tokens)
+        if n is None:
             raise SpecsimError(
                 f"llama-server /completion answered timings {str(timings)[:80]}: no "
                 f"timings.predicted_n in [0, {cfg.max_tokens}] (the tokens it generated)"

@@ -34,9 +34,9 @@ import numpy as np
 from specsim.errors import SpecsimError
 from specsim.serve.sse import StreamError, sse_json
 from specsim.serve.stoppable import await_stoppable
+from specsim.serve.wire import as_count, as_token_id
 
 APIS = ("llama", "completions")
-MAX_TOKEN_ID = 2**31 - 1  # llama.cpp's llama_token is int32: any larger id is not a token
 PROB_SLACK = 1e-4  # float32 rounding a server's probabilities (and their sum) may carry
 
 
@@ -46,20 +46,20 @@ def _bad(who: str, endpoint: str, what: str) -> SpecsimError:
 
 
 def token_id(v: Any, who: str, endpoint: str, name: str) -> int:
-    """A token id as JSON must carry it: an integer (not a bool, float or string) in int32."""
-    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_TOKEN_ID:
+    """A token id as JSON must carry it (:func:`specsim.serve.wire.as_token_id`)."""
+    t = as_token_id(v)
+    if t is None:
         raise _bad(who, endpoint, f"{name} {str(v)[:40]!r} (not a token id)")
-    return v
+    return t
 
 
 def count_field(v: Any, who: str, endpoint: str, name: str) -> int:
-    """A non-negative count (``draft_n``, ``tokens_predicted``): an integer, or a float that
-    is one (some servers send 3.0), never NaN, a string or a negative number."""
-    if isinstance(v, float) and math.isfinite(v) and v == int(v):
-        v = int(v)
-    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+    """A non-negative count (``draft_n``, ``tokens_predicted``), as
+    :func:`specsim.serve.wire.as_count` defines one."""
+    n = as_count(v)
+    if n is None:
         raise _bad(who, endpoint, f"{name} {str(v)[:40]!r} (not a count)")
-    return v
+    return n
 
 
 def parse_top(entry: Any, who: str, endpoint: str) -> tuple[np.ndarray, np.ndarray]:
