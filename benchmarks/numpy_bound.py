@@ -107,7 +107,7 @@ def bound_loop(trace, policy, cost, wl, max_running: int, kv_tokens: int, budget
             tokens += int(emit.sum())
         batch = n_dec + n_ver + prefill
         if engine_terms:  # per-request, KV and prefill terms (the profile's own function)
-            verify_s = cost.verify_s(n_dec + n_ver, prefill, n_dec + n_new, step_fn)
+            verify_s = cost.verify_s(n_dec + n_ver, prefill, n_dec + n_new, step_fn, n_ver)
         else:
             verify_s = float(lut[batch] if batch < lut.shape[0] else step_fn(batch))
         now += draft_s + sched_s + verify_s

@@ -170,3 +170,27 @@ def test_sched_scaled_profile_is_a_profile_name():
     for bad in ("v4-flash-like@sched-x", "v4-flash-like@sched-x-1", "v4-flash-like@sched-xinf"):
         with pytest.raises(SpecsimError, match="must be a scale >= 0"):
             get_profile(bad)
+
+
+def test_a_verified_draft_token_pays_its_own_term(tmp_path):
+    """``verify_draft_token_ms`` is charged once per verified draft token, accepted or not, and
+    never to a run that drafts nothing; it survives the CSV round trip. Why: llama-server
+    prices a draft token above another request's decode token (docs/llama-cpp.md)."""
+    from dataclasses import replace
+
+    from specsim.sim.simulate import replay
+
+    base = CostModel(name="b", batch_tokens=np.array([1, 64]), step_ms=np.array([10.0, 40.0]),
+                     emit_per_token_ms=0.01)  # fmt: skip
+    extra = replace(base, name="x", verify_draft_token_ms=0.5)
+    back = read_profile_csv(write_profile_csv(extra, tmp_path / "x.csv"))
+    assert back.verify_draft_token_ms == 0.5 and back.scalars() == extra.scalars()
+    trace = "chat-v3"  # a shipped trace by name
+    kw = {"concurrency": 4, "requests": 12, "seed": 3, "serving": "v2", "record_tokens": False}
+    a, b = (replay(trace, "full", profile=p, **kw) for p in (base, back))
+    verified = a.summary["verified_draft_tokens"]
+    assert verified > 0 and b.summary["verified_draft_tokens"] == verified
+    busy = lambda r: float(r.steps["duration_s"].sum())  # noqa: E731
+    assert busy(b) - busy(a) == pytest.approx(0.5e-3 * verified, rel=1e-9)
+    ar = [replay(trace, "ar", profile=p, **kw) for p in (base, back)]
+    assert busy(ar[1]) == busy(ar[0])

@@ -109,6 +109,7 @@ COST_KEYS = (
     "draft_prefill_us_per_token",
     "kv_read_us_per_ktoken",
     "emit_per_token_ms",
+    "verify_draft_token_ms",
 )
 
 
@@ -180,6 +181,10 @@ class CostModel:
     # that samples row by row and stops at the first rejected draft (llama-server), and
     # streams every emitted token, pays this per accepted draft and bonus token only
     emit_per_token_ms: float = 0.0
+    # serving model v2: what a verified DRAFT token costs beyond another request's decode
+    # token in the table (llama-server: +3.4 ms a draft token in the tuning grid's calibration
+    # steps, docs/llama-cpp.md); charged per draft token verified, accepted or not
+    verify_draft_token_ms: float = 0.0
     max_running: int = 256
     kv_tokens: int = 1 << 20
     prefill_budget: int = 16384  # serving model v1: prompt tokens admitted per step
@@ -296,6 +301,7 @@ class CostModel:
             or self.prefill_token_ms
             or self.accept_per_token_ms
             or self.emit_per_token_ms
+            or self.verify_draft_token_ms
         )
 
     def policy_step_fn(self, step_fn, prefill_tokens: int):  # type: ignore[no-untyped-def]
@@ -319,15 +325,19 @@ class CostModel:
             c = np.minimum(c, self.draft_context_window)
         return self.draft_per_context_us * 1e-6 * float(c.sum())
 
-    def verify_s(self, decode_tokens: int, prefill_tokens: int, n_requests: int, step_fn):  # type: ignore[no-untyped-def]
+    def verify_s(  # type: ignore[no-untyped-def]
+        self, decode_tokens: int, prefill_tokens: int, n_requests: int, step_fn,
+        draft_tokens: int = 0,
+    ):  # fmt: skip
         """Seconds of the target step of ``n_requests`` requests verifying ``decode_tokens``
-        tokens and prefilling ``prefill_tokens`` (``step_fn``: the table at this context), the
-        engine terms included. The simulator's hot loop inlines the same arithmetic."""
+        tokens (``draft_tokens`` of them drafts) and prefilling ``prefill_tokens`` (``step_fn``:
+        the table at this context), the engine terms included."""
         if self.prefill_token_ms:
             t = float(step_fn(decode_tokens)) + self.prefill_token_ms * 1e-3 * prefill_tokens
         else:
             t = float(step_fn(decode_tokens + prefill_tokens))
-        return t + (self.overhead_ms(n_requests) + self.accept_per_token_ms * decode_tokens) * 1e-3
+        ms = self.overhead_ms(n_requests) + self.accept_per_token_ms * decode_tokens
+        return t + (ms + self.verify_draft_token_ms * draft_tokens) * 1e-3
 
     def overhead_ms(self, n_requests):  # type: ignore[no-untyped-def]
         """The engine loop's own ms per step at ``n_requests`` requests (scalar or array):
@@ -413,6 +423,11 @@ class CostModel:
             "draft_prefill_us_per_token": self.draft_prefill_us_per_token,
             "kv_read_us_per_ktoken": self.kv_read_us_per_ktoken,
             **({"emit_per_token_ms": self.emit_per_token_ms} if self.emit_per_token_ms else {}),
+            **(
+                {"verify_draft_token_ms": self.verify_draft_token_ms}
+                if self.verify_draft_token_ms
+                else {}
+            ),
             "max_running": self.max_running,
             "kv_tokens": self.kv_tokens,
             "prefill_budget": self.prefill_budget,

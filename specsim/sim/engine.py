@@ -465,7 +465,7 @@ class Engine(Walks, History, ServingV2):
             if batch > self.max_b:
                 self.max_b = batch
             if engine_terms:
-                verify_s = cost.verify_s(n_dec + n_ver, prefill_tokens, n_run, step_fn)
+                verify_s = cost.verify_s(n_dec + n_ver, prefill_tokens, n_run, step_fn, n_ver)
             elif step2d is not None:
                 verify_s = step2d(batch, ctx)
             elif cost.is_2d:

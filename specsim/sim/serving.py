@@ -360,7 +360,7 @@ class ServingV2:
             sched_s = cost.sched_s(n_dec) if (n_dec and decides and not zos) else 0.0
             if engine_terms:
                 fn = cost.step_time_fn(ctx) if is2d else base_fn
-                verify_s = cost.verify_s(n_dec + n_ver, prefill_tokens, n_run, fn)
+                verify_s = cost.verify_s(n_dec + n_ver, prefill_tokens, n_run, fn, n_ver)
             elif is2d:
                 verify_s = float(cost.step_time(batch, ctx))
             elif batch < n_lut:
