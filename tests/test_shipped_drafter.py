@@ -1,6 +1,7 @@
-"""The drafter shipped in the package (issue #14): found by ``--drafter dspark`` before the
-cache, small enough to ship, fp16, carrying d2t, STS temperatures and its training report; and,
-with the real target, it reproduces rows of the shipped chat trace exactly."""
+"""The drafters shipped in the package (issues #14, #45): found by ``--drafter dspark`` (v3)
+and ``dspark-v2`` before the cache, small enough to ship, fp16, carrying d2t, STS temperatures
+and the training report; and, with the real target, v2 reproduces rows of the shipped chat
+trace exactly."""
 
 from __future__ import annotations
 
@@ -62,10 +63,13 @@ def test_dspark_finds_the_shipped_drafter_before_the_cache(tmp_path, monkeypatch
     monkeypatch.setenv("SPECSIM_CACHE", str(tmp_path))
     (tmp_path / "drafters" / f"dspark-{TARGET_SHA}").mkdir(parents=True)
     target = SimpleNamespace(sha256=TARGET_SHA + "0" * 52)
-    assert find_drafter_dir(target) == SHIPPED
+    # `dspark` is v3 since issue #45: what `specsim record --drafter dspark` uses after install
+    assert find_drafter_dir(target) == SHIPPED_V3
     assert find_drafter_dir(target, "dspark-v3") == SHIPPED_V3
+    assert find_drafter_dir(target, "dspark-v2") == SHIPPED  # the older traces' drafter
     other = SimpleNamespace(sha256="f" * 64)  # no drafter shipped for it: the cache's
-    assert find_drafter_dir(other) == tmp_path / "drafters" / f"dspark-{'f' * 12}"
+    assert find_drafter_dir(other) == tmp_path / "drafters" / f"dspark-v3-{'f' * 12}"
+    assert find_drafter_dir(other, "dspark-v2") == tmp_path / "drafters" / f"dspark-{'f' * 12}"
 
 
 needs_target = pytest.mark.skipif(
@@ -94,7 +98,7 @@ def test_the_shipped_drafter_reproduces_the_shipped_chat_trace():
     tr = read_trace(ROOT / "traces" / "chat.parquet")
     assert tr.meta["drafter"] == f"dspark:dspark-{TARGET_SHA}"
     target = load_target("smollm2")
-    drafter, _ = load_drafter_spec("dspark", target, None)
+    drafter, _ = load_drafter_spec("dspark-v2", target, None)
     ids = prompt_ids(target.tokenizer, load_prompts("mt-bench")[0].text)
     n_out = int(tr.output_len[0])
     out = greedy_batch(target, [ids], n_out)[0]

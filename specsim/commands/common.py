@@ -74,7 +74,8 @@ def add_threads(p: argparse.ArgumentParser) -> None:
 
 
 DRAFTER_HELP = (
-    "'dspark' (the DSpark drafter the shipped traces were recorded with), 'dspark-v3' (the "
-    "one llama.cpp's draft-dspark runs), each shipped for the target or from the cache; a "
-    "DSpark checkpoint folder, or 'ngram[:N]' (prompt lookup, no training)"
+    "'dspark' (the current DSpark drafter, v3: the one llama.cpp's draft-dspark runs; also "
+    "'dspark-v3'), 'dspark-v2' (the one the traces without -v3 in their name were recorded "
+    "with), each shipped for the target or from the cache; a DSpark checkpoint folder, or "
+    "'ngram[:N]' (prompt lookup, no training)"
 )

@@ -16,9 +16,9 @@ from specsim.errors import SpecsimError
 
 
 def load_drafter_spec(spec: str, target: Any, block_size: int | None) -> tuple[Any, str]:
-    """A drafter from its command-line name: ``dspark`` or ``dspark-v3`` (the drafter of that
-    name shipped for this target, else the one ``train-drafter`` left in the cache), a checkpoint
-    folder or ``ngram[:N]``."""
+    """A drafter from its command-line name: ``dspark`` (v3), ``dspark-v3`` or ``dspark-v2``
+    (the drafter of that name shipped for this target, else the one ``train-drafter`` left in
+    the cache; ``specsim.record.build.DRAFTER_DIRS``), a checkpoint folder or ``ngram[:N]``."""
     from specsim.record.build import DRAFTER_NAMES, find_drafter_dir
     from specsim.record.dspark import load_drafter
 

@@ -20,19 +20,23 @@ from typing import Any
 from specsim.progress import Progress
 from specsim.prompts import Prompt
 
-DRAFTER_NAMES = ("dspark", "dspark-v3")
-"""The drafters ``--drafter`` knows by name. ``dspark`` is the one every shipped trace was
-recorded with (v2: Llama-style layers, a 192-position window), kept so that those traces stay
-reproducible; ``dspark-v3`` is llama.cpp's ``draft-dspark`` architecture (q/k norms, the whole
-context, offset d2t on export), trained only on sources no shipped benchmark records from."""
+DRAFTER_DIRS = {"dspark": "dspark-v3", "dspark-v3": "dspark-v3", "dspark-v2": "dspark"}
+"""The drafters ``--drafter`` knows by name, and the folder stem each is shipped (and cached)
+under. ``dspark`` is the current drafter, v3: llama.cpp's ``draft-dspark`` architecture (q/k
+norms, the whole context, offset d2t on export), trained only on sources no shipped benchmark
+records from; ``dspark-v3`` names it explicitly. ``dspark-v2`` (Llama-style layers, a
+192-position window; folder ``dspark-<sha>``) is the drafter the traces without a ``-v3`` in
+their name were recorded with, and what ``dspark`` meant before 4 Dec 2026: kept so those traces
+and the reports made from them stay reproducible."""
+DRAFTER_NAMES = tuple(DRAFTER_DIRS)
 
 
 def _dir_name(target: Any, name: str) -> str:
-    if name not in DRAFTER_NAMES:
+    if name not in DRAFTER_DIRS:
         from specsim.errors import SpecsimError
 
         raise SpecsimError(f"unknown drafter name {name!r}; use one of {', '.join(DRAFTER_NAMES)}")
-    return f"{name}-{target.sha256[:12]}"
+    return f"{DRAFTER_DIRS[name]}-{target.sha256[:12]}"
 
 
 def default_drafter_dir(target: Any, name: str = "dspark") -> Path:
