@@ -244,7 +244,7 @@ def test_compare_scores_kept_runs_against_the_median_with_its_interval(monkeypat
     runs = pd.DataFrame([{**base, "throughput_tok_s": v, "tpot_ms_mean": 10.0 + 0.01 * i,
                           "warmup": i == 0} for i, v in enumerate(thr)])  # fmt: skip
     cfg = LlamaValidationConfig(grid_label="held-out", target_ci=0.03)
-    t = grid.compare(cfg, runs, {("none", 0.0): None}, {0.0: None})
+    t = grid.compare(cfg, runs, {("none", 0.0): None}, {(False, 0.0): None})
     row = t.iloc[0]
     assert row["grid"] == "held-out" and row["repeats"] == 6
     assert row["real_throughput_tok_s"] == pytest.approx(np.median(thr[1:]))

@@ -121,7 +121,7 @@ def score(cfg: LlamaValidationConfig, log: Callable[[str], None] = print) -> pd.
     import pandas as pd
 
     from specsim.fidelity.llama.grid import compare, rankings
-    from specsim.fidelity.llama.profile import cost_model, fit_steps
+    from specsim.fidelity.llama.profile import cost_model, fit_steps, profile_file, profile_key
     from specsim.fidelity.llama.report import write_report
     from specsim.fidelity.llama.servers import limits
     from specsim.outputs import jsonable, write_table, write_text
@@ -144,18 +144,22 @@ def score(cfg: LlamaValidationConfig, log: Callable[[str], None] = print) -> pd.
     }  # fmt: skip
     timing = json.loads((out / "grid_time.json").read_text())
     costs = {}
-    for t in cfg.temperatures:
-        path = out / f"profile-t{t:g}.csv"
+    fit = None
+    for key in sorted({profile_key(s.name, t) for s in cfg.settings for t in cfg.temperatures}):
+        path = out / profile_file(key)
         if cfg.profile is not None:
-            costs[float(t)] = read_profile_csv(cfg.profile / path.name)
+            costs[key] = read_profile_csv(cfg.profile / path.name)
             continue
-        fit = fit_steps(pd.read_parquet(out / "calibration_steps.parquet"), cfg.temperatures)
+        if fit is None:
+            fit = fit_steps(pd.read_parquet(out / "calibration_steps.parquet"), cfg.temperatures)
+        drafter, t = key
         at = ",".join(map(str, cfg.calib_concurrency))
         meta = {"threads": str(cfg.threads), "parallel": str(cfg.parallel),
                 "calibration": f"{cfg.calib_prompts} at C={at}"}  # fmt: skip
-        cm = cost_model(fit, float(t), f"llama-server-smollm2-t{t:g}", limits(cfg), meta)
+        name = f"llama-server-smollm2{'-drafter' if drafter else ''}-t{t:g}"
+        cm = cost_model(fit, t, name, limits(cfg), meta, drafter=drafter)
         write_profile_csv(cm, path, force=True)
-        costs[float(t)] = read_profile_csv(path)  # the simulator reads what was written
+        costs[key] = read_profile_csv(path)  # the simulator reads what was written
     table = compare(cfg, runs_df, traces, costs)
     write_table(table, out / "fidelity.csv")
     ranks = pd.concat([rankings(table, "throughput_tok_s").assign(metric="throughput"),

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from specsim.fidelity.llama.config import LlamaValidationConfig, SpecSetting
+from specsim.fidelity.llama.profile import profile_key
 from specsim.fidelity.llama.servers import limits, send
 from specsim.fidelity.llama.traces import GridInputs
 from specsim.serve.llama_trace import path_counts
@@ -199,7 +200,7 @@ def compare(
     cfg: LlamaValidationConfig,
     runs: pd.DataFrame,
     traces: dict[tuple[str, float], Trace],
-    costs: dict[float, Any],
+    costs: dict[tuple[bool, float], Any],
 ) -> pd.DataFrame:
     """One row per cell: the real median over the kept repeats (warm-ups left out) with its
     95% interval (:func:`specsim.fidelity.repeats.median_interval`; ``converged``: within
@@ -217,7 +218,8 @@ def compare(
         s = SpecSetting.parse(spec)
         c = None if pd.isna(c) else int(c)
         rate = None if pd.isna(rate) else float(rate)
-        sim = simulate_cell(cfg, s, traces[(spec, float(t))], costs[float(t)], c, rate)
+        cost = costs[profile_key(spec, t)]
+        sim = simulate_cell(cfg, s, traces[(spec, float(t))], cost, c, rate)
         row: dict[str, Any] = {"grid": cfg.grid_label, "spec": spec, "temperature": t,
                                "concurrency": c, "rate": rate, "repeats": len(g)}  # fmt: skip
         converged = True
