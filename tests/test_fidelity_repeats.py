@@ -273,14 +273,22 @@ def test_held_out_grid_is_disjoint_from_tuning_and_calibration():
         conf = json.loads(committed.read_text())
         for k, v in h.TUNING.items():
             assert (tuple(conf[k]) if isinstance(v, tuple) else conf[k]) == v, k
-    ok, later = h.runnable_specs()
-    assert ok == ["none", "ngram:3", "ngram:7"] and all(h.is_dspark(s) for s in later)
-    assert len(later) == 3
+    specs = h.runnable_specs()  # every setting, draft-dspark included, parses
+    assert specs == ["none", "ngram:3", "ngram:7", "dspark:7", "dspark:4", "dspark:7:0.5"]
     d = h.HELD_OUT
-    assert max(d["concurrency"]) <= d["parallel"] and d["max_tokens"] == 256
-    assert d["temperatures"] == (0.0, 1.0) and len(d["rates"]) == 2
+    # the definition's drafter is the shipped v3, of the block size it states
+    from specsim.record.draft_gguf import block_size, drafter_dir
+
+    folder = drafter_dir(d["dspark"]["drafter"])
+    assert folder.name == "dspark-v3-b179c9523d0e" and folder == drafter_dir("dspark-v3")
+    assert block_size(folder) == d["dspark"]["block_size"] == 7
+    assert max(d["concurrency"]) <= d["parallel"] and d["max_tokens"] == 64
+    assert d["temperatures"] == (0.0, 1.0) and d["rates"] == (0.25,)
     assert d["grid_label"] == "held-out" and d["target_ci"] == 0.03
-    assert h.estimate_minutes() > 0
+    assert d["min_repeats"] >= 3 and d["warmup"] >= 1  # the floor
+    # sized for the 75 minutes at the fewest repeats the rule allows (the planning
+    # estimate; the run's own minutes are the measurement)
+    assert 30 < h.estimate_minutes() <= 75 < h.estimate_minutes(repeats=d["max_repeats"])
 
 
 def test_held_out_command_parses_to_its_config():
@@ -291,11 +299,16 @@ def test_held_out_command_parses_to_its_config():
     from specsim.commands.validate import _with_defaults
     from specsim.fidelity.llama import held_out as h
 
-    line = h.command().split("  #")[0]
+    line = h.command()
+    assert "#" not in line  # nothing left out
     args = build_parser().parse_args(shlex.split(line)[1:])
     from pathlib import Path
 
     cfg = _with_defaults(LlamaValidationConfig, args, seed=0, threads=args.server_threads)
-    want = LlamaValidationConfig(**h.config_kwargs(specs=h.runnable_specs()[0]))
+    want = LlamaValidationConfig(**h.config_kwargs())
     assert cfg == want.with_(seed=0)
     assert cfg.out == Path("reports/llama-cpp-held-out")
+    assert [s.name for s in cfg.settings if s.kind == "dspark"] == [
+        "dspark:7", "dspark:4", "dspark:7:0.5",
+    ]  # fmt: skip
+    assert cfg.dspark_drafter == h.HELD_OUT["dspark"]["drafter"]

@@ -28,15 +28,95 @@ def test_settings_parse(text, kind, n_max):
     assert ":" not in s.slug
 
 
-@pytest.mark.parametrize("text", ["ngram", "ngram:x", "none:1", "eagle:3", ""])
+@pytest.mark.parametrize(
+    "text,n_max,p_min,name",
+    [("dspark:7", 7, 0.0, "dspark:7"), ("dspark:4", 4, 0.0, "dspark:4"),
+     (" dspark:7:0.5 ", 7, 0.5, "dspark:7:0.5"), ("dspark:7:0.50", 7, 0.5, "dspark:7:0.5"),
+     ("dspark:7:0", 7, 0.0, "dspark:7"), ("dspark:3:-0", 3, 0.0, "dspark:3"),
+     ("dspark:2:0.123456789", 2, 0.123456789, "dspark:2:0.123456789")],
+)  # fmt: skip
+def test_dspark_settings_parse(text, n_max, p_min, name):
+    s = SpecSetting.parse(text)
+    assert (s.kind, s.n_max, s.p_min, s.name) == ("dspark", n_max, p_min, name)
+    assert SpecSetting.parse(s.name) == s  # runs.csv's names parse back to the setting
+    assert s.slug == name.replace(":", "-") and ":" not in s.slug
+    assert s.policy == SpecSetting.parse("ngram:3").policy == "threshold:0.5"
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["ngram", "ngram:x", "none:1", "eagle:3", "", "dspark", "dspark:x", "dspark:7.5",
+     "dspark:7:y", "dspark:7:0.5:1", "dspark:"],
+)  # fmt: skip
 def test_bad_settings_are_refused_in_one_line(text):
-    with pytest.raises(SpecsimError, match="unknown speculative setting"):
+    with pytest.raises(SpecsimError, match="unknown speculative setting") as err:
         SpecSetting.parse(text)
+    assert "dspark:N[:P]" in str(err.value) and "\n" not in str(err.value)
 
 
-def test_dspark_is_refused_with_the_reason():
-    with pytest.raises(SpecsimError, match="draft-dspark settings are not in this grid"):
-        SpecSetting.parse("dspark:4")
+@pytest.mark.parametrize(
+    "text,match",
+    [("dspark:0", "block N of dspark:N must be at least 1"),
+     ("dspark:-2", "block N of dspark:N must be at least 1"),
+     ("dspark:7:1", r"confidence cut P of dspark:N:P must be in \[0, 1\)"),
+     ("dspark:7:1.5", r"must be in \[0, 1\)"), ("dspark:7:-0.1", r"must be in \[0, 1\)"),
+     ("dspark:7:nan", r"must be in \[0, 1\)"), ("dspark:7:inf", r"must be in \[0, 1\)")],
+)  # fmt: skip
+def test_dspark_values_out_of_range_are_refused_naming_the_fix(text, match):
+    with pytest.raises(SpecsimError, match=match) as err:
+        SpecSetting.parse(text)
+    assert text in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "change,match",
+    [({"specs": ("none", "dspark:8")}, r"clamps --spec-draft-n-max 8 to 7; give N in \[1, 7\]"),
+     ({"specs": ("none", "dspark:7", "dspark:7:0")}, "names dspark:7 twice"),
+     ({"specs": ("none", "dspark:4"), "dspark_drafter": "no-such-drafter"},
+      "neither a drafter name")],
+)  # fmt: skip
+def test_config_checks_dspark_settings_against_their_drafter(change, match):
+    with pytest.raises(SpecsimError, match=match):
+        LlamaValidationConfig(**change)
+
+
+def test_a_checkpoint_folder_drafter_bounds_the_block_by_its_own(tmp_path):
+    """--dspark-drafter FOLDER: its config's block size is the bound, and a confidence cut on a
+    drafter without a confidence head is refused (llama-server would not start)."""
+    (tmp_path / "config.json").write_text(
+        json.dumps({"block_size": 4, "enable_confidence_head": False})
+    )
+    ok = LlamaValidationConfig(specs=("none", "dspark:4"), dspark_drafter=str(tmp_path))
+    assert ok.settings[1].n_max == 4
+    with pytest.raises(SpecsimError, match="drafts blocks of 4"):
+        LlamaValidationConfig(specs=("none", "dspark:5"), dspark_drafter=str(tmp_path))
+    with pytest.raises(SpecsimError, match="no confidence head"):
+        LlamaValidationConfig(specs=("none", "dspark:4:0.3"), dspark_drafter=str(tmp_path))
+
+
+def test_config_takes_dspark_settings_of_the_shipped_drafter_and_serves_them():
+    from specsim.fidelity.llama.servers import drafter_folder, server_args
+    from specsim.record.draft_gguf import gguf_path
+
+    cfg = LlamaValidationConfig(specs=("none", "dspark:7", "dspark:4", "dspark:7:0.5"))
+    assert cfg.dspark_drafter == "dspark-v3"
+    folder = drafter_folder(cfg)
+    assert folder.name == "dspark-v3-b179c9523d0e"
+    from specsim.record.draft_gguf import drafter_dir
+
+    # --drafter's names mean the same here: dspark is v3, dspark-v2 the older one
+    assert drafter_dir("dspark") == folder and drafter_dir(folder.name) == folder
+    assert drafter_dir("dspark-v2").name == "dspark-b179c9523d0e"
+    args = list(server_args(cfg, SpecSetting.parse("dspark:4:0.5")))
+    flag = {args[i]: args[i + 1] for i in range(len(args) - 1) if args[i].startswith("-")}
+    assert flag["-md"] == str(gguf_path(folder)) and flag["-md"].endswith(".gguf")
+    assert gguf_path(folder).parent.name == "drafts" and folder.name in flag["-md"]
+    assert flag["--spec-type"] == "draft-dspark"
+    assert (flag["--spec-draft-n-max"], flag["--spec-draft-p-min"]) == ("4", "0.5")
+    assert (flag["-np"], flag["-t"]) == (str(cfg.parallel), str(cfg.threads))  # the grid's
+    plain = server_args(cfg, SpecSetting.parse("dspark:7"))
+    assert plain[plain.index("--spec-draft-p-min") + 1] == "0"
+    assert "-md" not in server_args(cfg, SpecSetting.parse("none"))
 
 
 @pytest.mark.parametrize(
@@ -54,10 +134,14 @@ def test_config_refuses_bad_grids(change, match):
         LlamaValidationConfig(**change)
 
 
-def test_cli_bad_setting_exits_2_in_one_line(capsys):
-    assert main(["validate", "--engine", "llama-server", "--specs", "none,dspark:3"]) == 2
+@pytest.mark.parametrize(
+    "specs,needle", [("none,dspark:9", "clamps"), ("none,dspark:7:1.5", "dspark:7:1.5"),
+                     ("none,dspark:7:high", "dspark:N[:P]"), ("none,eagle:3", "dspark:N[:P]")],
+)  # fmt: skip
+def test_cli_bad_setting_exits_2_in_one_line(capsys, specs, needle):
+    assert main(["validate", "--engine", "llama-server", "--specs", specs]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and "draft-dspark" in err
+    assert err.count("\n") == 0 and needle in err
 
 
 def _cells(real: list[float], sim: list[float], spread: float) -> pd.DataFrame:

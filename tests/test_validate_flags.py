@@ -44,6 +44,10 @@ def fake_server(tmp_path, monkeypatch) -> Path:
         (["--seed", "-1"], "--seed"),
         (["--seed", "4294967295"], "--seed"),
         (["--specs", ","], "--specs"),
+        (["--specs", "none,dspark:9"], "--specs"),
+        (["--specs", "none,dspark:7:1"], "--specs"),
+        (["--specs", "none,dspark:0"], "--specs"),
+        (["--specs", "none,dspark:4", "--dspark-drafter", "nope"], "--dspark-drafter"),
         (["--profile", "/nonexistent/profiles"], "--profile"),
         (["--target", "/no/such/model.gguf"], "--target"),
         (["--out", "/proc/no/such/folder"], "--out"),
@@ -81,3 +85,16 @@ def test_a_missing_model_file_is_one_line_before_any_server(
     assert code == 2 and len(err) == 1 and "no-such-model.gguf" in err[0], err
     assert not fake_server.exists()
     assert not os.path.exists(tmp_path / "r")  # nothing written either
+
+
+def test_a_dspark_grid_without_the_converter_is_one_line_before_any_server(
+    fake_server, tmp_path, monkeypatch, capsys
+):
+    """draft-dspark settings need llama.cpp's converter (their GGUF) and torch (their traces):
+    checked before the first server, not minutes into the grid."""
+    monkeypatch.setenv("SPECSIM_LLAMA_CPP_HOME", str(tmp_path / "nowhere"))
+    code = main(["validate", "--engine", "llama-server", "--out", str(tmp_path / "r"),
+                 "--specs", "none,dspark:4"])  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "llama.cpp's source tree" in err[0], err
+    assert not fake_server.exists()

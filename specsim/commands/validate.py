@@ -12,7 +12,7 @@ other-clock twin) and ``config.json``. torch is imported inside ``run`` only.
 
 ``--engine llama-server``: llama.cpp's llama-server on the wall clock (speculative settings x
 temperatures x closed and open loads; ``specsim.fidelity.llama``), into ``--out`` (default
-``reports/llama-cpp``). No torch.
+``reports/llama-cpp``). No torch, but for the traces of draft-dspark settings (the drafter).
 """
 
 from __future__ import annotations
@@ -120,7 +120,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_llama(args: argparse.Namespace) -> int:
-    """``--engine llama-server``: the grid against llama.cpp's server (torch-free)."""
+    """``--engine llama-server``: the grid against llama.cpp's server (torch only for the
+    traces of draft-dspark settings)."""
     from specsim.fidelity.llama import run_llama_validation
     from specsim.fidelity.llama.config import LlamaValidationConfig
     from specsim.fidelity.llama.report import summary_lines
@@ -148,6 +149,10 @@ def run_llama(args: argparse.Namespace) -> int:
         from specsim.record.models import smollm2_gguf  # torch-free: locates the GGUF
 
         smollm2_gguf()  # a missing model file: one line now, not the server's log later
+        if any(s.kind == "dspark" for s in cfg.settings):
+            from specsim.record.draft_gguf import check_requirements
+
+            check_requirements()  # torch and llama.cpp's converter, before any server
     if cfg.out.exists() and not cfg.out.is_dir():
         raise SpecsimError(f"--out {str(cfg.out)!r} is a file; give a folder")
     try:

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from specsim.errors import SpecsimError
-from specsim.record.dspark import ARCH, DSparkConfig, DSparkDrafter
+from specsim.record.dspark import ARCH, DSparkConfig, DSparkDrafter, load_drafter
 
 
 def target_model_dir(target: Any) -> Path:
@@ -203,21 +203,47 @@ def convert_to_gguf(
     return out
 
 
+def cached_gguf(folder: str | Path, target: Any = None) -> Path:
+    """The GGUF of the drafter checkpoint in ``folder``, made now if the user's cache lacks it
+    (``draft_gguf.gguf_path``: named by the drafter and a hash of its files):
+    :func:`export_deepspec` (fp32) and llama.cpp's converter into a temporary folder, the GGUF
+    then renamed into place (a second process making it at once writes the same bytes).
+    ``target``: the loaded SmolLM2 target, if the caller has it (else loaded here). Why cached:
+    the export and the converter take a minute, and every draft-dspark grid serves the file."""
+    from specsim.record.draft_gguf import check_target, gguf_path
+    from specsim.record.models import load_target
+
+    folder = Path(folder)
+    out = gguf_path(folder)
+    if out.is_file():
+        return out
+    if target is None:
+        target = load_target("smollm2")
+    check_target(folder, target.sha256)
+    drafter = load_drafter(folder).float().eval()
+    tdir = target_model_dir(target)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    work = out.parent / f".{out.stem}.tmp{os.getpid()}"
+    shutil.rmtree(work, ignore_errors=True)
+    try:
+        ckpt = export_deepspec(drafter, work / "deepspec", tdir, force=True)
+        os.replace(convert_to_gguf(ckpt, tdir, work / "draft.gguf"), out)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return out
+
+
 def llama_server_args(
     draft_gguf: str | Path, block_size: int, ctx: int = 2048, p_min: float = 0.0
 ) -> tuple[str, ...]:
-    """llama-server flags that run a draft as specsim predicts it: one slot, blocks of exactly
-    ``block_size`` (a shorter block changes every hidden state: attention is non-causal), and
-    the confidence cut ``p_min`` (0: none; see ``replay_llama_server``)."""
+    """llama-server flags that run a draft as specsim predicts it: one slot, blocks of
+    ``block_size`` (the trained one; a shorter block is decoded as a block of its own, which
+    changes every hidden state: attention is non-causal, see :func:`with_block`), and the
+    confidence cut ``p_min`` (0: none; see ``replay_llama_server``)."""
+    from specsim.record.draft_gguf import draft_dspark_args
+
     return (
-        "-md",
-        str(draft_gguf),
-        "--spec-type",
-        "draft-dspark",
-        "--spec-draft-n-max",
-        str(block_size),
-        "--spec-draft-p-min",
-        f"{p_min:g}",
+        *draft_dspark_args(draft_gguf, block_size, p_min),
         "-np",
         "1",
         "-c",
@@ -237,6 +263,62 @@ class ReplayStep:
     draft: tuple[int, ...]
 
 
+def with_block(drafter: DSparkDrafter, n_max: int) -> DSparkDrafter:
+    """The drafter as llama-server runs it with ``--spec-draft-n-max n_max``.
+
+    Why not the trained block cut to ``n_max``: llama.cpp (build 11434,
+    common/speculative.cpp, ``common_speculative_impl_draft_dflash::draft``) decodes a block of
+    ``n_block_tokens = params.n_max`` tokens, ``[anchor, mask x (n_max - 1)]``, after clamping
+    ``n_max`` to the trained block size in the constructor. Attention inside the block is
+    non-causal, so a block of 4 computes other hidden states than the first 4 of a block of 7.
+    The returned drafter shares no parameters with ``drafter`` (a copy, with ``block_size``
+    ``n_max`` and the first ``n_max`` STS temperatures); ``n_max`` = the block: ``drafter``.
+    """
+    from dataclasses import replace
+
+    size = drafter.cfg.block_size
+    if not 1 <= n_max <= size:
+        raise SpecsimError(
+            f"--spec-draft-n-max {n_max} is outside [1, {size}] (the drafter's block; "
+            "llama.cpp clamps a larger one to it)"
+        )
+    if n_max == size:
+        return drafter
+    temps = drafter.cfg.sts_temperatures
+    cfg = replace(drafter.cfg, block_size=n_max,
+                  sts_temperatures=None if temps is None else temps[:n_max])  # fmt: skip
+    view = DSparkDrafter(cfg).to(device=drafter.fc.weight.device, dtype=drafter.fc.weight.dtype)
+    view.load_state_dict(drafter.state_dict())
+    if drafter.embed is not None:
+        view.bind(drafter.embed)
+    return view.eval()
+
+
+def confidence_cut(raw_conf: torch.Tensor, p_min: float) -> list[int]:
+    """Per anchor, the drafts llama.cpp keeps under ``--spec-draft-p-min p_min``: those before
+    the first position whose raw confidence is below ``p_min`` (the whole block at 0)."""
+    n_anchors, n = raw_conf.shape
+    if p_min <= 0:
+        return [n] * n_anchors
+    low = raw_conf < p_min
+    whole = torch.full((n_anchors,), n, dtype=torch.long)
+    return [int(k) for k in torch.where(low.any(1), low.long().argmax(1), whole).tolist()]
+
+
+def accepted_prefix(draft: list[int], out: list[int], g: int, eog_ids: tuple[int, ...] = ()) -> int:
+    """How many of ``draft`` (anchored after ``out[g - 1]``) llama-server accepts: the leading
+    ones equal to the output (the target's argmax at T = 0, its sample at T > 0); a drafted
+    end-of-generation token before the draft's last ends acceptance."""
+    acc = 0
+    for i, d in enumerate(draft):
+        if g + i >= len(out) or d != out[g + i]:
+            break
+        if d in eog_ids and i + 1 < len(draft):
+            break
+        acc += 1
+    return acc
+
+
 def replay_llama_server(
     drafter: DSparkDrafter,
     feats: torch.Tensor,
@@ -246,6 +328,7 @@ def replay_llama_server(
     eog_ids: tuple[int, ...] = (),
     start: int = 0,
     p_min: float = 0.0,
+    n_max: int | None = None,
 ) -> list[ReplayStep]:
     """The steps llama-server takes for a greedy request whose output is ``seq[prompt_len:]``.
 
@@ -255,9 +338,12 @@ def replay_llama_server(
     end-of-generation draft before the last one ends acceptance), and commits accepted + 1.
     With ``--spec-draft-p-min P`` > 0 a block is cut before the first position whose RAW
     confidence (the head's sigmoid, without specsim's STS temperatures) is below P.
-    ``feats``/``seq`` are a teacher-forced pass over ``seq`` (``features.target_pass``); the
-    server must run with ``--spec-draft-n-max`` = ``block_size`` (``llama_server_args``).
+    ``feats``/``seq`` are a teacher-forced pass over ``seq`` (``features.target_pass``).
+    ``n_max``: the server's ``--spec-draft-n-max`` (default: the drafter's block size); a
+    smaller one is drafted as llama.cpp does, with a block of ``n_max`` (:func:`with_block`).
     """
+    if n_max is not None:
+        drafter = with_block(drafter, n_max)
     n_max = drafter.cfg.block_size
     out = seq[prompt_len:].tolist()
     steps: list[ReplayStep] = []
@@ -267,12 +353,7 @@ def replay_llama_server(
     all_anchors = torch.arange(prompt_len, prompt_len + len(out) - 1)
     drafts = drafter.draft(feats, seq, all_anchors, start=start)
     tokens = drafts.tokens.tolist()
-    keep = [n_max] * len(tokens)
-    if p_min > 0:
-        low = drafts.raw_conf < p_min
-        none = torch.full((low.shape[0],), n_max, dtype=torch.long)
-        first = torch.where(low.any(1), low.long().argmax(1), none)
-        keep = [int(k) for k in first.tolist()]
+    keep = confidence_cut(drafts.raw_conf, p_min) if p_min > 0 else [n_max] * len(tokens)
     g = 1
     while g < len(out):
         remaining = n_predict - g
@@ -281,13 +362,7 @@ def replay_llama_server(
             break
         anchor = prompt_len + g - 1
         draft = tokens[anchor - prompt_len][: min(n_draft, keep[anchor - prompt_len])]
-        acc = 0
-        for i, d in enumerate(draft):
-            if g + i >= len(out) or d != out[g + i]:
-                break
-            if d in eog_ids and i + 1 < len(draft):
-                break
-            acc += 1
+        acc = accepted_prefix(draft, out, g, eog_ids)
         steps.append(
             ReplayStep(anchor=anchor, drafted=len(draft), accepted=acc, draft=tuple(draft))
         )
@@ -318,16 +393,19 @@ def compare_with_llama_server(
     temperature: float = 0.0,
     seed: int = 0,
     threads: int = 2,
+    n_max: int | None = None,
 ) -> list[ParityRow]:
     """Serve ``draft_gguf`` on ``target_gguf`` with llama-server, send each prompt (token ids)
     once, and replay the same requests with specsim (``replay_llama_server`` over the server's
     own output tokens). Why: the check that a converted drafter drafts what specsim predicts;
     at temperature > 0 the output is the server's sample and the replay is still exact.
+    ``n_max``: ``--spec-draft-n-max`` (default: the drafter's block size).
     """
     from specsim.record.features import target_pass
     from specsim.serve.llama_server import LlamaServer, ServerSpec
 
-    args = llama_server_args(draft_gguf, drafter.cfg.block_size, p_min=p_min)
+    n_max = drafter.cfg.block_size if n_max is None else n_max
+    args = llama_server_args(draft_gguf, n_max, p_min=p_min)
     spec = ServerSpec(model=Path(target_gguf), args=(*args, "-t", str(threads)))
     answers = []
     with LlamaServer(spec) as srv:
@@ -341,7 +419,7 @@ def compare_with_llama_server(
         cfg = drafter.cfg
         s = target_pass(target, p, out, cfg.target_layer_ids, cfg.context_window)
         steps = replay_llama_server(
-            drafter, s.feats, s.seq, len(p), n_predict, target.eos_ids, s.start, p_min
+            drafter, s.feats, s.seq, len(p), n_predict, target.eos_ids, s.start, p_min, n_max
         )
         rows.append(
             ParityRow(

@@ -54,7 +54,7 @@ def measure(
     from specsim.fidelity.llama.calibrate import calibrate
     from specsim.fidelity.llama.grid import real_runs
     from specsim.fidelity.llama.servers import start_server
-    from specsim.fidelity.llama.traces import prepare, setting_trace
+    from specsim.fidelity.llama.traces import all_traces, prepare
     from specsim.outputs import write_table, write_text
     from specsim.prompts import load_many
     from specsim.trace.io import write_trace
@@ -68,10 +68,13 @@ def measure(
     overlap = set(texts) & set(calib)
     if overlap:
         raise SpecsimError(f"{len(overlap)} calibration prompts are also grid prompts; pick others")
+    if any(s.kind == "dspark" for s in cfg.settings):  # a drafter that will not convert: now
+        from specsim.fidelity.llama.servers import draft_gguf
+
+        log(f"phase 0: the draft-dspark GGUF: {draft_gguf(cfg)}")
     log("phase 1: prompts, output lengths, the server's outputs")
     inputs = prepare(cfg, texts, calib, log)
-    traces = {(s.name, float(t)): setting_trace(cfg, s, inputs, t)
-              for s in cfg.settings for t in cfg.temperatures}  # fmt: skip
+    traces = all_traces(cfg, inputs, log)
     for (name, t), tr in traces.items():
         write_trace(tr, _trace_path(out, name, t), force=True)
     outputs = {f"{t:g}": o for t, o in inputs.outputs.items()}

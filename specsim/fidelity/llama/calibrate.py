@@ -5,7 +5,10 @@ Why closed loops of the real workload rather than a kernel benchmark: a step of 
 is more than its ``llama_decode`` (the per-slot loop, sampling row by row, streaming each token
 to the HTTP threads, the client on the other core), and all of it is on the wall clock the grid
 is scored on. The drafts and acceptances of each request come from its own output
-(reconstruction exact at any temperature), so every step's make-up is known.
+(reconstruction exact at any temperature: the n-gram port, or for draft-dspark the torch
+drafter over the target's teacher-forced pass, ``traces.request_positions``), so every step's
+make-up is known. A setting's runs are all sent first and rebuilt after, so the drafter's
+model is loaded once per setting and never runs beside a measured run.
 """
 
 from __future__ import annotations
@@ -16,10 +19,11 @@ import numpy as np
 import pandas as pd
 
 from specsim.fidelity.llama.config import LlamaValidationConfig, SpecSetting
-from specsim.fidelity.llama.servers import drafter_of, send
+from specsim.fidelity.llama.servers import send
+from specsim.fidelity.llama.traces import request_positions
 from specsim.serve.bench_config import Job, Result
 from specsim.serve.llama_steps import align, request_groups, step_table
-from specsim.serve.ngram import positions
+from specsim.serve.ngram import Positions
 
 
 def run_steps(
@@ -27,15 +31,19 @@ def run_steps(
     s: SpecSetting,
     jobs: Sequence[Job],
     results: Sequence[Result],
+    found: Sequence[Positions] | None = None,
 ) -> tuple[pd.DataFrame, dict[str, float]]:
     """The steps of one run, and how well they were rebuilt (requests whose predicted draft
-    counts equal the server's, the alignment's worst misfit)."""
-    d = drafter_of(cfg, s)
+    counts equal the server's, the alignment's worst misfit). ``found``: each request's
+    positions when the caller has them (else rebuilt here)."""
+    if found is None:
+        pairs = [(j.prompt, r.tokens) for j, r in zip(jobs, results, strict=True)]
+        found = request_positions(cfg, s, pairs)
     groups, exact, checked = [], 0, 0
     for i, (job, res) in enumerate(zip(jobs, results, strict=True)):
         drafted = accepted = None
-        if d is not None and res.tokens:
-            pos = positions(d, job.prompt, res.tokens, cfg.ctx_per_slot)
+        if found is not None and res.tokens:
+            pos = found[i]
             drafted, accepted = pos.drafted, pos.accepted
             if not res.error:
                 checked += 1
@@ -68,7 +76,7 @@ def calibrate(
 ) -> tuple[pd.DataFrame, list[dict]]:
     """Every calibration run of setting ``s`` on ``srv``: their steps (one frame) and a row of
     run-level numbers each."""
-    frames, rows = [], []
+    frames, rows, runs = [], [], []
     for t in cfg.temperatures:
         for c in cfg.calib_concurrency:
             n = int(np.ceil(cfg.calib_requests * c))
@@ -82,14 +90,24 @@ def calibrate(
                     f"{len(failed)} of {n} calibration requests failed ({s.name}, T={t:g}, "
                     f"C={c}); first error: {failed[0]}"
                 )
-            table, info = run_steps(cfg, s, jobs, res)
-            table["spec"], table["temperature"], table["concurrency"] = s.name, float(t), c
-            frames.append(table)
-            rows.append({"spec": s.name, "temperature": t, "concurrency": c, "requests": n,
-                         "throughput_tok_s": summary["throughput_tok_s"],
-                         "tpot_ms_mean": summary["tpot_ms_mean"], "steps": len(table),
-                         **info})  # fmt: skip
-            log(f"  calibration {s.name} T={t:g} C={c}: {summary['throughput_tok_s']:.1f} tok/s, "
-                f"{len(table)} steps, align {info['align_worst']:.2f}, drafts exact "
-                f"{info['requests_exact']}/{info['requests_checked']}")  # fmt: skip
+            runs.append((t, c, n, jobs, res, summary))
+    # every run's positions at once (draft-dspark: one model load), after the runs
+    pairs = [
+        (j.prompt, r.tokens) for *_, jobs, res, _ in runs for j, r in zip(jobs, res, strict=True)
+    ]
+    found = request_positions(cfg, s, pairs)
+    at = 0
+    for t, c, n, jobs, res, summary in runs:
+        mine = None if found is None else found[at : at + len(jobs)]
+        at += len(jobs)
+        table, info = run_steps(cfg, s, jobs, res, mine)
+        table["spec"], table["temperature"], table["concurrency"] = s.name, float(t), c
+        frames.append(table)
+        rows.append({"spec": s.name, "temperature": t, "concurrency": c, "requests": n,
+                     "throughput_tok_s": summary["throughput_tok_s"],
+                     "tpot_ms_mean": summary["tpot_ms_mean"], "steps": len(table),
+                     **info})  # fmt: skip
+        log(f"  calibration {s.name} T={t:g} C={c}: {summary['throughput_tok_s']:.1f} tok/s, "
+            f"{len(table)} steps, align {info['align_worst']:.2f}, drafts exact "
+            f"{info['requests_exact']}/{info['requests_checked']}")  # fmt: skip
     return pd.concat(frames, ignore_index=True), rows

@@ -12,20 +12,20 @@ from specsim.errors import SpecsimError
 from specsim.options import option
 
 MAX_DRAFT = 256  # tokens drafted per step: far beyond any useful one (llama.cpp's default: 16)
-SPEC_HELP = "none or ngram:M (ngram-simple, draft size M)"
-DSPARK_LATER = (
-    "draft-dspark settings are not in this grid yet: the drafts at every output position need "
-    "the torch drafter, which lives in specsim.record (docs/llama-cpp.md, 'Not yet'); use none "
-    "or ngram:M"
+SPEC_HELP = (
+    "none, ngram:M (ngram-simple, draft size M) or dspark:N[:P] (draft-dspark, "
+    "--spec-draft-n-max N, --spec-draft-p-min P)"
 )
 
 
 @dataclass(frozen=True)
 class SpecSetting:
-    """One speculative setting of llama-server: ``none`` or ``ngram:M`` (``ngram-simple``)."""
+    """One speculative setting of llama-server: ``none``, ``ngram:M`` (``ngram-simple``) or
+    ``dspark:N[:P]`` (``draft-dspark`` with ``--spec-draft-n-max N --spec-draft-p-min P``)."""
 
-    kind: str  # none | ngram
+    kind: str  # none | ngram | dspark
     n_max: int = 0
+    p_min: float = 0.0  # dspark: the confidence cut (0: the whole block)
 
     @classmethod
     def parse(cls, text: str) -> SpecSetting:
@@ -42,15 +42,35 @@ class SpecSetting:
                         f"[1, {MAX_DRAFT}], got {m}"
                     )
                 return cls("ngram", m)
-            if kind == "dspark":
-                raise SpecsimError(DSPARK_LATER)
+            if kind == "dspark" and len(parts) in (2, 3):
+                return cls._dspark(text, int(parts[1]), float(parts[2]) if parts[2:] else 0.0)
         except ValueError:
             pass
         raise SpecsimError(f"unknown speculative setting {text!r}; use {SPEC_HELP}")
 
+    @classmethod
+    def _dspark(cls, text: str, n: int, p: float) -> SpecSetting:
+        """``dspark:N:P`` in range (the drafter's block bounds N further: the config checks)."""
+        if not 1 <= n <= MAX_DRAFT:
+            raise SpecsimError(
+                f"--specs {text!r}: the block N of dspark:N must be at least 1 (at most the "
+                f"drafter's block size), got {n}"
+            )
+        if not (math.isfinite(p) and 0.0 <= p < 1.0):
+            raise SpecsimError(
+                f"--specs {text!r}: the confidence cut P of dspark:N:P must be in [0, 1) "
+                f"(--spec-draft-p-min; 0 keeps the whole block), got {p}"
+            )
+        return cls("dspark", n, float(p) + 0.0)  # + 0.0: -0.0 is 0
+
     @property
     def name(self) -> str:
-        return "none" if self.kind == "none" else f"ngram:{self.n_max}"
+        if self.kind == "none":
+            return "none"
+        if self.kind == "ngram":
+            return f"ngram:{self.n_max}"
+        cut = f":{self.p_min!r}" if self.p_min else ""  # repr: parses back to the same float
+        return f"dspark:{self.n_max}{cut}"
 
     @property
     def slug(self) -> str:
@@ -76,6 +96,12 @@ class LlamaValidationConfig:
     )
     specs: tuple[str, ...] = option(("none", "ngram:3", "ngram:7"), SPEC_HELP)
     ngram_n: int = option(2, "lookup n-gram size of the ngram:M settings")
+    dspark_drafter: str = option(
+        "dspark-v3",
+        "the drafter of the dspark:N settings: a --drafter name (dspark = dspark-v3), a shipped "
+        "drafter's id (dspark-v3-b179c9523d0e) or a checkpoint folder; exported to GGUF once "
+        "into the cache (<cache>/drafts/)",
+    )
     concurrency: tuple[int, ...] = option(
         (1, 2, 3, 4, 6, 8, 12, 16), "closed-loop levels", type=int
     )
@@ -132,6 +158,12 @@ class LlamaValidationConfig:
                 f"ngram:M with M < --ngram-n {self.ngram_n} never drafts (llama.cpp drops a "
                 "continuation shorter than its lookup n-gram); lower --ngram-n"
             )
+        names = [s.name for s in settings]
+        twice = next((n for n in names if names.count(n) > 1), None)
+        if twice is not None:  # one trace, server and cell set per name
+            raise SpecsimError(f"--specs names {twice} twice; give each setting once")
+        if any(s.kind == "dspark" for s in settings):
+            check_dspark(self)
         for name in ("repeats", "min_requests", "open_requests", "threads", "parallel"):
             if getattr(self, name) < 1:
                 raise SpecsimError(f"--{name.replace('_', '-')} must be at least 1")
@@ -223,10 +255,42 @@ def check_flags(cfg: LlamaValidationConfig) -> None:
             "its profile-t<T>.csv files)"
         )
     if cfg.profile is not None:
-        missing = [f"profile-t{t:g}.csv" for t in cfg.temperatures
-                   if not (Path(cfg.profile) / f"profile-t{t:g}.csv").is_file()]  # fmt: skip
+        from specsim.fidelity.llama.profile import profile_file, profile_key
+
+        keys = sorted({profile_key(s.name, t) for s in cfg.settings for t in cfg.temperatures})
+        missing = [
+            profile_file(k) for k in keys if not (Path(cfg.profile) / profile_file(k)).is_file()
+        ]
         if missing:
             raise SpecsimError(
                 f"--profile {str(cfg.profile)!r} has no {missing[0]} (a folder an earlier run "
-                "wrote, with one profile-t<T>.csv per temperature)"
+                "wrote, with one profile-t<T>.csv per temperature, and profile-drafter-t<T>.csv "
+                "where it had dspark:N settings)"
             )
+
+
+def check_dspark(cfg: LlamaValidationConfig) -> None:
+    """The ``dspark:N[:P]`` settings against their drafter, torch-free and before any server
+    starts: a block longer than the drafter's (llama.cpp clamps ``--spec-draft-n-max`` to the
+    trained block, so ``dspark:9`` would run, and be reported, as ``dspark:7``), a confidence
+    cut on a drafter without a confidence head (llama-server refuses to start)."""
+    from specsim.record.draft_gguf import block_size, drafter_dir, has_confidence_head
+
+    try:
+        folder = drafter_dir(cfg.dspark_drafter)
+        block = block_size(folder)
+    except SpecsimError as exc:
+        raise SpecsimError(f"--dspark-drafter: {exc}") from None
+    dspark = [s for s in cfg.settings if s.kind == "dspark"]
+    long = next((s for s in dspark if s.n_max > block), None)
+    if long is not None:
+        raise SpecsimError(
+            f"--specs {long.name}: drafter {folder.name} drafts blocks of {block} and "
+            f"llama-server clamps --spec-draft-n-max {long.n_max} to {block}; give N in "
+            f"[1, {block}]"
+        )
+    if any(s.p_min > 0 for s in dspark) and not has_confidence_head(folder):
+        raise SpecsimError(
+            f"drafter {folder.name} has no confidence head: llama-server refuses "
+            "--spec-draft-p-min > 0 with it; use dspark:N without :P"
+        )

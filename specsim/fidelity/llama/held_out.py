@@ -2,31 +2,38 @@
 serving model is frozen) so that nothing in it can be chosen after seeing a result.
 
 What it holds out, against the tuning grid (``reports/llama-cpp/config.json``: prompts
-``mt-bench[0:40]``, C = 1, 2, 4, 8, Poisson 0.7 req/s, outputs <= 64 tokens) and the profile's
-calibration runs (``chat-train[0:32]`` at C = 3, 6, 12):
+``mt-bench[0:40]``, C = 1, 2, 4, 8, Poisson 0.7 req/s) and the profile's calibration runs
+(``chat-train[0:32]`` at C = 3, 6, 12):
 
 - prompts no run of the method saw: MT-Bench 40-51 (the tuning grid took 0-39), GSM8K and
   HumanEval 100-111 (the DSpark parity check took each set's first 8; drafter v3 trained on the
   ``*-train`` sets only);
-- closed loops at C = 5, 10, 16 (in neither the grid's nor the calibration's levels; 16 = the
-  servers' ``-np``), Poisson arrivals at two rates, outputs up to 256 tokens, T = 0 and 1;
+- a closed loop at C = 5 (in neither the grid's nor the calibration's levels) and Poisson
+  arrivals at 0.25 req/s, T = 0 and 1;
 - settings ``none``, ``ngram-simple`` at draft sizes 3 and 7, and ``draft-dspark`` with
   drafter v3 (``specsim/data/drafters/dspark-v3-b179c9523d0e``; its GGUF is made by
-  ``export_deepspec`` + ``convert_to_gguf``, docs/llama-cpp-dspark.md, and shipped as
-  ``reports/llama-cpp-dspark/draft.gguf``) at ``--spec-draft-n-max`` 7 (its block size) and 4,
-  and at 7 with the confidence cut ``--spec-draft-p-min 0.5``.
+  ``export_deepspec`` + ``convert_to_gguf``, docs/llama-cpp-dspark.md, once into the user's
+  cache, :mod:`specsim.record.draft_gguf`: the conversion reports/llama-cpp-dspark checked) at
+  ``--spec-draft-n-max`` 7 (its block size) and 4 (llama.cpp then decodes blocks of 4, not
+  the first 4 of a block of 7: :func:`specsim.record.dspark_export.with_block`), and at 7
+  with the confidence cut ``--spec-draft-p-min 0.5``: settings the tuning grid never had.
 
-The method itself is the tuning grid's, unchanged: the same calibration prompts and
-concurrencies, the same servers (``-np 16``, ``-t 1``, ``--threads-batch 1``), every cell
-repeated until the 95% interval of its median is within 3% (:mod:`specsim.fidelity.repeats`).
+The method is the tuning grid's with the serving model's frozen terms (docs/llama-cpp.md, "The
+serving model's terms"): the same calibration prompts and concurrencies (every setting
+calibrated, draft-dspark's steps rebuilt with the torch drafter), the same servers (``-np 16``,
+``-t 1``, ``--threads-batch 1``), every cell repeated until the 95% interval of its median is
+within 3% (:mod:`specsim.fidelity.repeats`), at most 5 kept runs.
 
-The rates: the tuning grid's servers gave 45-77 tok/s at C = 8 (``none``) and 40-60 (n-gram);
-with outputs of ~200 tokens that is a capacity near 0.25-0.35 requests/s, so 0.1 and 0.2 req/s
-are a light and a heavy open loop for every setting.
+Sized for the issue's 75 minutes (:func:`estimate_minutes`). The first definition (4 Dec 2026:
+C = 5, 10, 16, Poisson 0.1 and 0.2 req/s, outputs up to 256 tokens, up to 12 repeats) was cut
+before any run of it when its estimate came to 477 minutes at the fewest repeats: one closed
+and one open load, outputs up to 64 tokens (the tuning grid's cap), at most 5 kept runs, one
+calibration request per C. draft-dspark on this CPU runs at 15-30 tok/s (the drafter's forward
+costs more than a decode step: reports/llama-cpp-dspark), so 0.25 req/s of ~60-token outputs
+is about 60% of its capacity and a light load for the others.
 
-``draft-dspark`` is not yet a setting ``specsim validate`` parses (its traces need the torch
-drafter: docs/llama-cpp.md, "Not yet"); :func:`command` leaves those settings out, and says
-so, until :class:`~specsim.fidelity.llama.config.SpecSetting` accepts them.
+The draft-dspark settings' traces come from the torch drafter over the plain server's outputs
+(:mod:`specsim.record.llama_dspark_trace`), so the grid needs torch for them.
 """
 
 from __future__ import annotations
@@ -38,32 +45,31 @@ from typing import Any
 from specsim.errors import SpecsimError
 
 # The definition. Keys are LlamaValidationConfig fields (flags: "--" + key with "-" for "_"),
-# except "dspark" (the drafter and its GGUF, for the draft-dspark settings).
+# except "dspark": the draft-dspark settings' drafter (--dspark-drafter) and its block size.
 HELD_OUT: dict[str, Any] = {
     "grid_label": "held-out",
     "prompts": ("mt-bench[40:52]", "gsm8k[100:112]", "humaneval[100:112]"),
     "calib_prompts": "chat-train[0:32]",  # the method's: the tuning grid's calibration
     "calib_concurrency": (3, 6, 12),
-    "calib_requests": 1.5,
+    "calib_requests": 1.0,
     "specs": ("none", "ngram:3", "ngram:7", "dspark:7", "dspark:4", "dspark:7:0.5"),
     "ngram_n": 2,
-    "concurrency": (5, 10, 16),
-    "rates": (0.1, 0.2),
+    "concurrency": (5,),
+    "rates": (0.25,),
     "temperatures": (0.0, 1.0),
-    "max_tokens": 256,
+    "max_tokens": 64,
     "min_requests": 10,
-    "open_requests": 14,
+    "open_requests": 8,
     "parallel": 16,
     "threads": 1,
     "threads_batch": 1,
     "target_ci": 0.03,
     "min_repeats": 3,
-    "max_repeats": 12,
+    "max_repeats": 5,
     "warmup": 1,
     "out": "reports/llama-cpp-held-out",
     "dspark": {
-        "drafter": "dspark-v3-b179c9523d0e",
-        "gguf": "reports/llama-cpp-dspark/draft.gguf",
+        "drafter": "dspark-v3-b179c9523d0e",  # its GGUF: <cache>/drafts/, made by the run
         "block_size": 7,
     },
 }
@@ -82,29 +88,28 @@ def is_dspark(spec: str) -> bool:
     return spec.strip().split(":")[0] == "dspark"
 
 
-def runnable_specs(defn: Mapping[str, Any] = HELD_OUT) -> tuple[list[str], list[str]]:
-    """The definition's settings ``specsim validate`` parses today, and those it refuses (the
-    draft-dspark ones until their trace builder exists), each list in the definition's order."""
+def runnable_specs(defn: Mapping[str, Any] = HELD_OUT) -> list[str]:
+    """The definition's settings in its order, each parsed as ``specsim validate`` parses it
+    (a setting it refuses raises its one-line error here, not hours into a run); a dspark
+    setting's block must fit the definition's drafter's."""
     from specsim.fidelity.llama.config import SpecSetting
 
-    ok, later = [], []
+    block = defn.get("dspark", {}).get("block_size")
     for s in defn["specs"]:
-        try:
-            SpecSetting.parse(s)
-            ok.append(s)
-        except SpecsimError:
-            if not is_dspark(s):
-                raise
-            later.append(s)
-    return ok, later
+        setting = SpecSetting.parse(s)
+        if is_dspark(s) and block is not None and setting.n_max > block:
+            raise SpecsimError(f"held-out setting {s}: a block longer than the drafter's {block}")
+    return list(defn["specs"])
 
 
 def config_kwargs(defn: Mapping[str, Any] = HELD_OUT, specs: list[str] | None = None) -> dict:
     """The definition as ``LlamaValidationConfig`` keyword arguments (``specs``: these settings
-    instead of the definition's)."""
+    instead of the definition's; the ``dspark`` block's drafter as ``dspark_drafter``)."""
     from pathlib import Path
 
     kw = {k: v for k, v in defn.items() if k != "dspark"}
+    if "dspark" in defn:
+        kw["dspark_drafter"] = defn["dspark"]["drafter"]
     if specs is not None:
         kw["specs"] = tuple(specs)
     kw["out"] = Path(kw["out"])
@@ -130,42 +135,47 @@ def argv(defn: Mapping[str, Any] = HELD_OUT, specs: list[str] | None = None) -> 
 
 
 def command(defn: Mapping[str, Any] = HELD_OUT) -> str:
-    """The shell command that runs the held-out grid with every setting validate parses now;
-    a trailing comment names the settings left out until draft-dspark is supported."""
-    ok, later = runnable_specs(defn)
-    line = "specsim " + " ".join(shlex.quote(a) for a in argv(defn, ok))
-    if later:
-        line += f"  # not yet runnable: {', '.join(later)} (draft-dspark traces)"
-    return line
+    """The shell command that runs the held-out grid, every setting of the definition."""
+    return "specsim " + " ".join(shlex.quote(a) for a in argv(defn, runnable_specs(defn)))
 
 
 def estimate_minutes(
     defn: Mapping[str, Any] = HELD_OUT,
     tok_s: Mapping[str, float] | None = None,
-    mean_output: float = 200.0,
+    mean_output: float | None = None,
     repeats: int | None = None,
 ) -> float:
-    """A planning estimate (not a measurement) of the grid's real-run minutes: every cell run
-    ``warmup + repeats`` times (default: ``min_repeats``, the fastest the rule allows), a closed
-    loop taking its tokens over the setting's throughput, an open loop its requests over the
-    rate plus one request's service (on this CPU one request alone runs near the batched
-    throughput: 68 tok/s at C = 1 and at C = 8 for ``none``). ``tok_s``: throughput per
-    setting kind (default: the tuning grid's, reports/llama-cpp: ~65 tok/s plain, ~50 n-gram;
-    draft-dspark assumed 45). The inputs, traces and calibration phases come on top."""
-    rate_of = {"none": 65.0, "ngram": 50.0, "dspark": 45.0, **(tok_s or {})}
-    from specsim.fidelity.llama.config import LlamaValidationConfig
+    """A planning estimate (not a measurement) of the grid's minutes of server work: the
+    inputs (each prompt's greedy length, then its output at every temperature), every setting's
+    calibration runs, and every cell run ``warmup + repeats`` times (default: ``min_repeats``,
+    the fewest the rule allows; ``max_repeats`` gives the most). A closed loop takes its tokens
+    over the setting's throughput, an open loop its requests over the rate plus one request's
+    service. ``tok_s``: throughput per setting kind (default: the tuning grid's, ~65 tok/s
+    plain and ~50 n-gram, reports/llama-cpp; 25 for draft-dspark, whose server ran 15-30 tok/s
+    at C = 1-8 here, its drafter's forward costing more than a decode step). ``mean_output``:
+    tokens per request (default: 95% of ``max_tokens``: most prompts' answers reach the cap).
+    Loading the drafter for the traces and the calibration rebuild (about a minute) comes on
+    top."""
+    import math
 
-    cfg = LlamaValidationConfig(**config_kwargs(defn, runnable_specs(defn)[0]))
+    rate_of = {"none": 65.0, "ngram": 50.0, "dspark": 25.0, **(tok_s or {})}
+    from specsim.fidelity.llama.config import LlamaValidationConfig
+    from specsim.prompts import load_many
+
+    cfg = LlamaValidationConfig(**config_kwargs(defn, runnable_specs(defn)))
+    out = 0.95 * defn["max_tokens"] if mean_output is None else mean_output
     n_runs = defn["warmup"] + (repeats or defn["min_repeats"])
-    total = 0.0
+    n_prompts = len(load_many(list(defn["prompts"])))
+    total = n_prompts * out * (1 + len(defn["temperatures"])) / rate_of["none"]
+    calib = sum(math.ceil(defn["calib_requests"] * c) for c in defn["calib_concurrency"])
     for s in defn["specs"]:
         speed = rate_of[s.split(":")[0]]
         for _t in defn["temperatures"]:
-            for c in defn["concurrency"]:
-                total += cfg.cell_requests(c) * mean_output / speed
-            for r in defn["rates"]:
-                total += cfg.cell_requests(None) / r + mean_output / speed
-    return total * n_runs / 60.0
+            total += calib * out / speed
+            cells = sum(cfg.cell_requests(c) * out / speed for c in defn["concurrency"])
+            cells += sum(cfg.cell_requests(None) / r + out / speed for r in defn["rates"])
+            total += cells * n_runs
+    return total / 60.0
 
 
 def overlaps(defn: Mapping[str, Any] = HELD_OUT, tuning: Mapping[str, Any] = TUNING) -> list[str]:

@@ -4,7 +4,9 @@ One server per speculative setting, the same flags for the calibration runs and 
 ``-np`` slots of ``ctx_per_slot`` tokens each, ``-t`` threads, the default batch
 (``-b 2048``, ``-ub 512``), continuous batching on, bound to 127.0.0.1. Every request is sent
 by ``specsim bench``'s client (``run_bench``) with token-id prompts, ``ignore_eos`` and the
-trace's output length, so both sides generate the same number of tokens.
+trace's output length, so both sides generate the same number of tokens. A draft-dspark server
+serves its drafter's GGUF (``-md``, made once into the cache: :mod:`specsim.record.draft_gguf`)
+with ``--spec-draft-n-max N --spec-draft-p-min P``.
 """
 
 from __future__ import annotations
@@ -34,13 +36,34 @@ def server_args(cfg: LlamaValidationConfig, s: SpecSetting) -> tuple[str, ...]:
     args += ["-t", str(cfg.threads), "--threads-batch", str(tb), "-b", str(N_BATCH)]
     if s.kind == "ngram":
         args += list(NgramSimple(cfg.ngram_n, s.n_max).server_args())
+    if s.kind == "dspark":
+        from specsim.record.draft_gguf import draft_dspark_args, gguf_path
+
+        args += list(draft_dspark_args(gguf_path(drafter_folder(cfg)), s.n_max, s.p_min))
     return tuple(args)
+
+
+def drafter_folder(cfg: LlamaValidationConfig) -> Path:
+    """The checkpoint of the draft-dspark settings (``--dspark-drafter``; torch-free)."""
+    from specsim.record.draft_gguf import drafter_dir
+
+    return drafter_dir(cfg.dspark_drafter)
+
+
+def draft_gguf(cfg: LlamaValidationConfig, target: Any = None) -> Path:
+    """The draft-dspark settings' GGUF, exported and converted now if the cache lacks it (torch
+    then, and a minute of the converter; a cached one costs nothing)."""
+    from specsim.record.dspark_export import cached_gguf
+
+    return cached_gguf(drafter_folder(cfg), target)
 
 
 def start_server(cfg: LlamaValidationConfig, s: SpecSetting, log_dir: Path | None = None):  # noqa: ANN201
     """A started-on-enter llama-server for setting ``s`` (a context manager: always stopped)."""
     from specsim.record.models import smollm2_gguf  # torch-free: locates the GGUF
 
+    if s.kind == "dspark":
+        draft_gguf(cfg)  # its -md file: made once, before the server needs it
     log = None if log_dir is None else log_dir / f"server-{s.slug}.log"
     spec = ServerSpec(model=smollm2_gguf(), args=server_args(cfg, s), log_path=log,
                       startup_timeout_s=STARTUP_TIMEOUT_S)  # fmt: skip

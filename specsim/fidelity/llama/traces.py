@@ -12,20 +12,22 @@ them one trace per speculative setting and temperature.
   iff it equals that sample), so these outputs are what every setting's runs emit, up to the
   arithmetic's dependence on the batch (the grid reports how many requests differ).
 - Traces: the drafts llama-server makes at every position of those outputs
-  (:mod:`specsim.serve.ngram` for ``ngram:M``), built by
+  (:mod:`specsim.serve.ngram` for ``ngram:M``; for ``dspark:N[:P]`` the target's
+  teacher-forced pass and the torch drafter, :mod:`specsim.record.llama_dspark_trace`, the
+  only part of the grid that imports torch), built by
   :func:`specsim.serve.llama_trace.build_trace`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from specsim.fidelity.llama.config import LlamaValidationConfig, SpecSetting
-from specsim.fidelity.llama.servers import drafter_of, send, start_server
+from specsim.fidelity.llama.servers import drafter_folder, drafter_of, send, start_server
 from specsim.serve.llama_trace import build_trace
-from specsim.serve.ngram import positions
+from specsim.serve.ngram import Positions, positions
 from specsim.trace.model import Trace
 
 MIN_OUTPUT = 16
@@ -112,6 +114,8 @@ def setting_trace(
     }
     if s.kind == "none":
         return build_trace(plen, inputs.lengths, None, None, None, 1, meta)
+    if s.kind == "dspark":
+        return dspark_traces(cfg, [s], inputs, [temperature])[(s.name, float(temperature))]
     d = drafter_of(cfg, s)
     assert d is not None
     pos = [positions(d, p, o, cfg.ctx_per_slot) for p, o in zip(inputs.ids, outs, strict=True)]
@@ -125,6 +129,92 @@ def setting_trace(
         s.n_max,
         meta,
     )
+
+
+def all_traces(
+    cfg: LlamaValidationConfig, inputs: GridInputs, log: Callable[[str], None] = print
+) -> dict[tuple[str, float], Trace]:
+    """Every setting's trace at every temperature, keyed ``(name, T)`` in the grid's order;
+    the draft-dspark ones made together (:func:`dspark_traces`: one target pass per output
+    serves them all)."""
+    settings = cfg.settings
+    dspark = [s for s in settings if s.kind == "dspark"]
+    made = dspark_traces(cfg, dspark, inputs, cfg.temperatures, log) if dspark else {}
+    for s in settings:
+        for t in cfg.temperatures:
+            if s.kind != "dspark":
+                made[(s.name, float(t))] = setting_trace(cfg, s, inputs, t)
+    return {(s.name, float(t)): made[(s.name, float(t))] for s in settings
+            for t in cfg.temperatures}  # fmt: skip
+
+
+def dspark_traces(
+    cfg: LlamaValidationConfig,
+    settings: list[SpecSetting],
+    inputs: GridInputs,
+    temperatures: tuple[float, ...] | list[float],
+    log: Callable[[str], None] | None = None,
+) -> dict[tuple[str, float], Trace]:
+    """The traces of draft-dspark settings: what the server drafts at every position of the
+    plain server's outputs (:mod:`specsim.record.llama_dspark_trace`: the target's
+    teacher-forced pass and the torch drafter, each block of N decoded as llama.cpp decodes
+    it). torch is imported here, and only for these settings: ``specsim.fidelity`` itself
+    stays torch-free (tests/test_architecture.py)."""
+    from specsim.record.llama_dspark_trace import settings_positions
+
+    folder = drafter_folder(cfg)
+    temps = [float(t) for t in temperatures]
+    plen = [len(p) for p in inputs.ids]
+    requests = [(p, o) for t in temps for p, o in zip(inputs.ids, inputs.outputs[t], strict=True)]
+    if log is not None:
+        log(f"draft-dspark traces: {len(requests)} outputs, drafter {folder.name}, settings "
+            f"{', '.join(s.name for s in settings)}")  # fmt: skip
+    wanted = list(dict.fromkeys((s.n_max, s.p_min) for s in settings))
+    found = settings_positions(requests, wanted, folder, cfg.ctx_per_slot, cfg.threads, log)
+    out = {}
+    n = len(inputs.ids)
+    for s in settings:
+        pos_all = found[(s.n_max, s.p_min)]
+        for k, t in enumerate(temps):
+            pos = pos_all[k * n : (k + 1) * n]
+            meta = {"temperature": f"{t:g}",
+                    "target": "SmolLM2-135M-Instruct.Q4_1.gguf (llama-server)",
+                    "drafter": f"draft-dspark {folder.name} n-max={s.n_max} "
+                               f"p-min={s.p_min:g}"}  # fmt: skip
+            out[(s.name, t)] = build_trace(
+                plen,
+                inputs.lengths,
+                [p.drafted for p in pos],
+                [p.accepted for p in pos],
+                [p.tokens for p in pos],
+                s.n_max,
+                meta,
+            )
+    return out
+
+
+def request_positions(
+    cfg: LlamaValidationConfig,
+    s: SpecSetting,
+    requests: Sequence[tuple[Sequence[int], Sequence[int]]],
+) -> list[Positions] | None:
+    """What the server of setting ``s`` drafts and accepts at every position of each
+    ``(prompt, output)`` request (None for ``none``): the n-gram port, or for draft-dspark the
+    torch drafter over the target's teacher-forced pass (all requests at once: one model
+    load). Why: one entry point for every setting's reconstruction, for a caller that holds
+    outputs of its own (the calibration's step rebuild, ``calibrate.run_steps``, which today
+    calls the n-gram port directly and so cannot rebuild a draft-dspark run's steps)."""
+    if s.kind == "none":
+        return None
+    if s.kind == "ngram":
+        d = drafter_of(cfg, s)
+        assert d is not None
+        return [positions(d, p, o, cfg.ctx_per_slot) for p, o in requests]
+    from specsim.record.llama_dspark_trace import settings_positions
+
+    key = (s.n_max, s.p_min)
+    found = settings_positions(requests, [key], drafter_folder(cfg), cfg.ctx_per_slot, cfg.threads)
+    return found[key]
 
 
 def write_traces(traces: dict[tuple[str, float], Trace], folder: Path) -> None:
