@@ -312,3 +312,14 @@ def test_held_out_command_parses_to_its_config():
         "dspark:7", "dspark:4", "dspark:7:0.5",
     ]  # fmt: skip
     assert cfg.dspark_drafter == h.HELD_OUT["dspark"]["drafter"]
+
+
+def test_the_docs_give_the_held_out_grid_s_own_command():
+    """docs/llama-cpp.md prints the command that runs the held-out grid; it must be the
+    definition's (a hand-edited copy could run another grid)."""
+    from pathlib import Path
+
+    from specsim.fidelity.llama import held_out as h
+
+    doc = (Path(__file__).parents[1] / "docs" / "llama-cpp.md").read_text()
+    assert h.command() in doc
