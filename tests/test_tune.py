@@ -202,7 +202,7 @@ def test_llama_flags_are_the_llama_server_flags_the_repo_uses():
     flags = dict(zip(argv[::2], argv[1::2], strict=True))
     assert flags["--spec-type"] == "draft-dspark" and flags["--spec-draft-n-max"] == "7"
     assert float(flags["--spec-draft-p-min"]) == 0.3
-    used = (REPO / "specsim/record/dspark_export.py").read_text()  # llama_server_args
+    used = (REPO / "specsim/record/draft_gguf.py").read_text()  # draft_dspark_args
     assert all(f'"{f}"' in used for f in flags)
 
 
