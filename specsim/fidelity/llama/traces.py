@@ -120,15 +120,15 @@ def setting_trace(
     assert d is not None
     pos = [positions(d, p, o, cfg.ctx_per_slot) for p, o in zip(inputs.ids, outs, strict=True)]
     meta["drafter"] = f"ngram-simple n={cfg.ngram_n} m={s.n_max}"
-    return build_trace(
-        plen,
-        inputs.lengths,
-        [p.drafted for p in pos],
-        [p.accepted for p in pos],
-        [p.tokens for p in pos],
-        s.n_max,
-        meta,
-    )
+    return _trace_of(plen, inputs.lengths, pos, s.n_max, meta)
+
+
+def _trace_of(
+    plen: list[int], lengths: list[int], pos: Sequence[Positions], n_max: int, meta: dict
+) -> Trace:
+    """The trace of a setting from each request's positions (any drafter)."""
+    drafted, accepted = [p.drafted for p in pos], [p.accepted for p in pos]
+    return build_trace(plen, lengths, drafted, accepted, [p.tokens for p in pos], n_max, meta)
 
 
 def all_traces(
@@ -181,15 +181,7 @@ def dspark_traces(
                     "target": "SmolLM2-135M-Instruct.Q4_1.gguf (llama-server)",
                     "drafter": f"draft-dspark {folder.name} n-max={s.n_max} "
                                f"p-min={s.p_min:g}"}  # fmt: skip
-            out[(s.name, t)] = build_trace(
-                plen,
-                inputs.lengths,
-                [p.drafted for p in pos],
-                [p.accepted for p in pos],
-                [p.tokens for p in pos],
-                s.n_max,
-                meta,
-            )
+            out[(s.name, t)] = _trace_of(plen, inputs.lengths, pos, s.n_max, meta)
     return out
 
 
