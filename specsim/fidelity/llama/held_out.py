@@ -84,10 +84,6 @@ TUNING: dict[str, Any] = {
 }
 
 
-def is_dspark(spec: str) -> bool:
-    return spec.strip().split(":")[0] == "dspark"
-
-
 def runnable_specs(defn: Mapping[str, Any] = HELD_OUT) -> list[str]:
     """The definition's settings in its order, each parsed as ``specsim validate`` parses it
     (a setting it refuses raises its one-line error here, not hours into a run); a dspark
@@ -97,7 +93,7 @@ def runnable_specs(defn: Mapping[str, Any] = HELD_OUT) -> list[str]:
     block = defn.get("dspark", {}).get("block_size")
     for s in defn["specs"]:
         setting = SpecSetting.parse(s)
-        if is_dspark(s) and block is not None and setting.n_max > block:
+        if setting.kind == "dspark" and block is not None and setting.n_max > block:
             raise SpecsimError(f"held-out setting {s}: a block longer than the drafter's {block}")
     return list(defn["specs"])
 
