@@ -258,3 +258,38 @@ def test_a_tiny_grid_runs_end_to_end_against_llama_server(tmp_path):
     assert json.loads((out / "grid_time.json").read_text())["minutes"] > 0
     assert main(argv) == 2  # an existing report is not replaced without --force
     assert main([*argv, "--rescore"]) == 0  # scoring again needs no server
+
+
+def test_rankings_with_intervals_count_pairs_whose_intervals_do_not_overlap():
+    """Issue #48's rule: a pair is judged where the real gap exceeds both medians' intervals;
+    a wide spread of the repeats no longer hides a pair the intervals separate."""
+    t = _cells([100.0, 103.0, 150.0], [110.0, 100.0, 140.0], 0.50)  # spreads hide every pair
+    assert rankings(t).iloc[0]["pairs_beyond_spread"] == 0
+    t["real_throughput_tok_s_lo"] = [99.0, 101.5, 148.0]
+    t["real_throughput_tok_s_hi"] = [100.5, 104.0, 151.0]  # s0 and s1 apart, both below s2
+    r = rankings(t).iloc[0]
+    assert (r["pairs_beyond_spread"], r["pairs_agree"], r["pair_rule"]) == (3, 2, "intervals")
+    t["real_throughput_tok_s_hi"] = [102.0, 104.0, 151.0]  # s0's interval reaches s1's
+    assert rankings(t).iloc[0]["pairs_beyond_spread"] == 2
+
+
+def test_goal_rows_judge_the_cells_whose_real_interval_is_tight():
+    from specsim.fidelity.llama.report_text import goal_rows
+
+    t = pd.DataFrame(
+        {
+            "spec": ["none", "none", "none"],
+            "temperature": [0.0, 0.0, 0.0],
+            "err_throughput_wall": [0.02, -0.04, 0.30],  # the 30% cell's interval is wide
+            "err_tpot_mean_wall": [-0.01, 0.03, 0.25],
+            "real_accept_per_draft": [np.nan] * 3,
+            "sim_accept_per_draft": [np.nan] * 3,
+            "converged": [True, True, False],
+        }
+    )
+    ranks = pd.DataFrame({"pairs_beyond_spread": [0], "pairs_agree": [0]})
+    text = goal_rows(goals(t), ranks, 10.0, ((0.1,), (0.2,)), 75.0)
+    row = next(r for r in text.splitlines() if "every such cell's throughput" in r)
+    assert "worst 4.0%" in row and row.endswith("| met |"), text
+    assert "the 2 of 3 cells whose real interval is within the tolerance" in text
+    assert "worst 30.0%" in text  # every cell is still shown

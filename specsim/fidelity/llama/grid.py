@@ -256,18 +256,28 @@ def compare(
 
 
 def rankings(table: pd.DataFrame, metric: str = "throughput_tok_s") -> pd.DataFrame:
-    """Per (temperature, load): the settings ranked by the real and by the simulated metric;
-    a pair counts where the real difference exceeds both settings' real spread."""
+    """Per (temperature, load): the settings ranked by the real and by the simulated metric.
+    A pair counts where the real difference exceeds both settings' real uncertainty: their
+    medians' 95% intervals do not overlap (issue #48, tables with intervals), else the gap
+    exceeds both settings' spread (max - min of the repeats; tables of fixed repeats)."""
     rows = []
     higher = metric.startswith("throughput")
+    intervals = {f"real_{metric}_lo", f"real_{metric}_hi"} <= set(table.columns)
     for key, g in table.groupby(["temperature", "concurrency", "rate"], dropna=False):
         g = g.reset_index(drop=True)
         real, sim = g[f"real_{metric}"].to_numpy(), g[f"sim_{metric}"].to_numpy()
         spread = g["spread_real"].to_numpy() * np.abs(real)
+        if intervals:
+            lo, hi = g[f"real_{metric}_lo"].to_numpy(), g[f"real_{metric}_hi"].to_numpy()
         pairs = agree = 0
         for i in range(len(g)):
             for j in range(i + 1, len(g)):
-                if abs(real[i] - real[j]) <= max(spread[i], spread[j]):
+                apart = (
+                    lo[i] > hi[j] or lo[j] > hi[i]
+                    if intervals
+                    else abs(real[i] - real[j]) > max(spread[i], spread[j])
+                )
+                if not apart:
                     continue
                 pairs += 1
                 agree += int(np.sign(real[i] - real[j]) == np.sign(sim[i] - sim[j]))
@@ -276,5 +286,6 @@ def rankings(table: pd.DataFrame, metric: str = "throughput_tok_s") -> pd.DataFr
         sim_order = " > ".join(names[np.argsort(-sim if higher else sim)])
         rows.append({"temperature": key[0], "concurrency": key[1], "rate": key[2],
                      "real_order": real_order, "sim_order": sim_order,
-                     "pairs_beyond_spread": pairs, "pairs_agree": agree})  # fmt: skip
+                     "pairs_beyond_spread": pairs, "pairs_agree": agree,
+                     "pair_rule": "intervals" if intervals else "spread"})  # fmt: skip
     return pd.DataFrame(rows)
