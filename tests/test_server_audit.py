@@ -433,3 +433,19 @@ def test_two_percent_swap_after_rejection_needs_far_fewer_positions_with_top1() 
                     first[name] = m
         assert "top1" in first, first
         assert first["top1"] <= first.get("rank", 1 << 30), first
+
+
+def test_top1_look_needed_is_the_first_look_whose_alpha_the_stratum_meets() -> None:
+    """The look at which a shift is caught: the stratum's need (at that look's alpha) is met by
+    its share of the look's positions there, and not at the look before (issue 46: minutes to
+    catch a mutant = this look / the audit's positions a minute)."""
+    shift, var, share = 0.02 * 0.97, 0.97 * 0.03, 0.5
+    n = st.top1_look_needed(shift, var, share)
+    assert st.is_look(n) and n > st.FIRST_LOOK
+
+    def need(m: int) -> int:
+        return st.top1_positions_needed(shift, var, st.alpha_look(st.look_index(m)))
+
+    assert need(n) <= share * n
+    assert need(n // 2) > share * n // 2
+    assert st.top1_look_needed(shift, var, share / 4) > n  # a rarer stratum: a later look

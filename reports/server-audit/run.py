@@ -5,6 +5,9 @@
     python reports/server-audit/run.py --set all --tokens 1024 --budget-minutes 20
                                                                # what the README's table ran
     python reports/server-audit/run.py --only ngram-simple/T1-full --tokens 8192
+    python reports/server-audit/run.py --set mutants --only "proxy:swap2-after-rejection (30 \
+        min, top-1 check)" --max-minutes 3 --load 8,8,4 --out /tmp/rehearsal.csv
+                                                               # a 3-minute rehearsal of a row
 
 One reference llama-server (speculation off) scores every audit; one audited llama-server per
 speculative kind is started with the flags below and audited at each sampler setting. Rows are
@@ -17,8 +20,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -31,7 +36,8 @@ from specsim.serve.audit.proxy import MutantProxy
 from specsim.serve.llama_server import LlamaServer, ServerSpec
 
 HERE = Path(__file__).resolve().parent
-BASE = ("-np", "1", "-c", "8192", "-t", "1", "--no-warmup")
+# every audited server; -t and -np: 1 for the lossless set, per row (Load) for the mutants
+BASE = ("-c", "8192", "--no-warmup")
 NGRAM = ("--spec-ngram-simple-size-n", "3", "--spec-ngram-simple-size-m", "8")
 MODEL = str(smollm2_gguf())
 
@@ -105,16 +111,59 @@ MUTANT_RUNS = (
 )  # fmt: skip
 
 
+@dataclass(frozen=True)
+class Load:
+    """Requests each side keeps in flight: the audited server's slots (-np), the audit's
+    --concurrency (its generations in flight) and its --reference-concurrency (scoring
+    requests, one reference slot each). Why per row: the 2% swap needs every position a minute
+    the machine gives (issue 46); the other rows keep the setting they were measured at."""
+
+    slots: int = 1
+    concurrency: int = 2
+    scorers: int = 2
+    threads: int = 1  # the audited server's -t (and a draft model's -td)
+
+    def args(self, kind: str, extra: tuple[str, ...] = ()) -> tuple[str, ...]:
+        """The audited llama-server's flags for ``kind`` at this load."""
+        flags = list(KINDS[kind][0])
+        if "-td" in flags:
+            flags[flags.index("-td") + 1] = str(self.threads)
+        return (*BASE, "-t", str(self.threads), "-np", str(self.slots), *flags, *extra)
+
+
+LOAD_V1 = Load()  # issue 35's rows: one audited slot, two requests, two scoring slots
+ONE = ("-t", "1", "-np", "1")  # the lossless set's audited servers
+# issue 46: the 30-minute row at the setting that scored the most positions a minute in
+# 3-minute rehearsals of it on a quiet machine (`--max-minutes 3 --load ...`): 8 generations
+# in flight on 8 audited slots, 4 scoring slots: 703 a minute, against 565-571 at LOAD_V1
+# (the audited server is busy ~90% of the time, the reference ~12%: 4 scorers are plenty;
+# 16 slots generate no faster than 8; -t 2 gave 785 alone but collapses when another job
+# shares the 2 cores)
+LOAD_FAST = Load(8, 8, 4)
+LOADS = {"proxy:swap2-after-rejection (30 min, top-1 check)": LOAD_FAST}
+
+
+STATE_DIR: Path | None = None  # --state-dir: each audit's state file (resume; per-stratum counts)
+
+
+def state_of(label: str) -> str | None:
+    """The state file of one row under --state-dir (None: no state kept)."""
+    if STATE_DIR is None:
+        return None
+    return str(STATE_DIR / (re.sub(r"[^A-Za-z0-9.-]+", "_", label).strip("_") + ".json"))
+
+
 def load() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
 def audit_row(url: str, ref: str, kind: str, sampler: tuple, tokens: int, minutes: float | None,
-              label: str, mutant: str = "") -> dict:  # fmt: skip
+              label: str, mutant: str = "", ld: Load = LOAD_V1) -> dict:  # fmt: skip
     name, t, k, p, m = sampler
     cfg = AuditConfig(
         server=url, reference=ref, temperature=t, top_k=k, top_p=p, min_p=m, tokens=tokens,
-        minutes=minutes, label=label, concurrency=2,
+        minutes=minutes, label=label, concurrency=ld.concurrency,
+        reference_concurrency=ld.scorers, state=state_of(label),
     )  # fmt: skip
     before = load()
     res = run_audit(cfg)
@@ -128,6 +177,10 @@ def audit_row(url: str, ref: str, kind: str, sampler: tuple, tokens: int, minute
         "accepted_share": res.accepted_share, "minutes": round(res.minutes, 2),
         "roles": " ".join(f"{r}={n}" for r, n in res.roles.items()),
         "outside_support": res.outside_support, "evidence": res.evidence,
+        "scored": res.scored, "per_minute": round(res.per_minute, 1),
+        "generate_busy": res.row()["generate_busy"], "score_busy": res.row()["score_busy"],
+        "audited_slots": ld.slots, "concurrency": ld.concurrency, "scorers": ld.scorers,
+        "audited_threads": ld.threads,
         "load_before": before, "load_after": load(),
     }  # fmt: skip
     print(res.text(), flush=True)
@@ -156,12 +209,24 @@ def main() -> int:
                     help="no audit that could end after this many minutes of the run")  # fmt: skip
     ap.add_argument("--until", default=None, metavar="HH:MM",
                     help="nor after this UTC time (a run queued behind others)")  # fmt: skip
+    ap.add_argument("--max-minutes", type=float, default=None,
+                    help="cap every audit at this many minutes (rehearsals)")  # fmt: skip
+    ap.add_argument("--load", default=None, metavar="SLOTS,CONCURRENCY,SCORERS[,THREADS]",
+                    help="the mutant rows' load instead of LOADS: audited server -np, "
+                    "generations in flight, reference scoring requests, audited -t")  # fmt: skip
+    ap.add_argument("--state-dir", default=None,
+                    help="keep each audit's state file here (a stopped row resumes)")  # fmt: skip
     ap.add_argument("--out", default=str(HERE / "audit.csv"))
     ap.add_argument("--proxy-log", default=str(HERE / "proxy.jsonl"))
     a = ap.parse_args()
+    global STATE_DIR
+    STATE_DIR = Path(a.state_dir) if a.state_dir else None
     rows: list[dict] = []
     model = Path(MODEL)
-    ref_args = ("-np", "2", "-c", "8192", "-t", "1", "--no-warmup")
+    forced = Load(*(int(x) for x in a.load.split(","))) if a.load else None
+    loads = [forced or LOADS.get(r[0], LOAD_V1) for r in MUTANT_RUNS if a.set != "lossless"]
+    n_ref = max([LOAD_V1.scorers, *(ld.scorers for ld in loads)])
+    ref_args = ("-np", str(n_ref), "-c", "8192", "-t", "1", "--no-warmup")
     t_run = time.monotonic()
     if a.until:
         now = datetime.now(UTC)
@@ -189,7 +254,7 @@ def main() -> int:
             if over():
                 skipped.extend(f"{kind}/{s[0]}" for s in todo)
                 continue
-            with LlamaServer(ServerSpec(model=model, args=(*BASE, *flags))) as srv:
+            with LlamaServer(ServerSpec(model=model, args=(*BASE, *ONE, *flags))) as srv:
                 for s in todo:
                     if over():
                         skipped.append(f"{kind}/{s[0]}")
@@ -202,21 +267,26 @@ def main() -> int:
         for label, kind, sname, mutant, extra, cap in runs:
             if a.only is not None and label not in a.only:
                 continue
+            if a.max_minutes is not None and cap is not None:
+                cap = min(cap, a.max_minutes)
             if over(cap if "(control)" not in label else None):
                 skipped.append(label)
                 continue
             s = next(x for x in SAMPLERS if x[0] == sname)
-            flags = (*BASE, *KINDS[kind][0], *extra)
             tokens, minutes = a.mutant_tokens, cap if cap is not None else a.mutant_minutes
             if "(control)" in label:  # lossless controls of the proxy: a lossless budget
                 tokens, minutes = a.tokens, a.minutes
+            if a.max_minutes is not None:  # a control has no cap of its own
+                minutes = min(minutes or a.max_minutes, a.max_minutes)
+            ld = forced or LOADS.get(label, LOAD_V1)
+            flags = ld.args(kind, extra)
             with LlamaServer(ServerSpec(model=model, args=flags)) as srv:
                 t0 = time.monotonic()
                 if mutant is None:
-                    row = audit_row(srv.url, ref.url, kind, s, tokens, minutes, label, label)
+                    row = audit_row(srv.url, ref.url, kind, s, tokens, minutes, label, label, ld)
                 else:
                     with MutantProxy(srv.url, mutant, log=a.proxy_log) as px:
-                        row = audit_row(px.url, ref.url, kind, s, tokens, minutes, label, label)
+                        row = audit_row(px.url, ref.url, kind, s, tokens, minutes, label, label, ld)
                         row.update({f"proxy_{k}": v for k, v in px.summary().items()})
                 row["wall_minutes"] = round((time.monotonic() - t0) / 60, 2)
                 rows.append(row)

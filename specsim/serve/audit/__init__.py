@@ -6,6 +6,8 @@ One module per concern:
   light to import (no numpy, no httpx), so ``specsim --help`` stays fast.
 - ``client``: the HTTP side (generate on the audited server, score on the reference).
 - ``law``: the audit at T > 0 (sequential tests of the output law).
+- ``pipeline``: T > 0 generation and scoring as two stages, each with its own requests in
+  flight (the audited server kept busy; the reference scoring on parallel slots).
 - ``greedy``: the audit at T = 0 (greedy identity, each divergence triaged by the
   reference's own margin against a null measured without speculation).
 - ``sweep``: audits over draft depth x concurrency x temperature in one verdict table.

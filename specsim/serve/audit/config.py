@@ -54,6 +54,7 @@ CONTEXTS = (
 
 
 MAX_CONCURRENCY = 256  # requests in flight: far above any reference's slots, and bounded
+MAX_REFERENCE_CONCURRENCY = 64  # scoring requests in flight: far above a useful batch of decodes
 MIN_N_PROBS = 11  # the rank cells reach rank 11 (stats.RANK_EDGES): fewer cannot fill them
 MAX_TEMPERATURE = 100.0  # as bench: a larger T is a uniform law, nothing left to audit
 
@@ -87,7 +88,13 @@ class AuditConfig:
     tokens: int = option(32768, "budget: positions tested in all (resumed runs included)")
     minutes: float | None = option(None, "budget: minutes of this run (stops starting requests)",
                                    type=float)  # fmt: skip
-    concurrency: int = option(2, "requests in flight (the reference needs as many slots)")
+    concurrency: int = option(
+        2, "requests in flight on the audited server (T = 0: the reference needs as many slots)"
+    )
+    reference_concurrency: int = option(
+        0, "T > 0: scoring requests in flight on the reference, each on its own slot (0: one "
+        "per slot it has; a reference started here gets max(this, --concurrency) slots)"
+    )  # fmt: skip
     n_probs: int = option(40, "probabilities the reference reports per position")
     prompts: str | None = option(
         None,
@@ -123,6 +130,11 @@ class AuditConfig:
             raise SpecsimError(
                 f"--concurrency {self.concurrency}: use 1..{MAX_CONCURRENCY} (requests in "
                 "flight; the reference needs as many slots)"
+            )
+        if not 0 <= self.reference_concurrency <= MAX_REFERENCE_CONCURRENCY:
+            raise SpecsimError(
+                f"--reference-concurrency {self.reference_concurrency}: use "
+                f"0..{MAX_REFERENCE_CONCURRENCY} (0: one scoring request per reference slot)"
             )
         if self.n_probs < MIN_N_PROBS:
             raise SpecsimError(

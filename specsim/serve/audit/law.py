@@ -28,7 +28,6 @@ from specsim.serve.audit.client import (
     Scored,
     banned_tokens,
     chat_prompt,
-    gather_all,
     generate_completions,
     generate_llama,
     run_stoppable,
@@ -37,6 +36,7 @@ from specsim.serve.audit.client import (
     tokenize,
 )
 from specsim.serve.audit.config import (
+    MAX_REFERENCE_CONCURRENCY,
     STATE_VERSION,
     AuditConfig,
     config_dict,
@@ -44,6 +44,7 @@ from specsim.serve.audit.config import (
     load_state,
     save_state,
 )
+from specsim.serve.audit.pipeline import Busy, Stages, run_pipeline
 from specsim.serve.audit.reference import reference_url
 
 
@@ -74,6 +75,13 @@ class AuditResult:
     outside_support: int
     outside_examples: list[dict[str, Any]] = field(default_factory=list)
     history: list[dict[str, Any]] = field(default_factory=list)
+    scored: int = 0  # positions scored in all (the looks read the first ``positions``)
+    busy: Busy | None = None  # where this sitting's time went (None: no request was made)
+
+    @property
+    def per_minute(self) -> float:
+        """Positions scored a minute: the rate that decides which shifts a budget can catch."""
+        return self.scored / self.minutes if self.minutes > 0 else float("nan")
 
     @property
     def lossy(self) -> bool:
@@ -84,9 +92,13 @@ class AuditResult:
             "label", "verdict", "positions", "generations", "contexts", "sampling", "spec_types",
             "accepted_share", "looks", "rank_p", "pit_p", "top1_p", "alpha_look", "tv_floor_99",
             "pit_floor_99", "top1_floor_99", "top1_floor_stratum", "outside_support", "minutes",
-            "evidence",
+            "evidence", "scored", "per_minute",
         )  # fmt: skip
-        return {k: getattr(self, k) for k in keys}
+        out = {k: getattr(self, k) for k in keys}
+        g, s = self.busy.shares() if self.busy else (float("nan"), float("nan"))
+        out.update(generate_busy=g, score_busy=s,
+                   scorers=self.busy.n_score if self.busy else 0)  # fmt: skip
+        return out
 
     def text(self) -> str:
         share = "unknown" if not np.isfinite(self.accepted_share) else f"{self.accepted_share:.1%}"
@@ -99,6 +111,9 @@ class AuditResult:
             f"emitted tokens that were accepted drafts: {share}; positions by place in a "
             f"speculative step: {roles or 'unknown'}",
         ]
+        if self.busy is not None:
+            lines.append(f"rate: {self.scored:,} positions scored, {self.per_minute:,.0f} a "
+                         f"minute; {self.busy.text()}")  # fmt: skip
         if self.verdict == "too few positions":  # no look: no p-value, no floor to print
             lines.append("verdict: too few positions for a first look (1,024); raise the budget")
             return "\n".join(lines)
@@ -155,6 +170,7 @@ class _Run:
             )
         self.pending: dict[int, tuple[Generation, list[Scored]]] = {}
         self.t0 = time.monotonic()
+        self.busy: Busy | None = None  # set when the pipeline starts
 
     @property
     def stop(self) -> bool:
@@ -286,9 +302,9 @@ async def _audit(cfg: AuditConfig, ref: str, run: _Run, progress: Any) -> None:
     import httpx
 
     gen = generate_llama if cfg.api == "llama" else generate_completions
-    limits = httpx.Limits(max_connections=4 * cfg.concurrency + 4)
     deadline = None if cfg.minutes is None else time.monotonic() + 60.0 * cfg.minutes
     timeout = httpx.Timeout(cfg.timeout_s, connect=min(30.0, cfg.timeout_s))
+    limits = httpx.Limits(max_connections=4 * (cfg.concurrency + MAX_REFERENCE_CONCURRENCY) + 4)
     async with httpx.AsyncClient(timeout=timeout, limits=limits) as c:
         try:
             msgs = contexts_of(cfg)
@@ -302,50 +318,62 @@ async def _audit(cfg: AuditConfig, ref: str, run: _Run, progress: Any) -> None:
         run.n_contexts = len(prompts)
         nxt = run.jobs_done
 
-        async def worker(w: int) -> None:
-            nonlocal nxt
+        def claim() -> int | None:
             # a generation may come back short (llama-server drops a last token that is an
             # incomplete UTF-8 piece): start jobs until the counted positions, plus n_predict
-            # per job in flight, reach the budget
-            while (
-                not run.stop
-                and run.counts.positions + (nxt - run.jobs_done) * cfg.n_predict < cfg.tokens
-            ):
-                if deadline is not None and time.monotonic() > deadline:
-                    return
-                j = nxt
-                nxt += 1
-                ctx = prompts[j % len(prompts)]
-                try:
-                    seed = _request_seed(cfg.seed, j)
-                    g = await asyncio.wait_for(
-                        _retried(gen, c, cfg.server, j, ctx, cfg.n_predict, sampling, seed),
-                        cfg.timeout_s,
-                    )  # a whole generation is bounded too: a server may trickle forever
-                except TimeoutError:
-                    raise SpecsimError(
-                        f"the server at {cfg.server} did not finish a generation within "
-                        f"{cfg.timeout_s:g} s (--timeout-s)"
-                    ) from None
-                except httpx.HTTPError as exc:
-                    raise SpecsimError(f"the server at {cfg.server} failed ({_why(exc)})") from None
-                if g.error:
-                    raise SpecsimError(f"the server at {cfg.server} answered {g.error}")
-                if run.stop:
-                    return
-                try:
-                    sc = await _retried(score, c, ref, ctx, g.tokens, sampling, w % n_slots,
-                                        cfg.n_probs)  # fmt: skip
-                except httpx.HTTPError as exc:
-                    raise SpecsimError(
-                        f"the reference at {ref} failed while scoring ({_why(exc)})"
-                    ) from None
-                run.absorb(j, g, sc)
-                save_state(cfg.state, run.state("running"))
-                if progress is not None:
-                    progress(run)
+            # per job in flight (generating, queued or scoring), reach the budget
+            nonlocal nxt
+            if run.counts.positions + (nxt - run.jobs_done) * cfg.n_predict >= cfg.tokens:
+                return None
+            if deadline is not None and time.monotonic() > deadline:
+                return None
+            nxt += 1
+            return nxt - 1
 
-        await gather_all([worker(w) for w in range(cfg.concurrency)])
+        async def generate(_w: int, j: int) -> Generation:
+            try:  # a whole generation is bounded too: a server may trickle forever
+                g = await asyncio.wait_for(
+                    _retried(gen, c, cfg.server, j, prompts[j % len(prompts)], cfg.n_predict,
+                             sampling, _request_seed(cfg.seed, j)),
+                    cfg.timeout_s,
+                )  # fmt: skip
+            except TimeoutError:
+                raise SpecsimError(
+                    f"the server at {cfg.server} did not finish a generation within "
+                    f"{cfg.timeout_s:g} s (--timeout-s)"
+                ) from None
+            except httpx.HTTPError as exc:
+                raise SpecsimError(f"the server at {cfg.server} failed ({_why(exc)})") from None
+            if g.error:
+                raise SpecsimError(f"the server at {cfg.server} answered {g.error}")
+            return g
+
+        async def score_job(s: int, j: int, g: Generation) -> list[Scored]:
+            try:
+                return await _retried(score, c, ref, prompts[j % len(prompts)], g.tokens,
+                                      sampling, s, cfg.n_probs)  # fmt: skip
+            except httpx.HTTPError as exc:
+                raise SpecsimError(
+                    f"the reference at {ref} failed while scoring ({_why(exc)})"
+                ) from None
+
+        def absorb(j: int, g: Generation, sc: list[Scored]) -> None:
+            run.absorb(j, g, sc)
+            save_state(cfg.state, run.state("running"))
+            if progress is not None:
+                progress(run)
+
+        run.busy = Busy(n_gen=cfg.concurrency, n_score=scorers(cfg, n_slots))
+        stages = Stages(claim, generate, score_job, absorb, lambda: run.stop)
+        await run_pipeline(stages, run.busy)
+
+
+def scorers(cfg: AuditConfig, n_slots: int) -> int:
+    """Reference requests in flight: ``--reference-concurrency`` (0: one per reference slot),
+    never more than the reference's slots (two requests on one slot would evict each other's
+    cached prefix: every position a whole-prefix batch instead of a one-token decode)."""
+    want = cfg.reference_concurrency or n_slots
+    return max(1, min(want, n_slots, MAX_REFERENCE_CONCURRENCY))
 
 
 def run_audit(cfg: AuditConfig, progress: Any = None) -> AuditResult:
@@ -389,6 +417,6 @@ def _result(cfg: AuditConfig, run: _Run) -> AuditResult:
         pit_floor_99=last["pit_floor"] if last else float("nan"),
         top1_floor_99=t1_floor, top1_floor_stratum=st.stratum_name(t1_s) if last else "",
         evidence=run.evidence, minutes=run.minutes(), outside_support=c.outside_support,
-        outside_examples=run.outside,
-        history=run.history,
+        outside_examples=run.outside, history=run.history, scored=c.positions,
+        busy=run.busy,
     )  # fmt: skip

@@ -188,7 +188,12 @@ class MutantProxy:
         self.mutant = MUTANTS[mutant]
         self.seed = seed
         self.log_path = Path(log) if log else None
-        self.client = httpx.Client(timeout=httpx.Timeout(600.0, connect=30.0))
+        # a new connection per upstream request (localhost: cheap): with 8 generations in
+        # flight a kept-alive connection that llama-server had closed was reused ("Server
+        # disconnected without sending a response", then "Bad file descriptor" in another
+        # handler thread), and the auditor saw a stream with no token
+        self.client = httpx.Client(timeout=httpx.Timeout(600.0, connect=30.0),
+                                   limits=httpx.Limits(max_keepalive_connections=0))  # fmt: skip
         self._lock = threading.Lock()
         self.passed = 0  # positions relayed (perturbed or not)
         self.perturbed = 0

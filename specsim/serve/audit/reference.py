@@ -29,7 +29,10 @@ def reference_url(cfg: Any):  # noqa: ANN202
     model = Path(cfg.reference_model).expanduser()
     if not model.is_file():
         raise SpecsimError(f"--reference-model {model}: no such file")
-    n_slots = max(cfg.concurrency, 2 if cfg.temperature == 0 else 1)  # greedy's null: 2 paths
+    # one slot per request in flight on either side (T > 0: scoring has its own; greedy's null
+    # reads 2 paths)
+    scoring = cfg.reference_concurrency if cfg.temperature > 0 else 0
+    n_slots = max(cfg.concurrency, scoring, 2 if cfg.temperature == 0 else 1)
     args = (*cfg.reference_args.split(), "-np", str(n_slots))
     with LlamaServer(ServerSpec(model=model, args=args)) as srv:
         yield srv.url

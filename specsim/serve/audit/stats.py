@@ -301,6 +301,23 @@ def top1_positions_needed(shift: float, var_per_position: float, alpha: float,
     return int(hi)
 
 
+def top1_look_needed(shift: float, var_per_position: float, share: float,
+                     power: float = 0.99, alpha_run: float = ALPHA_RUN) -> int:  # fmt: skip
+    """The first look (positions in all, a look point) at which the top-1 check catches a mean
+    top-1 shift ``shift`` per position of a stratum holding ``share`` of the positions, with
+    ``power``, at that look's alpha; -1 if none below 2^40. Why: an audit only rejects at a
+    look, and later looks spend less alpha, so "minutes to catch a bug" is this look divided by
+    the audit's positions a minute (``AuditResult.per_minute``), not the stratum's need alone."""
+    n = FIRST_LOOK
+    while n <= 1 << 40:
+        need = top1_positions_needed(shift, var_per_position, alpha_look(look_index(n),
+                                     alpha_run=alpha_run), power)  # fmt: skip
+        if 0 < need <= share * n:
+            return n
+        n *= 2
+    return -1
+
+
 def top1_floor(c: Counts, alpha: float, power: float = 0.99) -> tuple[float, int]:
     """The smallest per-position top-1 shift (e.g. rate x p1 of a swap to the second token) the
     top-1 check catches with ``power`` in the run's largest stratum, and that stratum."""
