@@ -207,3 +207,37 @@ def test_batch_mates_do_not_change_the_reference_law() -> None:
         for x, y in zip(a, m, strict=True):
             assert np.array_equal(x.ids, y.ids)
             np.testing.assert_array_equal(x.probs, y.probs)
+
+
+def test_a_bounded_call_that_finishes_as_it_is_cancelled_is_still_cancelled():
+    """The hang the pipeline had in about 1 run of 4 (a malformed reference, the run never
+    ended): on Python 3.11 ``asyncio.wait_for`` returned the result when the cancellation came
+    as the call finished, so a generator that gather_all cancelled ran on and waited forever
+    on the queue to scorers that were gone. ``within`` keeps that cancellation."""
+    from specsim.serve.audit.client import within
+
+    async def main() -> str:
+        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        ran_on: list[int] = []
+
+        async def worker() -> None:
+            ran_on.append(await within(fut, 10.0))
+
+        t = asyncio.ensure_future(worker())
+        await asyncio.sleep(0)  # the worker now waits on fut
+        fut.set_result(1)  # the call finishes ...
+        t.cancel()  # ... in the same turn of the loop as the cancellation
+        try:
+            await t
+        except asyncio.CancelledError:
+            return "cancelled"
+        return f"ran on with {ran_on}"
+
+    assert asyncio.run(main()) == "cancelled"
+
+
+def test_within_still_times_out():
+    from specsim.serve.audit.client import within
+
+    with pytest.raises(TimeoutError):
+        asyncio.run(within(asyncio.sleep(5), 0.05))

@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -35,6 +36,8 @@ from specsim.errors import SpecsimError
 from specsim.serve.sse import StreamError, sse_json
 from specsim.serve.stoppable import await_stoppable
 from specsim.serve.wire import as_count, as_token_id
+
+T = TypeVar("T")
 
 APIS = ("llama", "completions")
 PROB_SLACK = 1e-4  # float32 rounding a server's probabilities (and their sum) may carry
@@ -322,6 +325,20 @@ def _json(r: Any, who: str) -> Any:
     return data
 
 
+async def within(aw: Awaitable[T], limit: float | None) -> T:
+    """``aw``'s result, or TimeoutError once ``limit`` seconds have passed (None: no limit).
+
+    Not ``asyncio.wait_for``: on Python 3.11 it returns the result when a cancellation arrives
+    just as the awaited call finishes, so the cancellation is lost (CPython issue gh-86296) and
+    a worker that was told to stop runs on; in the audit's pipeline such a generator then
+    waited forever to hand its job to scorers that were gone. ``asyncio.timeout`` tells its
+    own cancellation from one sent from outside."""
+    if limit is None:
+        return await aw
+    async with asyncio.timeout(limit):
+        return await aw
+
+
 async def _request(client, method: str, url: str, path: str, who: str,
                    body: Any = None) -> Any:  # fmt: skip  # noqa: ANN001
     """One non-streamed request, bounded as a whole by the client's read timeout (the run's
@@ -330,7 +347,7 @@ async def _request(client, method: str, url: str, path: str, who: str,
     limit = client.timeout.read
     send = client.request(method, url.rstrip("/") + path, json=body)
     try:
-        return await (send if limit is None else asyncio.wait_for(send, limit))
+        return await within(send, limit)
     except TimeoutError:
         raise SpecsimError(
             f"{who} at {url} did not finish answering {path} within {limit:g} s (--timeout-s)"

@@ -47,6 +47,7 @@ from specsim.serve.audit.client import (
     greedy_tokens,
     margin_at,
     run_stoppable,
+    within,
 )
 
 NULL_FACTOR = 2.0  # tau = this x the largest path difference the null saw
@@ -356,7 +357,7 @@ async def run_greedy_async(spec: GreedySpec, null: Null, progress: Any = None,
                 ctx = list(spec.prompts[ci])
                 seed = int((spec.seed * 1_000_003 + j * 7_919 + 12_345) % 2_147_483_647)
                 try:  # a whole generation is bounded: a server may trickle forever
-                    g = await asyncio.wait_for(
+                    g = await within(
                         generate_llama(c, spec.server, j, ctx, spec.n_predict, sampling, seed),
                         spec.timeout_s,
                     )

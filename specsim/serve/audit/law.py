@@ -12,7 +12,6 @@ where the saved one stopped.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +33,7 @@ from specsim.serve.audit.client import (
     score,
     slots,
     tokenize,
+    within,
 )
 from specsim.serve.audit.config import (
     MAX_REFERENCE_CONCURRENCY,
@@ -332,7 +332,7 @@ async def _audit(cfg: AuditConfig, ref: str, run: _Run, progress: Any) -> None:
 
         async def generate(_w: int, j: int) -> Generation:
             try:  # a whole generation is bounded too: a server may trickle forever
-                g = await asyncio.wait_for(
+                g = await within(
                     _retried(gen, c, cfg.server, j, prompts[j % len(prompts)], cfg.n_predict,
                              sampling, _request_seed(cfg.seed, j)),
                     cfg.timeout_s,
