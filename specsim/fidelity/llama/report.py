@@ -89,17 +89,17 @@ def plot(table: pd.DataFrame, path: Path) -> Path:
     colours = {0.0: "#1f77b4", 1.0: "#d62728"}
     for ax, m, unit in ((axes[0], "throughput_tok_s", "tok/s"), (axes[1], "tpot_ms_mean", "ms")):
         for (spec, t), g in table.groupby(["spec", "temperature"]):
-            ax.scatter(g[f"real_{m}"], g[f"sim_{m}"], marker=markers[spec], alpha=0.8,
+            ax.scatter(g[f"real_{m}"], g[f"sim_{m}"], marker=markers[spec], alpha=0.8, zorder=3,
                        color=colours.get(float(t), "k"), label=f"{spec}, T={t:g}")  # fmt: skip
         lo = float(np.nanmin(table[[f"real_{m}", f"sim_{m}"]].to_numpy()))
         hi = float(np.nanmax(table[[f"real_{m}", f"sim_{m}"]].to_numpy()))
         xs = np.array([lo * 0.95, hi * 1.05])
         ax.plot(xs, xs, "k-", lw=0.8, label="sim = real")
-        ax.fill_between(xs, xs * 0.95, xs * 1.05, color="0.85", label="+-5%")
+        ax.fill_between(xs, xs * 0.95, xs * 1.05, color="0.85", label="+-5%", zorder=0)
         ax.set_xlabel(f"llama-server, measured ({unit})")
         ax.set_ylabel(f"simulator, predicted ({unit})")
         ax.set_title("throughput" if m.startswith("throughput") else "mean TPOT")
-    axes[0].legend(fontsize=7, loc="upper left")
+    axes[0].legend(fontsize=7, loc="lower right")  # the points lie on the diagonal
     ax = axes[2]
     labels = _load_labels(table)
     order = list(dict.fromkeys(sorted(labels, key=_load_key)))
@@ -109,9 +109,9 @@ def plot(table: pd.DataFrame, path: Path) -> Path:
     x = x + 0.12 * dodge
     for m, mk, lab in (("err_throughput_wall", "o", "throughput"),
                        ("err_tpot_mean_wall", "x", "mean TPOT")):  # fmt: skip
-        ax.scatter(x, 100 * table[m], marker=mk, label=lab, alpha=0.7)
+        ax.scatter(x, 100 * table[m], marker=mk, label=lab, alpha=0.7, zorder=3)
     ax.set_xticks(range(len(order)), order)
-    ax.axhspan(-5, 5, color="0.85", label="+-5%")
+    ax.axhspan(-5, 5, color="0.85", label="+-5%", zorder=0)  # under the markers
     ax.axhline(0, color="k", lw=0.8)
     ax.set_xlabel("load: closed loop at C, or Poisson rate (settings side by side)")
     ax.set_ylabel("simulator error (%) = sim / real - 1")
