@@ -16,6 +16,13 @@ def _met(ok: bool) -> str:
     return "met" if ok else "NOT met"
 
 
+def _pair_rule(ranks: pd.DataFrame) -> str:
+    """Which pairs of settings the ranking judges (:func:`specsim.fidelity.llama.grid.rankings`)."""
+    if "pair_rule" in ranks.columns and len(ranks) and (ranks["pair_rule"] == "intervals").all():
+        return "the real medians' intervals do not overlap"
+    return "the real gap exceeds the real spread"
+
+
 def goal_rows(
     g: dict[str, float], ranks: pd.DataFrame, minutes: float, load: tuple, limit: float = 60.0
 ) -> str:
@@ -61,11 +68,7 @@ def goal_rows(
         ("the same, pooled over the loads of each setting and temperature",
          f"worst {_pct(pooled)}", pooled <= 0.03)
     )  # fmt: skip
-    rule = (
-        "the real medians' intervals do not overlap"
-        if "pair_rule" in rk.columns and (rk["pair_rule"] == "intervals").all()
-        else "the real gap exceeds the spread"
-    )
+    rule = _pair_rule(ranks)
     rows.append(
         (f"ranking of the settings where {rule}", f"{agree} of {pairs} pairs agree",
          agree == pairs)
@@ -164,7 +167,7 @@ and `--rescore` added to score the saved runs again without a server. Every flag
 ## Every cell
 
 {cells}
-## Rankings (per load; pairs counted where the real gap exceeds the real spread)
+## Rankings (per load; pairs counted where {_pair_rule(ranks)})
 
 {rank_md}
 """
