@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -75,7 +76,8 @@ def run_cell(
                 == (pred_d[j.trace_id], pred_a[j.trace_id]) for j, r in ok)  # fmt: skip
     row["requests_counts_exact"] = exact / max(len(ok), 1)
     row["first_error"] = next((r.error for r in res if r.error), "")
-    row["server_args"] = " ".join(server_args(cfg, s))
+    # the drafter GGUF lives in the user's cache: "~", not this machine's home, in a table
+    row["server_args"] = " ".join(server_args(cfg, s)).replace(str(Path.home()), "~")
     row["load_1m"] = load_1m
     check_failed([row])
     return row
