@@ -6,7 +6,7 @@
                                                                # what the README's table ran
     python reports/server-audit/run.py --only ngram-simple/T1-full --tokens 8192
     python reports/server-audit/run.py --set mutants --only "proxy:swap2-after-rejection (30 \
-        min, top-1 check)" --max-minutes 3 --load 8,8,4 --out /tmp/rehearsal.csv
+        min, top-1 check)" --max-minutes 3 --load 8,8,4 --out rehearsal.csv
                                                                # a 3-minute rehearsal of a row
 
 One reference llama-server (speculation off) scores every audit; one audited llama-server per
