@@ -124,6 +124,9 @@ def main(argv: list[str] | None = None) -> int:
         stdout = _Stdout(real_stdout)
     sys.stdout = stdout
     try:
+        from specsim.limits import check_environment
+
+        check_environment()
         code = int(args.func(args) or 0)
         stdout.flush()
         if isinstance(stdout.error, BrokenPipeError):  # `| head` took what it wanted

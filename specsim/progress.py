@@ -15,6 +15,7 @@ tqdm throttles its redraws and a line costs one clock read per update, so hot lo
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
@@ -49,11 +50,24 @@ def _enabled() -> bool:
     return _mode() != "off"
 
 
-def _every_s() -> float:
-    try:
-        return max(0.0, float(os.environ.get("SPECSIM_PROGRESS_EVERY", DEFAULT_EVERY_S)))
-    except ValueError:
+def every_s() -> float:
+    """Seconds between progress lines (``SPECSIM_PROGRESS_EVERY``; refused unless a finite
+    number >= 0)."""
+    raw = os.environ.get("SPECSIM_PROGRESS_EVERY")
+    if raw is None:
         return DEFAULT_EVERY_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not (math.isfinite(value) and value >= 0):
+        from specsim.errors import SpecsimError
+
+        raise SpecsimError(
+            f"SPECSIM_PROGRESS_EVERY={raw!r} must be a number of seconds >= 0 (default "
+            f"{DEFAULT_EVERY_S:g}); fix or unset it"
+        )
+    return value
 
 
 def _clock(seconds: float) -> str:
@@ -122,7 +136,7 @@ class Progress:
         self.enabled = mode != "off"
         self._bar: Any = None
         if mode == "lines":
-            self._bar = _Lines(self.total, desc, unit, _every_s())
+            self._bar = _Lines(self.total, desc, unit, every_s())
         elif mode == "bar":
             if _in_notebook():
                 from tqdm.auto import tqdm

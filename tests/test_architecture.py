@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1] / "specsim"
 # Floors, bottom first. A module is placed by its first sub-package under specsim/ (or its own
 # name for a top-level module).
 LAYERS: list[set[str]] = [
-    {"errors", "rng", "registry", "progress", "outputs", "version", "options", "prompts"},
+    {"errors", "rng", "registry", "progress", "outputs", "version", "options", "prompts", "limits"},
     {"trace", "policies"},
     {"sim", "lossless"},
     {"record", "serve"},

@@ -31,6 +31,7 @@ import pyarrow.parquet as pq
 
 from specsim.analysis.grid import Cell, file_digest, make_grid
 from specsim.errors import SpecsimError
+from specsim.limits import MAX_CELLS_ENV, max_cells
 from specsim.outputs import NAME_MAX, check_out, lock, write_table
 from specsim.progress import Progress
 
@@ -143,22 +144,6 @@ def _check_steady(traces: list[str], c_max: float, requests: int | None, options
     check_steady_window(int(c_max), int(jobs), requests, bool(options.get("require_steady")))
 
 
-MAX_CELLS_ENV = "SPECSIM_MAX_CELLS"
-
-
-def max_cells() -> int:
-    """The most cells one sweep may have (``SPECSIM_MAX_CELLS`` or 20,000): a mistyped
-    ``--seeds 100000`` is refused at once instead of running for hours."""
-    raw = os.environ.get(MAX_CELLS_ENV, "20000")
-    try:
-        value = int(raw)
-    except ValueError:
-        raise SpecsimError(f"{MAX_CELLS_ENV}={raw!r} must be a whole number") from None
-    if value < 1:
-        raise SpecsimError(f"{MAX_CELLS_ENV}={raw!r} must be at least 1")
-    return value
-
-
 def build_cells(
     traces: str | Path | Iterable[str | Path],
     policies: str | Iterable[str],
@@ -175,7 +160,12 @@ def build_cells(
 ) -> list[Cell]:
     """The grid :func:`sweep` runs (checks the traces exist). ``requests_per_concurrency``
     = k: a closed-loop cell at C runs max(requests, ceil(k C)) requests."""
-    trace_list = [str(traces)] if isinstance(traces, str | Path) else [str(t) for t in traces]
+    from specsim.trace.io import resolve_trace
+
+    names = [traces] if isinstance(traces, str | Path) else list(traces)
+    # a shipped name (chat, traces/chat.parquet) becomes its file here, once, as replay does:
+    # every later step (digest, workers, the table's trace_path) reads that file
+    trace_list = [str(resolve_trace(t)) for t in names]
     pol_list = (
         [p.strip() for p in policies.split(",")] if isinstance(policies, str) else list(policies)
     )
@@ -210,10 +200,6 @@ def build_cells(
 
         for x in loads:  # type: ignore[union-attr]
             check_request_count(float(x) * float(duration), f"--rates {x:g} for {duration:g} s")
-    from specsim.trace.io import resolve_trace
-
-    for t in trace_list:
-        resolve_trace(t)  # a clear error now, not in a worker
     if kind == "concurrency" and duration is not None:
         pass  # bounded by time: each replay checks its own request count
     elif kind == "concurrency":

@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from specsim.errors import SpecsimError
+from specsim.limits import MAX_REQUESTS_ENV, max_requests
 from specsim.rng import stream
 from specsim.sim.config import MAX_CV, MIN_CV
 from specsim.trace.model import Trace
@@ -78,28 +79,9 @@ class Workload:
         return int(self.max_jobs) if self.max_jobs is not None else 4 * max(self.concurrency, 1)
 
 
-# The most requests one replay may simulate (memory is ~100 bytes a request in the workload and
-# the per-request table; the time, about output tokens / 1M seconds). Raise it for a bigger run
-# with the environment variable named in the error.
-MAX_REQUESTS_ENV = "SPECSIM_MAX_REQUESTS"
-DEFAULT_MAX_REQUESTS = 5_000_000
 # Tokens one request may hold (prompt or output): beyond any real model's context by far, and far
 # inside int64 so that sums of them cannot wrap.
 MAX_TOKENS_PER_REQUEST = 10_000_000
-
-
-def max_requests() -> int:
-    """The request limit in force (``SPECSIM_MAX_REQUESTS`` or 5,000,000)."""
-    raw = os.environ.get(MAX_REQUESTS_ENV)
-    if raw is None:
-        return DEFAULT_MAX_REQUESTS
-    try:
-        value = int(raw)
-    except ValueError:
-        raise SpecsimError(f"{MAX_REQUESTS_ENV}={raw!r} must be a whole number") from None
-    if value < 1:
-        raise SpecsimError(f"{MAX_REQUESTS_ENV}={raw!r} must be at least 1")
-    return value
 
 
 def check_request_count(n: float, what: str) -> None:
