@@ -15,6 +15,7 @@ synthetic one until then, so regenerating with real traces is the same single co
 from __future__ import annotations
 
 import datetime as _dt
+import math
 import os
 import platform
 import subprocess
@@ -89,7 +90,65 @@ class ReportContext:
                 f"{self.folder / 'config.toml'}: {key!r} must be {_kind_name(kind)}, "
                 f"got {type(value).__name__}"
             )
+        if isinstance(value, float) and not math.isfinite(value):
+            # TOML spells inf and nan; no report input means either (a sigma of inf, a load of
+            # nan): refused here, for every key, rather than as a NaN table or a hang later
+            raise SpecsimError(
+                f"{self.folder / 'config.toml'}: {key!r} is {value}; give a finite number"
+            )
         return value
+
+    def choice(self, key: str, choices: Any, default: Any = ...) -> str:
+        """A word from a fixed set (an accept profile, a model name), refused in one line."""
+        value = self.get(key, default, kind=str)
+        if value not in choices:
+            raise SpecsimError(
+                f"{self.folder / 'config.toml'}: {key!r} is {value!r}; use one of "
+                f"{', '.join(map(str, choices))}"
+            )
+        return value
+
+    def choices(self, key: str, choices: Any, default: Any = ...) -> list[str]:
+        """A non-empty list of words from a fixed set (a report's arms)."""
+        values = self.get(key, default, kind=list)
+        bad = [v for v in values if not isinstance(v, str) or v not in choices]
+        if not values or bad:
+            what = f"holds {bad[0]!r}" if bad else "is empty"
+            raise SpecsimError(
+                f"{self.folder / 'config.toml'}: {key!r} {what}; list one or more of "
+                f"{', '.join(map(str, choices))}"
+            )
+        return list(values)
+
+    def counts(self, key: str, default: Any = ...) -> list[int]:
+        """A non-empty list of whole numbers >= 1 (concurrencies, GPU counts)."""
+        values = self.numbers(key, default)
+        bad = [v for v in values if v < 1 or v != int(v) or v > 2**31]
+        if bad:
+            raise SpecsimError(
+                f"{self.folder / 'config.toml'}: {key!r} holds {bad[0]:g}; list whole numbers "
+                "from 1 to 2**31, as [1, 16, 64]"
+            )
+        return [int(v) for v in values]
+
+    def count(self, key: str, default: Any = ...) -> int:
+        """A whole number >= 1 (requests, GPUs, a block size)."""
+        value = self.get(key, default, kind=int)
+        if not 1 <= value <= 2**31:
+            raise SpecsimError(
+                f"{self.folder / 'config.toml'}: {key!r} is {value}; give a whole number from "
+                "1 to 2**31"
+            )
+        return int(value)
+
+    def positive(self, key: str, default: Any = ...) -> float:
+        """A finite number > 0 (a median length, a sigma, an AUROC)."""
+        value = self.get(key, default, kind=(int, float))
+        if not value > 0:
+            raise SpecsimError(
+                f"{self.folder / 'config.toml'}: {key!r} is {value}; give a number > 0"
+            )
+        return float(value)
 
     def numbers(self, key: str, default: Any = ..., allow_empty: bool = False) -> list[float]:
         """A list of numbers from the config (``concurrency = [1, 2, 4]``), checked element by
@@ -99,10 +158,14 @@ class ReportContext:
             raise SpecsimError(
                 f"{self.folder / 'config.toml'}: {key!r} is empty; list at least one number"
             )
-        bad = [v for v in values if isinstance(v, bool) or not isinstance(v, int | float)]
+        bad = [
+            v
+            for v in values
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v)
+        ]
         if bad:
             raise SpecsimError(
-                f"{self.folder / 'config.toml'}: {key!r} must list numbers, but holds "
+                f"{self.folder / 'config.toml'}: {key!r} must list finite numbers, but holds "
                 f"{bad[0]!r}; write it as [1, 2, 4]"
             )
         return [float(v) for v in values]

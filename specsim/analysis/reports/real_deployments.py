@@ -32,10 +32,12 @@ import pandas as pd
 
 from specsim.analysis.report import ReportContext
 from specsim.errors import SpecsimError
+from specsim.sim.accelerators import ACCELERATORS
 
 ARMS = {"adaptive": "vllm-adaptive", "k1": "static:1", "k3": "static:3", "k5": "static:5",
         "k6": "static:6", "k7": "static:7", "none": "ar"}  # fmt: skip
 RANGE = ("low", "primary", "high")
+MODELS = ("v4-flash", "v4-pro")
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,16 @@ def _layout(model: str, gpu: str, gpus: int, capture: int):  # type: ignore[no-u
     if model not in models:
         raise SpecsimError(f"unknown model {model!r} in config.toml; use v4-flash or v4-pro")
     return Layout(models[model], accelerator(gpu), int(gpus), capture_max_tokens=int(capture))
+
+
+def _side(ctx: ReportContext, side: str):  # type: ignore[no-untyped-def]
+    """The vLLM source's measured (``src``) or benchmarked (``dst``) layout, from the config."""
+    return _layout(
+        ctx.choice(f"vllm_{side}_model", MODELS),
+        ctx.choice(f"vllm_{side}_gpu", ACCELERATORS),
+        ctx.count(f"vllm_{side}_gpus"),
+        ctx.count(f"vllm_{side}_capture"),
+    )
 
 
 def _cross_node(model: str, gpu: str, gpus: int) -> tuple[float, float]:
@@ -130,26 +142,19 @@ def predict_vllm(ctx: ReportContext) -> pd.DataFrame:
     """Every arm of vLLM's benchmark at every concurrency, on the low / primary / high tables."""
     from specsim.trace.synth import PROFILES as ACCEPT
 
-    g = ctx.get
-    src = _layout(g("vllm_src_model"), g("vllm_src_gpu"), g("vllm_src_gpus", kind=int),
-                  g("vllm_src_capture", kind=int))  # fmt: skip
-    dst = _layout(g("vllm_dst_model"), g("vllm_dst_gpu"), g("vllm_dst_gpus", kind=int),
-                  g("vllm_dst_capture", kind=int))  # fmt: skip
-    limits = {"max_running": g("vllm_max_running", kind=int),
-              "max_batched_tokens": g("vllm_max_batched_tokens", kind=int),
-              "kv_tokens": g("vllm_kv_tokens", kind=int)}  # fmt: skip
-    profiles = carried_profiles(g("vllm_measured_profile"), src, dst, **limits)
+    src, dst = _side(ctx, "src"), _side(ctx, "dst")
+    limits = {"max_running": ctx.count("vllm_max_running"),
+              "max_batched_tokens": ctx.count("vllm_max_batched_tokens"),
+              "kv_tokens": ctx.count("vllm_kv_tokens")}  # fmt: skip
+    profiles = carried_profiles(ctx.get("vllm_measured_profile", kind=str), src, dst, **limits)
     wl = _workload(ctx, "vllm")
-    trace = wl.trace(ACCEPT[g("vllm_accept_profile")], float(g("vllm_auroc", kind=float)))
-    conc = [int(c) for c in g("vllm_concurrency", kind=list)]
-    arms = g("vllm_arms", kind=list)
-    unknown = [a for a in arms if a not in ARMS]
-    if unknown:
-        raise SpecsimError(f"config.toml: unknown vLLM arm {unknown[0]!r}; use {', '.join(ARMS)}")
+    trace = wl.trace(ACCEPT[ctx.choice("vllm_accept_profile", ACCEPT)], _auroc(ctx, "vllm"))
+    conc = ctx.counts("vllm_concurrency")
+    arms = ctx.choices("vllm_arms", ARMS)
     rows = []
     for tag, prof in profiles.items():
         for arm in arms:
-            for r in _run_arm(trace, ARMS[arm], prof, conc, int(g("min_requests", kind=int)),
+            for r in _run_arm(trace, ARMS[arm], prof, conc, ctx.count("min_requests"),
                               wl.seed):  # fmt: skip
                 rows.append({"source": "vllm-adaptive-verification", "model": dst.model.name,
                              "deployment": f"{dst.gpus}x{dst.gpu.name}", "arm": arm,
@@ -157,15 +162,22 @@ def predict_vllm(ctx: ReportContext) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _auroc(ctx: ReportContext, prefix: str) -> float:
+    """A confidence AUROC: 0.5 (no signal) to 1 (perfect ranking)."""
+    value = ctx.positive(f"{prefix}_auroc")
+    if not 0.5 <= value <= 1.0:
+        raise SpecsimError(f"config.toml: '{prefix}_auroc' is {value}; give a value in [0.5, 1]")
+    return value
+
+
 def _workload(ctx: ReportContext, prefix: str) -> Workload:
-    g = ctx.get
     return Workload(
-        prompt_median=float(g(f"{prefix}_prompt_median", kind=(int, float))),
-        prompt_sigma=float(g(f"{prefix}_prompt_sigma", kind=(int, float))),
-        output_median=float(g(f"{prefix}_output_median", kind=(int, float))),
-        output_sigma=float(g(f"{prefix}_output_sigma", kind=(int, float))),
-        trace_requests=int(g("trace_requests", kind=int)),
-        seed=int(g("seed", kind=int)),
+        prompt_median=ctx.positive(f"{prefix}_prompt_median"),
+        prompt_sigma=ctx.positive(f"{prefix}_prompt_sigma"),
+        output_median=ctx.positive(f"{prefix}_output_median"),
+        output_sigma=ctx.positive(f"{prefix}_output_sigma"),
+        trace_requests=ctx.count("trace_requests"),
+        seed=ctx.count("seed") if ctx.get("seed", kind=int) != 0 else 0,
     )
 
 
@@ -176,31 +188,30 @@ def predict_paper(ctx: ReportContext) -> tuple[pd.DataFrame, pd.DataFrame]:
     from specsim.sim.deployments import DEPLOYMENTS
     from specsim.trace.synth import PROFILES as ACCEPT
 
-    g = ctx.get
-    src = _layout(g("vllm_src_model"), g("vllm_src_gpu"), g("vllm_src_gpus", kind=int),
-                  g("vllm_src_capture", kind=int))  # fmt: skip
+    src = _side(ctx, "src")
     wl = _workload(ctx, "paper")
-    block = int(g("paper_dspark_block", kind=int))
+    block = int(ctx.count("paper_dspark_block"))
     dspark = wl.trace(
-        ACCEPT[g("paper_accept_profile")][:block], float(g("paper_auroc", kind=float))
+        ACCEPT[ctx.choice("paper_accept_profile", ACCEPT)][:block], _auroc(ctx, "paper")
     )
-    mtp = wl.trace(
-        (float(g("paper_mtp1_acceptance", kind=float)),), float(g("paper_auroc", kind=float))
-    )
-    conc = [int(c) for c in g("paper_concurrency", kind=list)]
-    mtp_layers = float(g("paper_mtp_layers", kind=(int, float)))
+    mtp1 = ctx.positive("paper_mtp1_acceptance")
+    if not mtp1 < 1:
+        raise SpecsimError(f"config.toml: 'paper_mtp1_acceptance' is {mtp1}; give a rate in (0, 1)")
+    mtp = wl.trace((mtp1,), _auroc(ctx, "paper"))
+    conc = ctx.counts("paper_concurrency")
+    mtp_layers = ctx.positive("paper_mtp_layers")
     curves, gains = [], []
     for model in ("v4-flash", "v4-pro"):
         dep = DEPLOYMENTS[model]
-        for gpu in g("paper_gpus", kind=list):
+        for gpu in ctx.choices("paper_gpus", ACCELERATORS):
             gpus = _gpus_for(model, gpu)
-            dst = _layout(model, gpu, gpus, g("paper_capture", kind=int))
+            dst = _layout(model, gpu, gpus, ctx.count("paper_capture"))
             extra_us, extra_ms = _cross_node(model, gpu, gpus)
-            limits = {"max_running": g("paper_max_running", kind=int),
-                      "max_batched_tokens": g("paper_max_batched_tokens", kind=int),
-                      "kv_tokens": g("paper_kv_tokens", kind=int)}  # fmt: skip
-            profs = carried_profiles(g("vllm_measured_profile"), src, dst, extra_us, extra_ms,
-                                     **limits)  # fmt: skip
+            limits = {"max_running": ctx.count("paper_max_running"),
+                      "max_batched_tokens": ctx.count("paper_max_batched_tokens"),
+                      "kv_tokens": ctx.count("paper_kv_tokens")}  # fmt: skip
+            measured = ctx.get("vllm_measured_profile", kind=str)
+            profs = carried_profiles(measured, src, dst, extra_us, extra_ms, **limits)
             for tag, prof in profs.items():
                 # MTP-1's drafter: one more MoE layer of the target at R tokens (plus its head)
                 layer = np.asarray(prof.step_ms) / float(dst.model.layers) * mtp_layers
@@ -211,7 +222,7 @@ def predict_paper(ctx: ReportContext) -> tuple[pd.DataFrame, pd.DataFrame]:
                 res = {}
                 for arm, policy, trace, p in (("mtp1", "static:1", mtp, mtp_prof),
                                               ("dspark", "zos", dspark, prof)):  # fmt: skip
-                    rows = _run_arm(trace, policy, p, conc, int(g("min_requests", kind=int)),
+                    rows = _run_arm(trace, policy, p, conc, ctx.count("min_requests"),
                                     wl.seed)  # fmt: skip
                     for row in rows:
                         curves.append({"source": "dspark-paper", "model": dep.model.name,
