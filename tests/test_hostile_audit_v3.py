@@ -134,14 +134,30 @@ def fake(ref: str = "good", aud: str = "good") -> Iterator[str]:
             last = {"stop": True, "tokens_predicted": n, "timings": {"draft_n": 0}}
             self.wfile.write(data + b"data: " + json.dumps(last).encode() + b"\n\n")
 
-    srv = _Server(("127.0.0.1", 0), H)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    # two ports, one stand-in: the audit refuses a server audited against itself (the same
+    # URL), so the reference role is reached on its own port (``ref_url``)
+    servers = [_Server(("127.0.0.1", 0), H) for _ in range(2)]
+    for srv in servers:
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+    url, ref_role = (f"http://127.0.0.1:{srv.server_address[1]}" for srv in servers)
+    _REF[url] = ref_role
     try:
-        yield f"http://127.0.0.1:{srv.server_address[1]}"
+        yield url
     finally:
         release.set()
-        srv.shutdown()
-        srv.server_close()
+        _REF.pop(url, None)
+        for srv in servers:
+            srv.shutdown()
+            srv.server_close()
+
+
+_REF: dict[str, str] = {}
+
+
+def ref_url(url: str) -> str:
+    """The reference's address of the stand-in :func:`fake` serves at ``url`` (another
+    address where nothing listens, for a ``url`` refused before any connection)."""
+    return _REF.get(url) or refused_url()
 
 
 def _run(argv: list[str], capsys) -> tuple[int, str]:  # noqa: ANN001
@@ -166,15 +182,16 @@ def _one_line(err: str, *says: str) -> str:
 def test_a_malformed_reference_is_refused_naming_it(kind, capsys):
     """Garbage from the reference is refused (exit 2), never read as the server's loss (1)."""
     with fake(ref=kind) as url:
-        code, err = _run(["--server", url, "--reference", url, *BASE], capsys)
+        ref = ref_url(url)
+        code, err = _run(["--server", url, "--reference", ref, *BASE], capsys)
     assert code == 2, err
-    _one_line(err, f"the reference at {url}", "/completion")
+    _one_line(err, f"the reference at {ref}", "/completion")
 
 
 @pytest.mark.parametrize("kind", ["probs-dict", "draftn-str", "draftn-nan"])
 def test_a_malformed_audited_server_is_one_line_naming_it(kind, capsys):
     with fake(aud=kind) as url:
-        code, err = _run(["--server", url, "--reference", url, *BASE], capsys)
+        code, err = _run(["--server", url, "--reference", ref_url(url), *BASE], capsys)
     assert code == 2, err
     _one_line(err, f"the server at {url}")
 
@@ -182,7 +199,7 @@ def test_a_malformed_audited_server_is_one_line_naming_it(kind, capsys):
 def test_a_trickling_reference_is_bounded_by_timeout_s(capsys):
     t0 = time.monotonic()
     with fake(ref="trickle") as url:
-        code, err = _run(["--server", url, "--reference", url, *BASE], capsys)
+        code, err = _run(["--server", url, "--reference", ref_url(url), *BASE], capsys)
     assert code == 2 and time.monotonic() - t0 < 5, err
     _one_line(err, "the reference at", "--timeout-s")
 
@@ -215,7 +232,7 @@ def test_greedy_refuses_a_reference_that_cannot_support_the_triage(kind, says, c
 
 def test_greedy_null_stall_is_one_line(capsys):
     with fake(ref="stall-null") as url:
-        code, err = _run(["--server", url, "--reference", url, *GREEDY], capsys)
+        code, err = _run(["--server", url, "--reference", ref_url(url), *GREEDY], capsys)
     assert code == 2, err
     _one_line(err, "the reference at", "--timeout-s")
 
@@ -224,15 +241,15 @@ def test_greedy_null_stall_is_one_line(capsys):
 def test_a_run_that_tested_nothing_does_not_pass(greedy, capsys):
     extra = [*GREEDY, "--near-tie", "0.5"] if greedy else BASE
     with fake() as url:
-        code, err = _run(["--server", url, "--reference", url, *extra, "--minutes", "1e-9"],
-                         capsys)  # fmt: skip
+        argv = ["--server", url, "--reference", ref_url(url), *extra, "--minutes", "1e-9"]
+        code, err = _run(argv, capsys)
     assert code == 1, err
     _one_line(err, "too few positions", "--minutes")
 
 
 def test_a_given_near_tie_prints_no_nan(capsys):
     with fake() as url:
-        code = main(["check-lossless", "--server", url, "--reference", url, *GREEDY,
+        code = main(["check-lossless", "--server", url, "--reference", ref_url(url), *GREEDY,
                      "--near-tie", "0.5"])  # fmt: skip
     out = capsys.readouterr().out
     assert code == 0 and "nan" not in out.lower(), out
@@ -248,14 +265,14 @@ BAD_FLAGS = [("--seed", "-1"), ("--concurrency", "100000000"), ("--n-probs", "0"
 @pytest.mark.parametrize("flag, value", BAD_FLAGS)
 def test_out_of_range_flags_are_refused(flag, value, capsys):
     url = refused_url()
-    code, err = _run(["--server", url, "--reference", url, *BASE, flag, value], capsys)
+    code, err = _run(["--server", url, "--reference", ref_url(url), *BASE, flag, value], capsys)
     assert code == 2, err
     _one_line(err, flag)
 
 
 def test_a_url_with_a_newline_is_refused(capsys):
     url = refused_url()
-    code, err = _run(["--server", url + "\n", "--reference", url, *BASE], capsys)
+    code, err = _run(["--server", url + "\n", "--reference", ref_url(url), *BASE], capsys)
     assert code == 2, err
     _one_line(err, "--server", "control character")
 
@@ -289,7 +306,9 @@ def test_a_bad_state_file_is_refused_before_the_audit(kind, tmp_path, capsys):
                "roles": {"roles": [1]}}[kind]  # fmt: skip
         path = _state(tmp_path, **bad)
     url = refused_url()  # refused before any connection
-    code, err = _run(["--server", url, "--reference", url, *BASE, "--state", str(path)], capsys)
+    code, err = _run(
+        ["--server", url, "--reference", ref_url(url), *BASE, "--state", str(path)], capsys
+    )
     assert code == 2, err
     _one_line(err, "--state")
 
@@ -334,7 +353,8 @@ def test_sigterm_stops_the_audit_and_writes_a_partial_out(tmp_path):
     with fake(aud="stall-second") as url:
         proc = subprocess.Popen(
             [sys.executable, "-m", "specsim.cli", "check-lossless", "--server", url,
-             "--reference", url, "--no-ban-fragments", "--n-predict", "4", "--tokens", "1024",
+             "--reference", ref_url(url), "--no-ban-fragments", "--n-predict", "4",
+             "--tokens", "1024",
              "--concurrency", "1", "--timeout-s", "30", "--out", str(out)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
         )  # fmt: skip

@@ -145,7 +145,7 @@ def test_reference_concurrency_is_checked_and_kept_out_of_the_state() -> None:
 
 # ---- the audit through the stages, against a stand-in server ---------------------------------
 
-from test_hostile_audit_v3 import BASE, fake  # noqa: E402
+from test_hostile_audit_v3 import BASE, fake, ref_url  # noqa: E402
 
 
 def test_the_audit_prints_its_rate_and_where_the_time_went(capsys) -> None:
@@ -154,7 +154,7 @@ def test_the_audit_prints_its_rate_and_where_the_time_went(capsys) -> None:
     ref_conc = "2"  # the stand-in has 2 slots
 
     with fake() as url:
-        code = main(["check-lossless", "--server", url, "--reference", url, *BASE,
+        code = main(["check-lossless", "--server", url, "--reference", ref_url(url), *BASE,
                      "--n-predict", "64", "--concurrency", "3",
                      "--reference-concurrency", ref_conc])  # fmt: skip
     out = capsys.readouterr().out

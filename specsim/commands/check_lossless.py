@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # only for annotations: --help must not import pandas
@@ -148,6 +149,11 @@ def run_server_audit(args: argparse.Namespace) -> int:
         from specsim.outputs import check_out
 
         out = check_out(args.out, force=args.force)
+        if cfg.state and Path(cfg.state).resolve() == Path(out).resolve():
+            raise SpecsimError(
+                f"--out {args.out} is the --state file: the verdict would replace the run's "
+                "resume state; give --out another name"
+            )
         if cfg.temperature == 0:  # the reproducers go beside it: refused up front as well
             check_out(_beside(out, "divergences"), force=args.force)
 
@@ -211,7 +217,6 @@ def _write_audit(res, out, partial: bool) -> None:  # noqa: ANN001
 
 def _beside(path, what: str):  # noqa: ANN001, ANN202
     """``out.parquet`` -> ``out.divergences.parquet`` (same folder and format)."""
-    from pathlib import Path
 
     p = Path(path)
     return p.with_name(f"{p.stem}.{what}{p.suffix}")

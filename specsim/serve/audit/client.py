@@ -68,10 +68,11 @@ def count_field(v: Any, who: str, endpoint: str, name: str) -> int:
 def parse_top(entry: Any, who: str, endpoint: str) -> tuple[np.ndarray, np.ndarray]:
     """One position's ``top_probs`` as (ids, probs): the single place a reported law is read.
 
-    Refused (one line naming the server, the endpoint and the field): anything not a non-empty
-    list of ``{id, prob}``, ids that are not distinct token ids, probabilities that are not
-    finite numbers in [0, 1], or that sum past 1. Whatever passes is a law the checks can use;
-    a garbage report must not reach them, where it would read as the audited server's loss."""
+    Returned ranked, most probable first. Refused (one line naming the server, the endpoint and
+    the field): anything not a non-empty list of ``{id, prob}``, ids that are not distinct token
+    ids, probabilities that are not finite numbers in [0, 1], or that sum past 1. Whatever
+    passes is a law the checks can use; a garbage report must not reach them, where it would
+    read as the audited server's loss."""
     top = entry.get("top_probs") if isinstance(entry, dict) else None
     if not isinstance(top, list) or not top or not all(isinstance(e, dict) for e in top):
         raise _bad(who, endpoint, f"top_probs {str(top)[:60]!r} (not a list of {{id, prob}})")
@@ -87,7 +88,12 @@ def parse_top(entry: Any, who: str, endpoint: str) -> tuple[np.ndarray, np.ndarr
         raise _bad(who, endpoint, "top_probs listing one token id twice")
     if sum(probs) > 1.0 + PROB_SLACK:
         raise _bad(who, endpoint, f"top_probs summing to {sum(probs):.4g} (> 1)")
-    return np.array(ids, dtype=np.int64), np.array(probs, dtype=np.float64)
+    # ranked here, by probability, whatever order the server listed them in: every reader (the
+    # greedy audit's argmax and margin, the rank check) takes position 0 as the top, and a
+    # report listed ascending would otherwise make a lossy server look identical. A stable
+    # sort keeps the server's own order among exact ties (its sampler's tie-break).
+    order = np.argsort(-np.asarray(probs), kind="stable")
+    return np.array(ids, dtype=np.int64)[order], np.array(probs, dtype=np.float64)[order]
 
 
 @dataclass(frozen=True)

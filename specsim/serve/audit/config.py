@@ -151,6 +151,16 @@ class AuditConfig:
             raise SpecsimError("give --reference URL or --reference-model GGUF, not both")
         if self.reference and not self.reference.startswith(("http://", "https://")):
             raise SpecsimError(f"--reference {self.reference!r} must start with http://")
+        if self.server and self.reference and _same_server(self.server, self.reference):
+            raise SpecsimError(
+                f"--server and --reference name one server ({self.server}): an audit against "
+                "itself finds nothing; give a reference with speculation off"
+            )
+        if self.state is not None and self.temperature == 0:
+            raise SpecsimError(
+                "--state resumes the T > 0 audit only (the greedy audit at --temperature 0 "
+                "saves no state); drop --state, or audit at T > 0"
+            )
         if not (math.isfinite(self.temperature) and self.temperature >= 0):
             raise SpecsimError(
                 f"--temperature {self.temperature}: use 0 (greedy identity, token for token) "
@@ -192,6 +202,24 @@ def contexts_of(cfg: AuditConfig) -> list[str]:
 
 
 STATE_VERSION = 2  # 2: the top-1 check (its variance sums; alpha split three ways)
+
+
+def _same_server(a: str, b: str) -> bool:
+    """Whether two URLs reach one server: scheme, host (localhost = 127.0.0.1 = [::1]) and port
+    alike, whatever the path or a trailing slash."""
+    from urllib.parse import urlsplit
+
+    def key(url: str) -> tuple[str, str, int | None]:
+        u = urlsplit(url.strip())
+        host = (u.hostname or "").lower()
+        host = "127.0.0.1" if host in ("localhost", "::1", "127.0.0.1") else host
+        try:
+            port = u.port or {"http": 80, "https": 443}.get(u.scheme.lower())
+        except ValueError:  # a port out of range: check_url names it later
+            port = None
+        return u.scheme.lower(), host, port
+
+    return key(a) == key(b)
 
 
 MAX_STATE_BYTES = 64 << 20  # a state file is kilobytes; anything far larger is not one
