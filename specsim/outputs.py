@@ -267,7 +267,28 @@ def claim(
     with lock(p, flag=flag):
         if p.exists() and not force:
             raise SpecsimError(f"{flag} {str(p)!r} already exists; pass --force to overwrite it")
+        _remove_stale_temporaries(p)
         yield p
+
+
+def _remove_stale_temporaries(path: Path) -> None:
+    """Remove the temporaries a killed writer of ``path`` left (``kill -9`` skips ``atomic``'s
+    cleanup). Called under ``path``'s lock: every writer of it holds that lock for its whole
+    run, so no live writer owns one of them. Only names ``atomic`` makes for this very output
+    (its hidden prefix, eight random characters, ``.tmp``) are touched."""
+    prefix = hidden_name(path, "", room=8 + len(".tmp"))
+    folder = path.parent if str(path.parent) else Path(".")
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(folder):
+            name = entry.name
+            if (
+                name.startswith(prefix)
+                and name.endswith(".tmp")
+                and len(name) == len(prefix) + 8 + len(".tmp")
+                and entry.is_file(follow_symlinks=False)
+            ):
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.path)
 
 
 def jsonable(x: object) -> object:

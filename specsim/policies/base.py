@@ -329,6 +329,8 @@ def check_plan(k: object, inp: StepInput, name: str, what: str = "policy (plan)"
     if type(k) is int and 0 <= k <= gamma:  # the common answer, checked at every step
         return k
     fix = f"return None (the whole block) or a whole number of draft tokens in [0, {gamma}]"
+    if isinstance(k, np.ma.MaskedArray) and np.ma.count_masked(k):  # np.ma.masked too
+        raise SpecsimError(f"{what} {name!r} returned a masked value; {fix}")
     if isinstance(k, np.ndarray) and k.ndim == 0:
         k = k.item()
     if isinstance(k, bool | np.bool_) or not _real(k):
@@ -471,8 +473,10 @@ _U64 = np.dtype(np.uint64)
 
 def lengths_ok(lengths: object, n: int, gamma: int) -> bool:
     """The engine's per-step check, cheap enough for every step of every policy: an integer
-    array of shape (n,) with values in [0, gamma] (one unsigned comparison catches negatives)."""
-    if not (isinstance(lengths, np.ndarray) and lengths.shape == (n,)):
+    array of shape (n,) with values in [0, gamma] (one unsigned comparison catches negatives).
+    A plain ndarray only: a subclass (a masked array, a matrix) overrides the reductions this
+    check relies on, so it takes :func:`check_lengths`' slow path, which converts or refuses it."""
+    if not (type(lengths) is np.ndarray and lengths.shape == (n,)):
         return False
     if lengths.dtype == np.int64:  # the common case: one unsigned max, no copy
         return n == 0 or int(np.maximum.reduce(lengths.view(_U64))) <= gamma

@@ -165,7 +165,9 @@ class ReplayConfig:
                 raise SpecsimError(f"{flag} must be a positive integer, got {v}")
         if self.requests_out is not None and not self.stream:
             raise SpecsimError("requests_out streams the per-request table: pass stream=True")
-        if self.requests_out is not None and not str(self.requests_out).endswith(".parquet"):
+        if self.requests_out is not None and not str(self.requests_out).lower().endswith(
+            ".parquet"
+        ):
             raise SpecsimError(f"requests_out must be a .parquet file, got {self.requests_out!r}")
         if isinstance(self.stream_exact_rows, bool) or not (
             isinstance(self.stream_exact_rows, numbers.Integral) and self.stream_exact_rows >= 0
