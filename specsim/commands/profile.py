@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
+import os
 import sys
 from pathlib import Path
 
@@ -32,33 +32,48 @@ def legacy_argv(argv: list[str]) -> list[str]:
     return argv
 
 
+def _arg(rule, *args):  # type: ignore[no-untyped-def]
+    """An argparse type from a shared value rule (specsim.sim.profile_csv): one line if bad."""
+
+    def parse(text: str):  # type: ignore[no-untyped-def]
+        try:
+            return rule(text, "", *args)
+        except SpecsimError as exc:
+            raise argparse.ArgumentTypeError(str(exc).removeprefix(": ")) from None
+
+    return parse
+
+
 def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be >= 1")
-    return v
+    from specsim.sim.profile_csv import count
+
+    return _arg(count, 1, 10**13)(text)
 
 
-def _nonneg_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not (math.isfinite(v) and v >= 0):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number >= 0")
-    return v
+def _capture(text: str) -> int:
+    from specsim.sim.profile_csv import count
+
+    return _arg(count)(text)
+
+
+def _context(text: str) -> float:
+    from specsim.sim.profile_csv import contexts
+
+    return float(_arg(contexts)(text)[0])
+
+
+def _float(text: str) -> float:
+    from specsim.sim.profile_csv import numbers
+
+    return float(_arg(numbers)(text)[0])
 
 
 def _sizes(text: str) -> list[int]:
-    try:
-        out = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: give comma-separated whole numbers") from None
-    if len(out) < 2 or min(out) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: give at least 2 sizes, each >= 1")
+    from specsim.sim.profile_csv import whole
+
+    out = [int(x) for x in _arg(whole)([x for x in text.split(",") if x.strip()])]
+    if len(out) < 2:
+        raise argparse.ArgumentTypeError(f"{text!r}: give at least 2 comma-separated sizes")
     return out
 
 
@@ -82,12 +97,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         "TensorRT-LLM's DSpark cost table JSON (confidence_cost_table_path); sglang: SGLang's "
         "DSpark SPS table JSON (--speculative-dspark-sps-table-path); table: a "
         "measured tokens[,context] -> ms table; bench: 'vllm bench serve --save-result' or "
-        "'specsim bench --json' files of runs without speculation, one per concurrency.",
+        "'specsim bench --json' files of runs without speculation, one per concurrency. "
+        "Every value is checked: a step costs 1 us to 1 hour, sizes and counts are whole "
+        "numbers up to 1,000,000. No format records its GPU count: give --gpus (otherwise 1 "
+        "is assumed, and said on stderr).",
     )
     imp.add_argument("format", choices=("vllm-adaptive", "trtllm", "sglang", "table", "bench"))
     imp.add_argument("files", nargs="+", type=Path, help="the measured table(s) or result files")
     imp.add_argument("--out", type=Path, required=True, help="profile CSV to write")
-    imp.add_argument("--name", help="profile name (default: the --out file stem)")
+    imp.add_argument(
+        "--name", help="profile name, no control characters (default: the --out file stem)"
+    )
     imp.add_argument(
         "--interpolation",
         choices=("linear", "step"),
@@ -96,7 +116,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     imp.add_argument(
         "--capture-max-tokens",
-        type=int,
+        type=_capture,
         default=None,
         help="largest CUDA-graph capture size: the staircase ends there, eager steps beyond "
         "are continuous (default: from a 'region' column, else the whole table)",
@@ -106,14 +126,26 @@ def register(sub: argparse._SubParsersAction) -> None:
         action=argparse.BooleanOptionalAction,
         default=None,
         help="force a running maximum over sizes (default: on for vllm-adaptive, as vLLM "
-        "does, off otherwise)",
+        "does, off otherwise); --no-monotonic keeps the measured costs as they are (past the "
+        "table's end a falling last segment is held flat)",
+    )
+    imp.add_argument(
+        "--draft-free",
+        action="store_true",
+        help="vllm-adaptive with the verify table only: drafting costs nothing (say so; "
+        "otherwise the draft table is required)",
     )
     imp.add_argument("--max-running", type=_positive_int, help="requests a step may hold")
     imp.add_argument("--kv-tokens", type=_positive_int, help="KV cache capacity in tokens")
     imp.add_argument(
         "--max-batched-tokens", type=_positive_int, help="tokens a step may hold (vLLM's name)"
     )
-    imp.add_argument("--gpus", type=_positive_int, help="GPUs the tables were measured on")
+    imp.add_argument(
+        "--gpus",
+        type=_positive_int,
+        help="GPUs the tables were measured on: the tensor x pipeline parallel size (--gpus 4 "
+        "for TP4); per-GPU throughput divides by it (default 1, with a note on stderr)",
+    )
     imp.add_argument("--force", action="store_true", help="overwrite --out")
     imp.set_defaults(func=run_import)
 
@@ -135,19 +167,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     exp.add_argument("--gamma", type=_positive_int, default=7, help="draft block size (7)")
     exp.add_argument(
-        "--context", type=_nonneg_float, default=0.0, help="context tokens per request the "
+        "--context", type=_context, default=0.0, help="context tokens per request the "
         "steps are timed at (the KV each sequence reads; default 0)",
     )  # fmt: skip
     exp.add_argument("--contexts", help="table: comma-separated contexts (a tokens x context grid)")
     exp.add_argument(
         "--tokens-per-request",
-        type=_nonneg_float,
+        type=_float,
         default=1.0,
-        help="verified tokens per request in a timed step (1 = decode; default 1)",
+        help="verified tokens per request in a timed step, >= 1 (1 = decode; default 1)",
     )
     exp.add_argument("--tokens", type=_sizes, help="token counts to write (default: capture "
                      "sizes to 1024, then powers of two)")  # fmt: skip
-    exp.add_argument("--capture-max-tokens", type=_positive_int, default=1024)
+    exp.add_argument("--capture-max-tokens", type=_capture, default=1024)
     exp.add_argument("--force", action="store_true", help="overwrite the output file(s)")
     exp.set_defaults(func=run_export)
 
@@ -166,17 +198,22 @@ def _scalars(args: argparse.Namespace) -> dict:
 
 def import_profile(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     """The CostModel ``profile import`` builds from ``args`` (also used by tests)."""
-    from specsim.sim import profile_import as pi
+    from dataclasses import replace
 
-    name = args.name or args.out.stem
+    from specsim.sim import profile_import as pi
+    from specsim.sim.profile_csv import plain_text
+
+    name = plain_text(args.name or args.out.stem, "--name")
     files = [str(f) for f in args.files]
     monotonic = args.monotonic if args.monotonic is not None else args.format == "vllm-adaptive"
     extra = _scalars(args)
+    if getattr(args, "draft_free", False) and args.format != "vllm-adaptive":
+        raise SpecsimError("--draft-free is for vllm-adaptive (a verify table without a draft one)")
     if args.format == "vllm-adaptive":
         if len(files) > 2:
             raise SpecsimError(
-                "profile import vllm-adaptive takes the verify table, then optionally the draft "
-                f"table; got {len(files)} files"
+                "profile import vllm-adaptive takes the verify table, then the draft table; got "
+                f"{len(files)} files"
             )
         model = pi.from_vllm_adaptive(
             files[0],
@@ -184,13 +221,10 @@ def import_profile(args: argparse.Namespace):  # type: ignore[no-untyped-def]
             name=name,
             capture_max_tokens=args.capture_max_tokens,
             monotonic=monotonic,
+            draft_free=getattr(args, "draft_free", False),
             **extra,
         )
-        if args.interpolation == "linear":
-            from dataclasses import replace
-
-            model = replace(model, interpolation="linear")
-        return model
+        return replace(model, interpolation="linear") if args.interpolation == "linear" else model
     if args.format in ("trtllm", "sglang"):
         if len(files) != 1:
             raise SpecsimError(
@@ -199,8 +233,6 @@ def import_profile(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         read = pi.from_trtllm if args.format == "trtllm" else pi.from_sglang
         model = read(files[0], name=name, **extra)
         if args.interpolation == "step":
-            from dataclasses import replace
-
             model = replace(
                 model, interpolation="step", capture_max_tokens=args.capture_max_tokens or 0
             )
@@ -218,27 +250,39 @@ def import_profile(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         )
     model = pi.from_bench(files, name=name, **extra)
     if monotonic:
-        from dataclasses import replace
+        model = replace(model, step_ms=pi.running_max(model.step_ms))
+    return replace(model, interpolation="step") if args.interpolation == "step" else model
 
-        import numpy as np
 
-        model = replace(model, step_ms=pi.running_max(np.asarray(model.step_ms)))
-    if args.interpolation == "step":
-        from dataclasses import replace
-
-        model = replace(model, interpolation="step")
-    return model
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)  # hard links and symlinks too
+    except OSError:
+        return a.resolve() == b.resolve()
 
 
 def run_import(args: argparse.Namespace) -> int:
     from specsim.outputs import claim
     from specsim.sim.profile_csv import write_profile_csv
 
+    for f in args.files:
+        if _same_file(Path(f), args.out):
+            raise SpecsimError(
+                f"--out {str(args.out)!r} is also an input ({str(f)!r}); write the profile to "
+                "another file (refused even with --force: it would replace the table it reads)"
+            )
     with claim(args.out, force=args.force, suffixes=(".csv",)) as out:
         model = import_profile(args)
+        text = summary_text(model)  # everything that can fail, before the file is written
         write_profile_csv(model, out, force=True)
-    print(summary_text(model))
+    print(text)
     print(f"wrote {out}; replay with --profile {out}", file=sys.stderr)
+    if args.gpus is None:
+        print(
+            "specsim: note: no --gpus given, so the tables are taken as measured on 1 GPU (per-"
+            "GPU throughput is the whole deployment's); for TP4 re-import with --gpus 4",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -272,20 +316,17 @@ def run_export(args: argparse.Namespace) -> int:
             )
         ]
     else:
-        contexts = None
+        contexts = [args.context]
         if args.contexts:
-            try:
-                contexts = [float(x) for x in args.contexts.split(",") if x.strip()]
-            except ValueError:
-                raise SpecsimError("--contexts takes comma-separated numbers") from None
-            if not all(math.isfinite(c) and c >= 0 for c in contexts):
-                raise SpecsimError("--contexts must be finite numbers >= 0")
+            from specsim.sim.profile_csv import contexts as checked
+
+            contexts = checked(args.contexts.split(","), "--contexts").tolist()
         paths = [
             to_table(
                 model,
                 args.out,
                 tokens=args.tokens,
-                contexts=contexts or [args.context],
+                contexts=contexts,
                 tokens_per_request=args.tokens_per_request,
                 force=args.force,
             )

@@ -5,8 +5,11 @@ optionally also against ``context_tokens``) and interpolated LINEARLY between pr
 a jagged (step-shaped) profile stays jagged: a smooth fit would hide exactly the cliffs a
 hardware-aware scheduler exploits. For speed the table is expanded once into a dense lookup
 array over every integer B = 0..Bmax; ``step_time`` is then one ``take``. Beyond Bmax the last
-two points are extrapolated linearly (and :attr:`CostModel.b_max` lets the engine say so); below
-the first point the first value is held (a linear fall towards B = 0 could reach zero).
+two points are extrapolated linearly (and :attr:`CostModel.b_max` lets the engine say so) with a
+slope of at least zero: more tokens never make a forward cheaper than the largest one measured,
+so a falling last segment (timing noise, or a table imported without its running maximum) is
+held flat instead of reaching zero and negative step times; below the first point the first
+value is held (a linear fall towards B = 0 could reach zero).
 
 ``context_tokens`` (2-D profiles) is the MEAN context length (prompt + generated tokens) of the
 requests in the step; the table is interpolated linearly in it too, clamped at its ends.
@@ -261,7 +264,8 @@ class CostModel:
         lut = np.stack(
             [dense_lookup(b, row, self.interpolation, self.capture_max_tokens) for row in ms]
         )  # (m, Bmax+1) seconds
-        slope = (ms[:, -1] - ms[:, -2]) / (b[-1] - b[-2]) / 1000.0  # s per token beyond Bmax
+        # s per token beyond Bmax: never negative (the module docstring says why)
+        slope = np.maximum(ms[:, -1] - ms[:, -2], 0.0) / (b[-1] - b[-2]) / 1000.0
         object.__setattr__(self, "batch_tokens", b)
         object.__setattr__(self, "step_ms", ms if self.context_tokens is not None else ms[0])
         object.__setattr__(self, "_lut", lut)

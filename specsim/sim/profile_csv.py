@@ -13,14 +13,16 @@ validates everything (one-line errors); writing is atomic and refuses to overwri
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
+import unicodedata
 from pathlib import Path
 
 import numpy as np
 
 from specsim.errors import SpecsimError
-from specsim.sim.cost import COST_KEYS, CostModel
+from specsim.sim.cost import COST_KEYS, MAX_PROFILE_BATCH, CostModel
 
 _INT_KEYS = (
     "max_running",
@@ -32,6 +34,105 @@ _INT_KEYS = (
     "capture_max_tokens",
 )
 _FLOAT_KEYS = COST_KEYS  # the cost model's non-negative float terms
+
+# --------------------------------------------------------------------------- value rules
+# One rule per kind of number a profile holds, shared by this loader, every importer
+# (specsim.sim.profile_import), the exporter and the ``profile`` command's arguments, so a
+# table written by hand is checked exactly as an imported one.
+
+MIN_STEP_MS = 1e-3  # 1 us: no engine step (a kernel launch and a sync) is faster
+MAX_STEP_MS = 3.6e6  # an hour: any step cost above it is a unit mistake
+MAX_CONTEXT = 100_000_000  # context tokens one sequence reads: 100x the longest served today
+
+
+def numbers(values, what: str) -> np.ndarray:  # type: ignore[no-untyped-def]
+    """Plain numbers (a column, a JSON list, one value) as float64. A boolean (JSON ``true`` is
+    not 1), a list, or text that is not a number is refused; an empty cell becomes NaN and a
+    number past float range inf, for the range rules below to refuse in their own words."""
+    arr = values.to_numpy() if hasattr(values, "to_numpy") else values
+    if isinstance(arr, np.ndarray) and arr.dtype.kind in "iuf":
+        return arr.astype(np.float64).ravel()
+    items = list(arr) if isinstance(arr, list | tuple | np.ndarray) else [arr]
+    out = np.full(len(items), np.nan)
+    for i, v in enumerate(items):
+        if isinstance(v, bool | np.bool_ | list | tuple | dict | np.ndarray):
+            pass  # refused below: JSON true is not 1, a list is not a number
+        elif isinstance(v, str):
+            with contextlib.suppress(ValueError):
+                out[i] = float(v) if v.strip() else np.nan
+                continue
+        elif isinstance(v, int | float | np.integer | np.floating):
+            try:
+                out[i] = float(v)
+            except OverflowError:  # an integer past float range
+                out[i] = np.inf if v > 0 else -np.inf
+            continue
+        elif _is_na(v):
+            continue
+        raise SpecsimError(
+            f"{what}: {v!r} is not a number; write plain numbers (no booleans, text or lists)"
+        )
+    return out
+
+
+def _is_na(v: object) -> bool:
+    import pandas as pd
+
+    return bool(pd.isna(v))
+
+
+def step_costs(
+    values, what: str, zero_ok: bool = False, fix: str = "check the units"
+) -> np.ndarray:  # type: ignore[no-untyped-def]
+    """Step costs in ms: finite, in [1 us, 1 hour] (``zero_ok``: [0, 1 hour], for overhead
+    terms an engine may measure as nothing); ``fix`` ends the one-line refusal."""
+    x = numbers(values, what)
+    lo = 0.0 if zero_ok else MIN_STEP_MS
+    bad = ~((x >= lo) & (x <= MAX_STEP_MS))
+    if bad.any():
+        raise SpecsimError(
+            f"{what} must be milliseconds in [{lo:g}, {MAX_STEP_MS:,.0f}] (a step of "
+            f"{'0' if zero_ok else '1 us'} to an hour), not {x[bad][0]:.6g}; {fix}"
+        )
+    return x
+
+
+def whole(values, what: str, lo: int = 1, hi: int = MAX_PROFILE_BATCH) -> np.ndarray:  # type: ignore[no-untyped-def]
+    """Token counts, table sizes, request counts, concurrencies, GPU counts: whole numbers in
+    [``lo``, ``hi``] (``hi`` well inside int64), as int64."""
+    x = numbers(values, what)
+    bad = ~((x >= lo) & (x <= hi) & (np.round(x) == x))
+    if bad.any():
+        raise SpecsimError(f"{what}: {x[bad][0]:.6g} is not a whole number in [{lo:,}, {hi:,}]")
+    return x.astype(np.int64)
+
+
+def count(value, what: str, lo: int = 1, hi: int = MAX_PROFILE_BATCH) -> int:  # type: ignore[no-untyped-def]
+    """One whole number (a concurrency, a GPU count, a header's integer) by :func:`whole`."""
+    return int(whole([value], what, lo, hi)[0])
+
+
+def contexts(values, what: str) -> np.ndarray:  # type: ignore[no-untyped-def]
+    """Context tokens per sequence (a mean may be fractional): finite, in [0, MAX_CONTEXT]."""
+    x = numbers(values, what)
+    bad = ~((x >= 0) & (x <= MAX_CONTEXT))
+    if bad.any():
+        raise SpecsimError(
+            f"{what}: {x[bad][0]:.6g} is not a non-negative number of context tokens up to "
+            f"{MAX_CONTEXT:,}"
+        )
+    return x
+
+
+def plain_text(value: str, what: str) -> str:
+    """A name or header value: no control character or line break (one would split or end the
+    profile CSV's ``# key: value`` line and leave a file no reader can parse)."""
+    bad = [c for c in str(value) if unicodedata.category(c) in ("Cc", "Zl", "Zp")]
+    if bad:
+        raise SpecsimError(
+            f"{what} {str(value)!r} holds a control character ({bad[0]!r}); use one without"
+        )
+    return str(value)
 
 
 # --------------------------------------------------------------------------- CSV
@@ -72,46 +173,31 @@ def parse_profile_csv(text: str, name: str, source: str = "") -> CostModel:
             f"profile {where!r} needs columns batch_tokens,step_ms (has {', '.join(df.columns)})"
         )
     kwargs: dict = {}
-    for key in _FLOAT_KEYS + _INT_KEYS:
+    for key in _INT_KEYS:
+        if key in meta:  # the cost model checks each one's own range
+            kwargs[key] = count(meta.pop(key), f"profile {where!r}: header {key}", 0, 10**13)
+    for key in _FLOAT_KEYS:
         if key in meta:
             try:
-                kwargs[key] = int(float(meta.pop(key))) if key in _INT_KEYS else float(meta[key])
-            except (ValueError, OverflowError):
+                kwargs[key] = float(meta.pop(key))
+            except ValueError:
                 raise SpecsimError(f"profile {where!r}: header {key} is not a number") from None
-            meta.pop(key, None)
     for key in ("overhead_curve", "draft_curve"):
         if key in meta:
             kwargs[key] = parse_curve(meta.pop(key), where, key)
     if "interpolation" in meta:
         kwargs["interpolation"] = meta.pop("interpolation").lower()
     meta.setdefault("source", source or "csv")
-    for col in ("batch_tokens", "step_ms", "context_tokens"):
-        if col in df.columns:
-            df[col] = pd.to_numeric(df[col], errors="coerce")
-    if df[["batch_tokens", "step_ms"]].isna().any().any():
-        raise SpecsimError(
-            f"profile {where!r} has empty or non-numeric batch_tokens/step_ms cells; fix them"
-        )
-    b = df["batch_tokens"].to_numpy(np.float64)
-    if np.any(b != np.round(b)) or np.any(np.abs(b) > 2**53):
-        raise SpecsimError(f"profile {where!r}: batch_tokens must be whole numbers of tokens")
-    steps = df["step_ms"].to_numpy(np.float64)
-    if not np.all(np.isfinite(steps)) or np.any(steps <= 0) or np.any(steps > 3.6e6):
-        raise SpecsimError(
-            f"profile {where!r}: step_ms must be milliseconds in (0, 3,600,000] (an hour a "
-            "step at most); check the units"
-        )
+    b = whole(df["batch_tokens"], f"profile {where!r}: batch_tokens", lo=0)
+    steps = step_costs(df["step_ms"], f"profile {where!r}: step_ms")
     if "context_tokens" in df.columns:
-        ctx = df["context_tokens"].to_numpy(np.float64)
-        if not np.all(np.isfinite(ctx)) or np.any(ctx < 0):
-            raise SpecsimError(
-                f"profile {where!r}: context_tokens must be non-negative numbers in every row"
-            )
-        if df.duplicated(subset=["context_tokens", "batch_tokens"]).any():
+        ctx = contexts(df["context_tokens"], f"profile {where!r}: context_tokens")
+        grid = pd.DataFrame({"c": ctx, "b": b, "ms": steps})
+        if grid.duplicated(subset=["c", "b"]).any():
             raise SpecsimError(
                 f"profile {where!r} lists a (context_tokens, batch_tokens) pair twice; keep one"
             )
-        piv = df.pivot_table(index="context_tokens", columns="batch_tokens", values="step_ms")
+        piv = grid.pivot_table(index="c", columns="b", values="ms")
         if piv.isna().any().any():
             raise SpecsimError(
                 f"profile {where!r}: a 2-D table needs every batch_tokens at every context_tokens"
@@ -124,16 +210,10 @@ def parse_profile_csv(text: str, name: str, source: str = "") -> CostModel:
             meta=meta,
             **kwargs,
         )
-    df = df.sort_values("batch_tokens")
-    if df["batch_tokens"].duplicated().any():
+    order = np.argsort(b, kind="stable")
+    if np.any(np.diff(b[order]) == 0):
         raise SpecsimError(f"profile {where!r} lists a batch_tokens value twice")
-    return CostModel(
-        name=name,
-        batch_tokens=df["batch_tokens"].to_numpy(np.int64),
-        step_ms=df["step_ms"].to_numpy(np.float64),
-        meta=meta,
-        **kwargs,
-    )
+    return CostModel(name=name, batch_tokens=b[order], step_ms=steps[order], meta=meta, **kwargs)
 
 
 def format_curve(curve: tuple[tuple[int, float], ...]) -> str:
@@ -162,16 +242,23 @@ def parse_curve(
 
 
 def write_profile_csv(model: CostModel, path: str | os.PathLike, force: bool = False) -> Path:
-    """Write ``model`` as a profile CSV (atomic; refuses to overwrite without ``force``)."""
+    """Write ``model`` as a profile CSV (atomic; refuses to overwrite without ``force``).
+
+    Nothing is written that :func:`parse_profile_csv` would refuse: every header line is
+    checked to be one line, and the text is read back (by the loader's own rules) first."""
     from specsim.outputs import check_out, write_text
 
     p = check_out(path, force=force, suffixes=(".csv",), flag="profile")
+    head = {"name": model.name, **{k: v for k, v in model.meta.items() if k != "name"}}
+    for k, v in head.items():
+        plain_text(k, "profile header key")
+        plain_text(v, f"profile {k}")
     lines = [f"# name: {model.name}"]
     lines += [f"# {k}: {v}" for k, v in model.scalars().items()]
     for key in ("overhead_curve", "draft_curve"):
         if getattr(model, key):
             lines.append(f"# {key}: {format_curve(getattr(model, key))}")
-    lines += [f"# {k}: {v}" for k, v in model.meta.items() if k != "name"]
+    lines += [f"# {k}: {v}" for k, v in head.items() if k != "name"]
     if model.is_2d:
         lines.append("context_tokens,batch_tokens,step_ms")
         for c, row in zip(model.context_tokens, model.step_ms, strict=True):
@@ -179,4 +266,6 @@ def write_profile_csv(model: CostModel, path: str | os.PathLike, force: bool = F
     else:
         lines.append("batch_tokens,step_ms")
         lines += [f"{b},{ms:.6g}" for b, ms in zip(model.batch_tokens, model.step_ms, strict=True)]
-    return write_text("\n".join(lines) + "\n", p)
+    text = "\n".join(lines) + "\n"
+    parse_profile_csv(text, model.name, source=f"{model.name} (as it would be written)")
+    return write_text(text, p)

@@ -21,7 +21,8 @@ from pathlib import Path
 import numpy as np
 
 from specsim.errors import SpecsimError
-from specsim.sim.cost import CostModel
+from specsim.sim import profile_csv as rules
+from specsim.sim.cost import MAX_PROFILE_BATCH, CostModel
 
 EXPORT_FORMATS = ("vllm-adaptive", "trtllm", "sglang", "table")
 
@@ -54,10 +55,30 @@ def draft_ms_by_requests(model: CostModel, requests, gamma: int) -> np.ndarray:
 
 
 def _checked_sizes(sizes, what: str) -> np.ndarray:  # type: ignore[no-untyped-def]
-    s = np.asarray(sorted({int(x) for x in sizes}), dtype=np.int64)
-    if s.size < 2 or s[0] < 1:
-        raise SpecsimError(f"{what} needs at least 2 sizes >= 1")
+    s = np.unique(rules.whole(list(sizes), f"profile export: {what}"))
+    if s.size < 2:
+        raise SpecsimError(f"profile export: {what} needs at least 2 different sizes")
     return s
+
+
+FIX = "lower --context, --tokens or --tokens-per-request, or fix the profile"
+
+
+def _written(values, what: str, zero_ok: bool = False) -> np.ndarray:  # type: ignore[no-untyped-def]
+    """Every number an export writes passes the rule an import reads it by (finite, a step of
+    1 us to an hour): an engine never gets NaN, inf or a negative cost from specsim."""
+    return rules.step_costs(values, f"profile export: {what}", zero_ok, FIX)
+
+
+def _checked_step(context_tokens: float, tokens_per_request: float = 1.0) -> None:
+    """The step an export times: a context by the shared rule, >= 1 token per request."""
+    rules.contexts([context_tokens], "profile export: context tokens (--context)")
+    tpr = rules.numbers([tokens_per_request], "profile export: --tokens-per-request")[0]
+    if not 1 <= tpr <= MAX_PROFILE_BATCH:
+        raise SpecsimError(
+            f"profile export: tokens per request (--tokens-per-request) must be in [1, "
+            f"{MAX_PROFILE_BATCH:,}] (1 = decode), not {tpr:.6g}"
+        )
 
 
 def to_vllm_adaptive(
@@ -80,7 +101,7 @@ def to_vllm_adaptive(
     (``requests``). Costs as the engine would time them (:func:`engine_step_ms`), rounded to
     0.1 us; vLLM forces its table monotonic itself when it reads it.
     """
-    from specsim.outputs import claim, write_text
+    from specsim.outputs import claim, os_reason, write_text
 
     out = Path(out_dir)
     if tokens is None:
@@ -90,8 +111,12 @@ def to_vllm_adaptive(
         requests = vllm_capture_sizes(min(model.max_running, 1024))
     t = _checked_sizes(tokens, "verify sizes")
     r = _checked_sizes(requests, "draft sizes")
-    v_us = engine_step_ms(model, t, context_tokens, tokens_per_request) * 1000.0
-    d_us = draft_ms_by_requests(model, r, gamma) * 1000.0
+    _checked_step(context_tokens, tokens_per_request)
+    v_us = (
+        _written(engine_step_ms(model, t, context_tokens, tokens_per_request), "the verify step")
+        * 1e3
+    )
+    d_us = _written(draft_ms_by_requests(model, r, gamma), "the draft step", zero_ok=True) * 1e3
     region = np.where(t <= capture_max_tokens, "cudagraph", "eager")
     header = f"# exported by specsim from profile {model.name} ({model.meta.get('source', '')})\n"
     files = {
@@ -102,25 +127,38 @@ def to_vllm_adaptive(
     }
     if out.exists() and not out.is_dir():
         raise SpecsimError(f"profile export: {str(out)!r} is a file; give a folder to write into")
-    out.mkdir(parents=True, exist_ok=True)
-    with contextlib.ExitStack() as stack:  # both files claimed before either is written
-        claimed = [
-            (stack.enter_context(claim(out / n, force=force, suffixes=(".csv",), flag="--out")), b)
-            for n, b in files.items()
-        ]
-        return [write_text(header + body, p) for p, body in claimed]
+    made = not out.exists()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SpecsimError(
+            f"--out: cannot create folder {str(out)!r} ({os_reason(exc)}); choose another"
+        ) from None
+    try:
+        with contextlib.ExitStack() as stack:  # both files claimed before either is written
+            claimed = [
+                (stack.enter_context(claim(out / n, force=force, suffixes=(".csv",))), b)
+                for n, b in files.items()
+            ]
+            return [write_text(header + body, p) for p, body in claimed]
+    except BaseException:
+        if made:  # a refused export leaves no empty folder behind
+            with contextlib.suppress(OSError):
+                out.rmdir()
+        raise
 
 
 def _split_terms(model: CostModel, tokens: np.ndarray, requests: np.ndarray, context: float):
     """(token-indexed ms, request-indexed ms): the step split as TensorRT-LLM and SGLang model it
     (``f(tokens) + g(batch size)``): the table and the accept cost go with the tokens, the
     loop's per-request overhead and the KV every sequence reads with the batch size."""
+    _checked_step(context)
     ctx = float(context) if model.is_2d else None
     tok_ms = np.asarray(model.step_time(tokens, ctx), dtype=np.float64) * 1000.0
     tok_ms = tok_ms + model.accept_per_token_ms * tokens
     req_ms = np.asarray(model.overhead_ms(requests), dtype=np.float64)
     req_ms = req_ms + model.kv_read_s(1.0) * 1000.0 * context * requests
-    return tok_ms, req_ms
+    return _written(tok_ms, "token cost"), _written(req_ms, "batch-size cost", zero_ok=True)
 
 
 def _default_sizes(model: CostModel, tokens, requests):  # type: ignore[no-untyped-def]
@@ -210,12 +248,14 @@ def to_table(
 
     if tokens is None:
         tokens = [*vllm_capture_sizes(1024), *(1 << k for k in range(11, 17))]
-    t = _checked_sizes([x for x in tokens if x <= max(model.b_max, 2)], "table sizes")
+    top = max(model.b_max, 2)
+    t = _checked_sizes([x for x in tokens if x <= top], f"table sizes (up to {top:,} tokens)")
     ctxs = [0.0] if not contexts else sorted({float(c) for c in contexts})
     lines = [f"# exported by specsim from profile {model.name} ({model.meta.get('source', '')})"]
     lines.append("batch_tokens,context_tokens,step_ms")
     for c in ctxs:
-        ms = engine_step_ms(model, t, c, tokens_per_request)
+        _checked_step(c, tokens_per_request)
+        ms = _written(engine_step_ms(model, t, c, tokens_per_request), f"step at context {c:g}")
         lines += [f"{a},{c:g},{b:.6g}" for a, b in zip(t, ms, strict=True)]
     with claim(path, force=force, suffixes=(".csv",)) as p:
         return write_text("\n".join(lines) + "\n", p)

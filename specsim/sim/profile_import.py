@@ -23,15 +23,16 @@ takes the result like any profile CSV):
   request, and its median inter-token latency is the step time at that token batch
   (:func:`from_bench`). A run with speculation is refused (its steps' token counts are unknown).
 
-Every reader validates its input (one-line errors naming the file and the fix) and records where
-the numbers came from in the profile's ``source`` metadata.
+Every reader validates its input (one-line errors naming the file and the fix) by the value rules
+of :mod:`specsim.sim.profile_csv` (a step cost, a size or count, a context: the same rules the
+profile CSV loader applies to a hand-written ``--profile FILE.csv``) and records where the
+numbers came from in the profile's ``source`` metadata.
 """
 
 from __future__ import annotations
 
 import io
 import json
-import math
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -40,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from specsim.errors import SpecsimError
+from specsim.sim import profile_csv as rules
 from specsim.sim.cost import CostModel
 
 IMPORT_FORMATS = ("vllm-adaptive", "trtllm", "sglang", "table", "bench")
@@ -63,7 +65,8 @@ def _read_text(path: str | os.PathLike, what: str) -> str:
 
 
 def _frame(path: str | os.PathLike, what: str):  # type: ignore[no-untyped-def]
-    """A CSV (``#`` comment lines skipped) or JSON table as a DataFrame."""
+    """A CSV (``#`` comment lines skipped) or JSON table as a DataFrame (cells as written: the
+    rules of specsim.sim.profile_csv read them)."""
     import pandas as pd
 
     text = _read_text(path, what)
@@ -73,11 +76,11 @@ def _frame(path: str | os.PathLike, what: str):  # type: ignore[no-untyped-def]
             obj = json.loads(s)
             if isinstance(obj, dict) and not any(isinstance(v, list) for v in obj.values()):
                 # {"1": 5.1, "2": 5.2, ...}: a flat size -> cost mapping
-                return pd.DataFrame({"size": [float(k) for k in obj], "value": list(obj.values())})
+                return pd.DataFrame({"size": list(obj), "value": list(obj.values())})
             return pd.DataFrame(obj)
         body = "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("#"))
         return pd.read_csv(io.StringIO(body))
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, RecursionError) as exc:
         raise SpecsimError(
             f"{what} {str(path)!r} is not a readable CSV or JSON table: {exc}"
         ) from None
@@ -91,56 +94,61 @@ def _pick(df, names: Sequence[str]) -> str | None:  # type: ignore[no-untyped-de
     return None
 
 
+SWAP_HINT = "give the verify table (cost by tokens) first, then the draft table (cost by requests)"
+
+
 def _size_cost(
-    path: str | os.PathLike, what: str, size_names: Sequence[str], bare_unit: str = "us"
-) -> tuple[np.ndarray, np.ndarray]:
-    """(sizes, milliseconds) of a one-dimensional size -> cost table, sorted by size.
+    path: str | os.PathLike, what: str, size_names: Sequence[str], other_names: Sequence[str] = ()
+) -> tuple[np.ndarray, np.ndarray, int | None]:
+    """(sizes, milliseconds, largest ``region``-column graph size or None) of a one-dimensional
+    size -> cost table, sorted by size.
 
     The cost column's name gives its unit (``*_ms`` or ``*_us``); a flat JSON mapping
-    ``{"size": cost}`` has none, and is read in ``bare_unit``.
+    ``{"size": cost}`` has none, and is read in microseconds (vLLM's unit). A table whose size
+    column is one of ``other_names`` (a request column in the verify table, a token column in
+    the draft table) is the other table: refused naming the swap.
     """
     df = _frame(path, what)
+    where = f"{what} {str(path)!r}"
     size = _pick(df, (*size_names, "size"))
-    ms_col, us_col = _pick(df, MS_COLUMNS), _pick(df, US_COLUMNS)
-    bare = _pick(df, ("value",))
-    if size is None or (ms_col is None and us_col is None and bare is None):
+    if size is None and _pick(df, other_names) is not None:
+        raise SpecsimError(f"{where} has a {_pick(df, other_names)} column: {SWAP_HINT}")
+    need = f"a size column ({', '.join(size_names)})"
+    ms = _costs(df, where, need if size is None else None, bare=True)
+    sizes = rules.whole(df[size], f"{where}: sizes (column {size})")
+    region, capture = _pick(df, ("region", "mode")), None
+    if region is not None:
+        graph = df[region].astype(str).str.lower().str.contains("graph").to_numpy(bool)
+        capture = int(sizes[graph].max()) if graph.any() else 0
+    return (*_sorted(sizes, ms, where), capture)
+
+
+def _costs(df, where: str, missing: str | None, bare: bool = False) -> np.ndarray:  # type: ignore[no-untyped-def]
+    """The cost column in ms (its name gives its unit; ``bare``: a flat mapping's ``value``, in
+    us), by the shared step-cost rule; ``missing``: the size column that is not there."""
+    cols = [(_pick(df, MS_COLUMNS), 1.0), (_pick(df, US_COLUMNS), 1e-3)]
+    cols += [(_pick(df, ("value",)), 1e-3)] if bare else []
+    cost = [(c, k) for c, k in cols if c is not None]
+    if missing is not None or not cost:
         raise SpecsimError(
-            f"{what} {str(path)!r} needs a size column ({', '.join(size_names)}) and a cost "
-            f"column ({', '.join(MS_COLUMNS)} in ms or {', '.join(US_COLUMNS)} in us); it has "
+            f"{where} needs {missing + ' and ' if missing else ''}a cost column ("
+            f"{', '.join(MS_COLUMNS)} in ms or {', '.join(US_COLUMNS)} in us); it has "
             f"{', '.join(map(str, df.columns))}"
         )
-    sizes = _numbers(df[size], path, what, str(size))
-    if ms_col is not None:
-        ms = _numbers(df[ms_col], path, what, str(ms_col))
-    elif us_col is not None:
-        ms = _numbers(df[us_col], path, what, str(us_col)) / 1000.0
-    else:
-        ms = _numbers(df[bare], path, what, "value") / (1000.0 if bare_unit == "us" else 1.0)
-    return _sorted_checked(sizes, ms, path, what)
+    col, scale = cost[0]
+    raw = rules.numbers(df[col], f"{where}: column {col}")
+    return rules.step_costs(raw * scale, f"{where}: costs (column {col})")
 
 
-def _numbers(col, path, what: str, name: str) -> np.ndarray:  # type: ignore[no-untyped-def]
-    import pandas as pd
-
-    x = pd.to_numeric(col, errors="coerce").to_numpy(np.float64)
-    if not np.all(np.isfinite(x)):
-        raise SpecsimError(f"{what} {str(path)!r}: column {name} has empty or non-numeric cells")
-    return x
-
-
-def _sorted_checked(
-    sizes: np.ndarray, ms: np.ndarray, path: Any, what: str, zero_ok: bool = False
-) -> tuple[np.ndarray, np.ndarray]:
+def _sorted(sizes: np.ndarray, ms: np.ndarray, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """A table checked by the shared rules, sorted by size: 2 rows or more, each size once."""
     if sizes.size < 2:
-        raise SpecsimError(f"{what} {str(path)!r} needs at least 2 rows")
-    if np.any(sizes != np.round(sizes)) or np.any(sizes < 1):
-        raise SpecsimError(f"{what} {str(path)!r}: sizes must be whole numbers >= 1")
+        raise SpecsimError(f"{where} needs at least 2 rows")
     order = np.argsort(sizes, kind="stable")
-    sizes, ms = sizes[order].astype(np.int64), ms[order]
+    sizes, ms = sizes[order], ms[order]
     if np.any(np.diff(sizes) == 0):
-        raise SpecsimError(f"{what} {str(path)!r} lists a size twice; keep one row per size")
-    if np.any(ms < 0) or (not zero_ok and np.any(ms == 0)):
-        raise SpecsimError(f"{what} {str(path)!r}: costs must be positive (check the units)")
+        twice = sizes[1:][np.diff(sizes) == 0][0]
+        raise SpecsimError(f"{where} lists size {twice} twice; keep one row per size")
     return sizes, ms
 
 
@@ -156,6 +164,7 @@ def from_vllm_adaptive(
     name: str | None = None,
     capture_max_tokens: int | None = None,
     monotonic: bool = True,
+    draft_free: bool = False,
     **scalars: Any,
 ) -> CostModel:
     """vLLM's adaptive-verification profile: verify cost by token count (``verify``) and draft
@@ -165,22 +174,33 @@ def from_vllm_adaptive(
     table a staircase up to the largest CUDA-graph capture size (``capture_max_tokens``; by
     default the largest size of a ``region`` column's ``cudagraph`` rows, else the whole table)
     and continuous past it. The draft cost is per step whatever the draft depth (a parallel
-    block drafter runs one forward). ``scalars``: other CostModel fields (``max_running``,
-    ``kv_tokens``, ``max_batched_tokens``, ``gpus``, ...).
+    block drafter runs one forward). Without a draft table drafting would cost nothing: that is
+    refused unless ``draft_free`` says so. Tables given in the wrong order (the draft table's
+    cost above the verify table's at every size both cover, or a request column where tokens
+    belong) are refused naming the swap. ``scalars``: other CostModel fields
+    (``max_running``, ``kv_tokens``, ``max_batched_tokens``, ``gpus``, ...).
     """
-    b, ms = _size_cost(verify, "vLLM verify table", TOKEN_COLUMNS)
+    if draft is not None and draft_free:
+        raise SpecsimError("vLLM adaptive profile: give a draft table or --draft-free, not both")
+    if draft is None and not draft_free:
+        raise SpecsimError(
+            "vLLM adaptive profile: no draft table, so drafting would cost nothing; give the "
+            "draft table (cost by requests) after the verify table, or say --draft-free"
+        )
+    b, ms, capture = _size_cost(verify, "vLLM verify table", TOKEN_COLUMNS, REQUEST_COLUMNS)
     if capture_max_tokens is None:
-        df = _frame(verify, "vLLM verify table")
-        region = _pick(df, ("region", "mode"))
-        if region is not None:
-            graph = df[df[region].astype(str).str.lower().str.contains("graph")]
-            size = _pick(df, (*TOKEN_COLUMNS, "size"))
-            capture_max_tokens = int(graph[size].max()) if len(graph) else 0
-        else:
-            capture_max_tokens = 0
+        capture_max_tokens = capture or 0
     curve: tuple[tuple[int, float], ...] = ()
     if draft is not None:
-        r, dms = _size_cost(draft, "vLLM draft table", REQUEST_COLUMNS)
+        r, dms, _ = _size_cost(draft, "vLLM draft table", REQUEST_COLUMNS, TOKEN_COLUMNS)
+        both = r[(r >= b[0]) & (r <= b[-1])]
+        d_at, v_at = np.interp(both, r, dms), np.interp(both, b, ms)
+        if both.size and np.all(d_at > v_at):
+            raise SpecsimError(
+                f"the draft table {Path(draft).name!r} costs more than the verify table "
+                f"{Path(verify).name!r} at every size both cover ({d_at[0]:.4g} against "
+                f"{v_at[0]:.4g} ms at {both[0]}): they look swapped; {SWAP_HINT}"
+            )
         if monotonic:
             dms = running_max(dms)
         curve = tuple((int(x), float(y)) for x, y in zip(r, dms, strict=True))
@@ -188,7 +208,7 @@ def from_vllm_adaptive(
         ms = running_max(ms)
     meta = {
         "source": f"vLLM adaptive-verification profile: {Path(verify).name}"
-        + (f" + {Path(draft).name}" if draft is not None else ""),
+        + (f" + {Path(draft).name}" if draft is not None else " (drafting free: --draft-free)"),
         "import": "vllm-adaptive" + (" (running max)" if monotonic else ""),
     }
     return CostModel(
@@ -220,21 +240,10 @@ def from_table(
     are skipped here (read those files with ``--profile FILE`` directly).
     """
     df = _frame(path, "step table")
-    tok = _pick(df, TOKEN_COLUMNS)
-    ctx = _pick(df, CONTEXT_COLUMNS)
-    ms_col, us_col = _pick(df, MS_COLUMNS), _pick(df, US_COLUMNS)
-    if tok is None or (ms_col is None and us_col is None):
-        raise SpecsimError(
-            f"step table {str(path)!r} needs a token column ({', '.join(TOKEN_COLUMNS)}) and a "
-            f"time column ({', '.join(MS_COLUMNS)} in ms or {', '.join(US_COLUMNS)} in us); it "
-            f"has {', '.join(map(str, df.columns))}"
-        )
-    b = _numbers(df[tok], path, "step table", str(tok))
-    ms = (
-        _numbers(df[ms_col], path, "step table", str(ms_col))
-        if ms_col is not None
-        else _numbers(df[us_col], path, "step table", str(us_col)) / 1000.0
-    )
+    where = f"step table {str(path)!r}"
+    tok, ctx = _pick(df, TOKEN_COLUMNS), _pick(df, CONTEXT_COLUMNS)
+    ms = _costs(df, where, f"a token column ({', '.join(TOKEN_COLUMNS)})" if tok is None else None)
+    b = rules.whole(df[tok], f"{where}: token counts (column {tok})")
     meta = {"source": f"measured step table: {Path(path).name}", "import": "table"}
     common = dict(
         name=name or Path(path).stem,
@@ -243,23 +252,21 @@ def from_table(
         meta=meta,
         **scalars,
     )
-    c = None if ctx is None else _numbers(df[ctx], path, "step table", str(ctx))
+    c = None if ctx is None else rules.contexts(df[ctx], f"{where}: contexts (column {ctx})")
     if c is not None and np.unique(c).size == 1:  # one context: a 1-D table measured there
         meta["context_tokens"] = f"{c[0]:g}"
         c = None
     if c is None:
-        b, ms = _sorted_checked(b, ms, path, "step table")
+        b, ms = _sorted(b, ms, where)
         return CostModel(batch_tokens=b, step_ms=running_max(ms) if monotonic else ms, **common)
     import pandas as pd
 
     grid = pd.DataFrame({"c": c, "b": b, "ms": ms})
     if grid.duplicated(subset=["c", "b"]).any():
-        raise SpecsimError(f"step table {str(path)!r} lists a (context, tokens) pair twice")
+        raise SpecsimError(f"{where} lists a (context, tokens) pair twice; keep one")
     piv = grid.pivot_table(index="c", columns="b", values="ms")
     if piv.isna().any().any():
-        raise SpecsimError(
-            f"step table {str(path)!r}: a 2-D table needs every token count at every context"
-        )
+        raise SpecsimError(f"{where}: a 2-D table needs every token count at every context")
     table = piv.to_numpy(np.float64)
     if monotonic:
         table = np.maximum.accumulate(table, axis=1)
@@ -281,20 +288,33 @@ def _json_object(path: str | os.PathLike, what: str) -> dict:
     return obj
 
 
-def _points(obj: dict, xkey: str, ykey: str, path: Any, what: str, scale: float = 1.0,
-            zero_ok: bool = False):  # type: ignore[no-untyped-def]  # fmt: skip
-    try:
-        x = np.asarray(obj[xkey], dtype=np.float64)
-        y = np.asarray(obj[ykey], dtype=np.float64) * scale
-    except KeyError as exc:
-        raise SpecsimError(f"{what} {str(path)!r} has no {exc.args[0]!r} list") from None
-    except (TypeError, ValueError):
-        raise SpecsimError(
-            f"{what} {str(path)!r}: {xkey} and {ykey} must be number lists"
-        ) from None
-    if x.shape != y.shape or x.ndim != 1 or not np.all(np.isfinite(y)):
-        raise SpecsimError(f"{what} {str(path)!r}: {xkey} and {ykey} must be equal-length lists")
-    return _sorted_checked(x, y, path, what, zero_ok)
+def _points(obj: dict, xkey: str, ykey: str, where: str, to_ms=None, zero_ok: bool = False):  # type: ignore[no-untyped-def]
+    """(sizes, ms) of a JSON table's two lists, by the shared rules (``to_ms``: the y values'
+    conversion to step milliseconds, e.g. seconds or steps per second)."""
+    xs, ys = obj.get(xkey), obj.get(ykey)
+    if xs is None or ys is None:
+        raise SpecsimError(f"{where} has no {xkey if xs is None else ykey!r} list")
+    if not (isinstance(xs, list) and isinstance(ys, list) and len(xs) == len(ys)):
+        raise SpecsimError(f"{where}: {xkey} and {ykey} must be number lists of equal length")
+    x = rules.whole(xs, f"{where}: {xkey}")
+    y = rules.numbers(ys, f"{where}: {ykey}")
+    with np.errstate(divide="ignore", over="ignore"):
+        ms = y if to_ms is None else to_ms(y)
+    return _sorted(x, rules.step_costs(ms, f"{where}: {ykey} (as ms)", zero_ok), where)
+
+
+def _term_ms(obj: dict, key: str, where: str, scale: float = 1.0) -> float:
+    """A table's fixed term (``fixed_overhead_ms``, ``bias_seconds``) in ms; 0 when absent."""
+    v = rules.numbers([obj.get(key, 0.0)], f"{where}: {key}") * scale
+    return float(rules.step_costs(v, f"{where}: {key} (as ms)", zero_ok=True)[0])
+
+
+def _fixed_curve(obj: dict, xkey: str, ykey: str, fixed: float, where: str, scale: float = 1.0):  # type: ignore[no-untyped-def]
+    """The loop's overhead curve: a fixed term plus an optional per-batch-size table."""
+    if xkey not in obj:
+        return ((1, fixed), (2, fixed)) if fixed else ()
+    r, over = _points(obj, xkey, ykey, where, lambda y: y * scale, zero_ok=True)
+    return tuple((int(x), float(y) + fixed) for x, y in zip(r, over, strict=True))
 
 
 def from_trtllm(path: str | os.PathLike, *, name: str | None = None, **scalars: Any) -> CostModel:
@@ -305,24 +325,15 @@ def from_trtllm(path: str | os.PathLike, *, name: str | None = None, **scalars: 
     it holds no table between its measured cells."""
     what = "TensorRT-LLM cost table"
     obj = _json_object(path, what)
+    where = f"{what} {str(path)!r}"
     if obj.get("schema_version") == 2 or "cost_tables" in obj:
         raise SpecsimError(
-            f"{what} {str(path)!r} is schema v2 (exact per-graph-batch cells, no table between "
-            "them); give the interpolating table (token_counts, step_time_ms)"
+            f"{where} is schema v2 (exact per-graph-batch cells, no table between them); give "
+            "the interpolating table (token_counts, step_time_ms)"
         )
-    b, ms = _points(obj, "token_counts", "step_time_ms", path, what)
-    try:
-        fixed = float(obj.get("fixed_overhead_ms", 0.0))
-    except (TypeError, ValueError):
-        fixed = float("nan")
-    if not (math.isfinite(fixed) and fixed >= 0):
-        raise SpecsimError(f"{what} {str(path)!r}: fixed_overhead_ms must be a number >= 0")
-    curve: tuple[tuple[int, float], ...] = ()
-    if "batch_sizes" in obj:
-        r, over = _points(obj, "batch_sizes", "batch_overhead_ms", path, what, zero_ok=True)
-        curve = tuple((int(x), float(y) + fixed) for x, y in zip(r, over, strict=True))
-    elif fixed:
-        curve = ((1, fixed), (2, fixed))
+    b, ms = _points(obj, "token_counts", "step_time_ms", where)
+    fixed = _term_ms(obj, "fixed_overhead_ms", where)
+    curve = _fixed_curve(obj, "batch_sizes", "batch_overhead_ms", fixed, where)
     meta = {"source": f"TensorRT-LLM DSpark cost table: {Path(path).name}", "import": "trtllm"}
     return CostModel(
         name=name or Path(path).stem,
@@ -341,29 +352,21 @@ def from_sglang(path: str | os.PathLike, *, name: str | None = None, **scalars: 
     loop's overhead curve."""
     what = "SGLang SPS table"
     obj = _json_object(path, what)
+    where = f"{what} {str(path)!r}"
     meta = {"source": f"SGLang DSpark SPS table: {Path(path).name}", "import": "sglang"}
+    curve: tuple[tuple[int, float], ...] = ()
     if "sample_steps_per_sec" in obj:
-        b, sps = _points(obj, "sample_batch_tokens", "sample_steps_per_sec", path, what)
-        return CostModel(
-            name=name or Path(path).stem, batch_tokens=b, step_ms=1000.0 / sps, meta=meta,
-            **scalars,
-        )  # fmt: skip
-    if "theta_seconds" not in obj:
+        sps_ms = lambda y: 1000.0 / y  # noqa: E731 - a step costs 1/SPS
+        b, ms = _points(obj, "sample_batch_tokens", "sample_steps_per_sec", where, sps_ms)
+    elif "theta_seconds" in obj:
+        b, ms = _points(obj, "m_probes", "theta_seconds", where, lambda y: y * 1000.0)
+        bias = _term_ms(obj, "bias_seconds", where, 1000.0)
+        curve = _fixed_curve(obj, "bs_probes", "alpha_seconds", bias, where, 1000.0)
+    else:
         raise SpecsimError(
-            f"{what} {str(path)!r} needs sample_batch_tokens/sample_steps_per_sec or the additive "
+            f"{where} needs sample_batch_tokens/sample_steps_per_sec or the additive "
             "bias_seconds/bs_probes/alpha_seconds/m_probes/theta_seconds"
         )
-    b, ms = _points(obj, "m_probes", "theta_seconds", path, what, 1000.0)
-    try:
-        bias = float(obj.get("bias_seconds", 0.0)) * 1000.0
-    except (TypeError, ValueError):
-        bias = float("nan")
-    if not (math.isfinite(bias) and bias >= 0):
-        raise SpecsimError(f"{what} {str(path)!r}: bias_seconds must be a number >= 0")
-    curve: tuple[tuple[int, float], ...] = ((1, bias), (2, bias)) if bias else ()
-    if "bs_probes" in obj:
-        r, alpha = _points(obj, "bs_probes", "alpha_seconds", path, what, 1000.0, zero_ok=True)
-        curve = tuple((int(x), float(y) + bias) for x, y in zip(r, alpha, strict=True))
     return CostModel(
         name=name or Path(path).stem, batch_tokens=b, step_ms=ms, overhead_curve=curve,
         meta=meta, **scalars,
@@ -373,8 +376,14 @@ def from_sglang(path: str | os.PathLike, *, name: str | None = None, **scalars: 
 def bench_point(path: str | os.PathLike) -> tuple[int, float, str]:
     """(concurrency, median ITL ms, kind) of one bench result file without speculation."""
     obj = _json_object(path, "bench result")
+    where = f"bench result {str(path)!r}"
     if "summary" in obj and "config" in obj:  # specsim bench --json
         s, cfg = obj["summary"], obj["config"]
+        if not (isinstance(s, dict) and isinstance(cfg, dict)):
+            raise SpecsimError(
+                f"{where}: 'summary' and 'config' must be JSON objects, as 'specsim bench "
+                "--json' writes them; give that file unedited"
+            )
         conc, itl, kind = cfg.get("concurrency"), s.get("itl_ms_p50"), "specsim bench"
         spec = s.get("draft_tokens", 0)
     else:  # vllm bench serve --save-result
@@ -382,19 +391,16 @@ def bench_point(path: str | os.PathLike) -> tuple[int, float, str]:
         spec = obj.get("spec_decode_num_drafts") or obj.get("num_drafts") or 0
     if spec:
         raise SpecsimError(
-            f"bench result {str(path)!r} ran with speculation: its steps hold an unknown number "
-            "of tokens; import runs without speculation (one per concurrency)"
+            f"{where} ran with speculation: its steps hold an unknown number of tokens; "
+            "import runs without speculation (one per concurrency)"
         )
-    try:
-        conc_i, itl_f = int(conc), float(itl)
-    except (TypeError, ValueError):
+    if conc is None or itl is None:
         raise SpecsimError(
-            f"bench result {str(path)!r} has no closed-loop concurrency and median ITL "
-            "(run the benchmark with --max-concurrency / --concurrency)"
-        ) from None
-    if conc_i < 1 or not (math.isfinite(itl_f) and itl_f > 0):
-        raise SpecsimError(f"bench result {str(path)!r}: concurrency {conc} / ITL {itl} unusable")
-    return conc_i, itl_f, kind
+            f"{where} has no closed-loop concurrency and median ITL (run the benchmark with "
+            "--max-concurrency / --concurrency)"
+        )
+    c = rules.count(conc, f"{where}: concurrency")
+    return c, float(rules.step_costs([itl], f"{where}: median ITL")[0]), kind
 
 
 def from_bench(paths: Iterable[str | os.PathLike], *, name: str | None = None, **scalars: Any):  # type: ignore[no-untyped-def]
@@ -402,15 +408,15 @@ def from_bench(paths: Iterable[str | os.PathLike], *, name: str | None = None, *
     step at a batch of C tokens takes the run's median inter-token latency.
 
     What it misses (and says in ``source``): steps that also prefill (a median skips them),
-    and sizes between and beyond the concurrencies run (linear between them, the last two
-    points' slope beyond).
+    and sizes between and beyond the concurrencies run (linear between them, the last slope
+    beyond, held flat if it falls).
     """
     pts = [bench_point(p) for p in paths]
     if len(pts) < 2:
         raise SpecsimError("bench import needs at least 2 runs at different concurrencies")
-    b = np.array([c for c, _, _ in pts], dtype=np.float64)
+    b = np.array([c for c, _, _ in pts], dtype=np.int64)
     ms = np.array([m for _, m, _ in pts], dtype=np.float64)
-    b, ms = _sorted_checked(b, ms, "the bench runs", "bench import")
+    b, ms = _sorted(b, ms, "bench import (concurrency as size)")
     kinds = sorted({k for _, _, k in pts})
     meta = {
         "source": f"{' + '.join(kinds)}: median ITL of {len(pts)} runs without speculation "
