@@ -49,8 +49,11 @@ class Cell:
     def _coords(self, with_policy: bool) -> dict[str, Any]:
         d: dict[str, Any] = {
             # the seed follows the trace's content (a copied file gives the same results); the
-            # key also names the path, so two copies in one sweep stay two cells
-            "trace": self.trace if with_policy or not self.trace_digest else self.trace_digest,
+            # key names the file (not its folder: a clone elsewhere, or the installed package,
+            # resumes the same cells) beside its content hash
+            "trace": (Path(self.trace).name if self.trace_digest else self.trace)
+            if with_policy or not self.trace_digest
+            else self.trace_digest,
             "load_kind": self.load_kind,
             "load": _num(self.load),
             "replicate": self.replicate,

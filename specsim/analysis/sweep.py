@@ -208,6 +208,15 @@ def build_cells(
         if requests_per_concurrency is not None:
             at_max = max(int(requests or 0), int(np.ceil(requests_per_concurrency * c_max)))
         _check_steady(trace_list, c_max, at_max, options or {})
+    digests = {t: file_digest(t) for t in trace_list}
+    seen: dict[tuple[str, str], str] = {}
+    for t, d in digests.items():  # a cell is known by its file's name and content
+        other = seen.setdefault((Path(t).name, d), t)
+        if other != t:
+            raise SpecsimError(
+                f"traces {other!r} and {t!r} are the same file content under the same name; "
+                "list it once"
+            )
     return make_grid(
         trace_list,
         pol_list,
@@ -222,7 +231,7 @@ def build_cells(
         options={
             k: v for k, v in (options or {}).items() if v is not None and k != "require_steady"
         },
-        digests={t: file_digest(t) for t in trace_list},
+        digests=digests,
         requests_per_concurrency=requests_per_concurrency,
     )
 
