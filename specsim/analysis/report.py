@@ -38,7 +38,6 @@ KINDS: dict[str, str] = {
     "schedulers-under-load": "specsim.analysis.reports.schedulers_under_load",
     "zos": "specsim.analysis.reports.zos",
     "lossless": "specsim.analysis.reports.lossless",
-    "paper-check": "specsim.analysis.reports.paper_check",
     "real-deployments": "specsim.analysis.reports.real_deployments",
 }
 

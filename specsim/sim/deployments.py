@@ -1,4 +1,5 @@
-"""Sourced deployment models of DeepSeek V4-Flash and V4-Pro, for ``specsim report paper-check``.
+"""Sourced deployment models of DeepSeek V4-Flash and V4-Pro (``specsim report real-deployments``;
+first built for the retired paper check, reports/real-deployments/paper-check).
 
 Why a module of facts: the DSpark paper's production table (V4-Flash +51% / +661% and V4-Pro
 +52% / +406% throughput over MTP-1 at two per-user SLAs each) is the one published measurement
@@ -304,7 +305,7 @@ FLASH_DEPLOYMENT = _deployment(V4_FLASH, (80.0, 120.0), (51.0, 661.0))
 PRO_DEPLOYMENT = _deployment(V4_PRO, (35.0, 50.0), (52.0, 406.0))
 DEPLOYMENTS = {"v4-flash": FLASH_DEPLOYMENT, "v4-pro": PRO_DEPLOYMENT}
 
-# The fit that ships (``specsim report paper-check`` refits it and says whether it moved).
+# The fit that ships (made by the retired ``specsim report paper-check``).
 FLASH_FIT = FreeParams(
     overhead_ms=12.9,
     per_token_us=60.0,

@@ -1,13 +1,11 @@
-"""paper-check: the deployment facts stay in sync with their sources, and the report runs."""
+"""The deployment facts (specsim.sim.deployments) stay in sync with their sources."""
 
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
 
-from specsim.errors import SpecsimError
 from specsim.sim.cost_profiles import PROFILES, get_profile
 from specsim.sim.deployments import (
     FLASH_DEPLOYMENT,
@@ -124,23 +122,6 @@ def test_latency_floor_is_deepeps_published_latency_less_its_transfer() -> None:
     assert 3 < pro.floor_ms < 4
 
 
-def test_paper_check_charges_the_floor_per_step_only_across_nodes() -> None:
-    from specsim.analysis.reports.paper_check import Job, Variant, profile_for
-    from specsim.sim.deployments import all_to_all
-
-    def step_ms(dep: str, v: Variant, b: int) -> float:
-        return profile_for(Job(dep, 12.9, 60.0, v, (1.0,), 8, 8, 0)).step_time(b) * 1000
-
-    floor = all_to_all(PRO_DEPLOYMENT).floor_ms
-    for b in (1, 64, 512):  # a fixed cost: the same at every batch
-        extra = step_ms("v4-pro", Variant(), b) - step_ms("v4-pro", Variant(floor_us=0.0), b)
-        assert math.isclose(extra, floor, rel_tol=1e-6)
-    raw = step_ms("v4-pro", Variant(floor_us=313.0), 1) - step_ms("v4-pro", Variant(), 1)
-    assert math.isclose(raw, (313.0 - all_to_all(PRO_DEPLOYMENT).floor_us_per_layer) * 61 / 1000)
-    # Flash is one node: an override of the floor changes nothing there
-    assert step_ms("v4-flash", Variant(floor_us=313.0), 1) == step_ms("v4-flash", Variant(), 1)
-
-
 def test_kv_scale_scales_the_derived_capacity() -> None:
     from specsim.sim.cost_profiles import deployment_profile
 
@@ -148,20 +129,6 @@ def test_kv_scale_scales_the_derived_capacity() -> None:
     tenth = deployment_profile("x", PRO_DEPLOYMENT, FLASH_FIT, kv_scale=0.1)
     assert full.kv_tokens == PRO_DEPLOYMENT.kv_tokens
     assert abs(tenth.kv_tokens - PRO_DEPLOYMENT.kv_tokens * 0.1) <= 1
-
-
-def test_paper_check_charges_the_all_to_all_per_padded_token() -> None:
-    from specsim.analysis.reports.paper_check import Job, Variant, profile_for
-    from specsim.sim.deployments import all_to_all
-
-    def job(v: Variant) -> Job:
-        return Job("v4-pro", 12.9, 60.0, v, (1.0,), 8, 8, 0)
-
-    with_ = profile_for(job(Variant()))
-    without = profile_for(job(Variant("a2a-x0", a2a_scale=0.0)))
-    b = 512  # a CUDA-graph bucket: no padding
-    extra_ms = (with_.step_time(b) - without.step_time(b)) * 1000
-    assert math.isclose(extra_ms, all_to_all(PRO_DEPLOYMENT).total_us * b / 1000, rel_tol=1e-6)
 
 
 def test_v4_pro_like_profile_is_built_from_the_facts() -> None:
@@ -184,43 +151,7 @@ def test_v4_pro_like_profile_is_built_from_the_facts() -> None:
     assert p.step_time(1) > flash.step_time(1)
 
 
-def _tiny(tmp_path: Path, **extra: object) -> Path:
-    folder = tmp_path / "reports" / "pc"
-    folder.mkdir(parents=True)
-    lines = [
-        'kind = "paper-check"',
-        "concurrency = [1, 4, 16]",
-        "min_requests = 24",
-        "trace_requests = 40",
-        "fit_overhead_ms = [12.0]",
-        "fit_per_token_us = [60.0]",
-        "sensitivity = false",
-    ]
-    lines += [f"{k} = {v!r}".replace("'", '"') for k, v in extra.items()]
-    (folder / "config.toml").write_text("\n".join(lines) + "\n")
-    return folder
-
-
 @pytest.mark.slow  # fast suite under 5 min: over 2.8 s alone (CI runs it)
-def test_report_runs_on_a_tiny_config(tmp_path: Path) -> None:
-    from specsim.analysis.report import run_report
-
-    folder = _tiny(tmp_path)
-    readme = run_report("pc", root=folder.parent, workers=1)
-    text = readme.read_text()
-    assert "Predicted against published" in text
-    assert (folder / "verified.png").is_file()
-    assert (folder / "fit_grid.csv").is_file()
-
-
-def test_report_refuses_an_unknown_key(tmp_path: Path) -> None:
-    from specsim.analysis.report import run_report
-
-    folder = _tiny(tmp_path, bogus=1)
-    with pytest.raises(SpecsimError, match="unknown key 'bogus'"):
-        run_report("pc", root=folder.parent, workers=1)
-
-
 def test_transfer_rules_carry_the_fixed_cost_as_they_say() -> None:
     from specsim.sim.deployments import TRANSFER_RULES
 
@@ -235,37 +166,3 @@ def test_transfer_rules_carry_the_fixed_cost_as_they_say() -> None:
         assert math.isclose(got[rule].per_token_us, FLASH_FIT.per_token_us * layers * width)
     with pytest.raises(ValueError, match="unknown transfer rule"):
         transfer(FLASH_FIT, V4_PRO, rule="hidden")
-
-
-def test_only_variants_that_change_flash_are_refitted() -> None:
-    from specsim.analysis.reports.paper_check import Variant, sensitivity_variants
-
-    assert not Variant("floor-0", floor_us=0.0).touches_flash
-    assert not Variant("transfer-lh", transfer="layers-hidden").touches_flash
-    assert Variant("h800", gpu="H800").touches_flash
-    assert Variant("bw-0.6", mem_derate=0.6).touches_flash
-    assert Variant("mtp-0.85", mtp_accept=0.85).touches_flash
-    labels = {v.label for _, lo, hi in sensitivity_variants() for v in (lo, hi)}
-    assert {"h800", "bw-0.6", "flops-0.3", "transfer-lh", "transfer-const"} <= labels
-
-
-def test_out_of_reach_is_named_not_zero() -> None:
-    from specsim.analysis.reports.paper_check import reach
-
-    nan = float("nan")
-    assert reach({"mtp1_0": 10.0, "zos_0": 12.0}, 0) == "ok"
-    assert reach({"mtp1_0": nan, "zos_0": 12.0}, 0) == "MTP-1 cannot serve"
-    assert reach({"mtp1_0": 10.0, "zos_0": nan}, 0) == "DSpark cannot serve"
-    assert reach({"mtp1_0": nan, "zos_0": nan}, 0) == "neither serves"
-
-
-def test_the_h800_variant_changes_the_hardware_not_the_fit() -> None:
-    from specsim.analysis.reports.paper_check import Job, Variant, profile_for
-
-    def prof(v):  # noqa: ANN001, ANN202
-        return profile_for(Job("v4-flash", 12.9, 60.0, v, (1.0,), 8, 8, 0))
-
-    h20, h800 = prof(Variant()), prof(Variant("h800", gpu="H800"))
-    assert h800.step_time(256) != h20.step_time(256)
-    slower_bw = prof(Variant("bw-0.6", mem_derate=0.6))
-    assert slower_bw.step_time(1) > h20.step_time(1)  # a small batch is bandwidth-bound
