@@ -126,8 +126,12 @@ def _figure(pred: pd.DataFrame, pub: pd.DataFrame, out: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    folder = Path(argv[0]) if argv else ROOT / "reports" / "real-deployments"
+    import argparse
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("folder", nargs="?", default=str(ROOT / "reports" / "real-deployments"),
+                   help="the report folder (default: reports/real-deployments)")  # fmt: skip
+    folder = Path(p.parse_args(sys.argv[1:] if argv is None else argv).folder)
     pred = pd.read_csv(folder / "predictions.csv")
     pub = pd.read_csv(PUBLISHED / "fig3_pareto.csv")
     gains = pd.read_csv(folder / "paper_gains.csv")

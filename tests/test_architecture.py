@@ -183,7 +183,6 @@ ONE_PLACE = {
     "get_profile": "specsim.sim.cost_profiles",  # profile names, files and @sched-xS
     "check_lossless": "specsim.lossless.api",  # the checker from a notebook
     "record_trace": "specsim.record.api",  # recording from a notebook
-    "cell_metrics": "specsim.fidelity.metrics",  # what a fidelity cell compares
 }
 
 

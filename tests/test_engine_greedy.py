@@ -325,7 +325,7 @@ def test_cpu_clock_is_virtual(model, prompts, reference):
 def test_closed_loop_retimes_onto_the_wall_clock(model, prompts):
     """One closed-loop run on the CPU clock gives its wall-clock timeline: every time stamp
     maps to the wall clock of the step boundary it sits on."""
-    from specsim.fidelity.metrics import retime
+    from specsim.sim.steplog import retime
 
     cfg = EngineConfig(max_running=2, warmup_steps=0, clock="cpu")
     res = RealEngine(

@@ -296,15 +296,15 @@ def test_held_out_command_parses_to_its_config():
     import shlex
 
     from specsim.cli import build_parser
-    from specsim.commands.validate import _with_defaults
     from specsim.fidelity.llama import held_out as h
+    from specsim.options import from_args
 
     line = h.command()
     assert "#" not in line  # nothing left out
     args = build_parser().parse_args(shlex.split(line)[1:])
     from pathlib import Path
 
-    cfg = _with_defaults(LlamaValidationConfig, args, seed=0, threads=args.server_threads)
+    cfg = from_args(LlamaValidationConfig, args, seed=0, threads=args.server_threads)
     want = LlamaValidationConfig(**h.config_kwargs())
     assert cfg == want.with_(seed=0)
     assert cfg.out == Path("reports/llama-cpp-held-out")

@@ -49,7 +49,7 @@ PRIOR_WEIGHT = 2.0
 # Breakdown of each step on the engine's clock, logged next to the simulator's step columns.
 # ctx_mean: mean cached context (tokens) of the step's requests before the step; wall_start_s,
 # wall_end_s: the step on the wall clock whatever the engine's clock (so that one closed-loop
-# run gives both timelines, specsim.fidelity.metrics.retime).
+# run gives both timelines, specsim.sim.steplog.retime).
 TIMING_COLUMNS = (
     "admit_s",
     "draft_s",
