@@ -214,3 +214,21 @@ def test_stream_writes_to_an_upper_case_parquet_name(tmp_path):
                       "--out", str(out)])  # fmt: skip
     assert rc == 0, err
     assert len(pd.read_parquet(out)) == 40
+
+
+# ---- reports: the page states what a regeneration from scratch costs -----------------------
+
+
+def test_a_resumed_report_states_the_from_scratch_time(tmp_path):
+    from specsim.analysis.report import ReportContext, _regeneration_time
+    from specsim.analysis.reports.common import count_cells
+
+    ctx = ReportContext(name="r", folder=tmp_path, config={}, workers=2)
+    assert _regeneration_time(ctx, 3.0) == []  # nothing reused: the run's own time says it
+    table = pd.DataFrame({"wall_time_s": [600.0, 840.0, 1.0]})
+    table.attrs.update(cells_total=3, cells_reused=3)
+    count_cells(ctx, table, "results.parquet")
+    line = _regeneration_time(ctx, 26.0)[0]
+    # (600 + 840 + 1) / 2 workers + the run's own 26 s = 746.5 s
+    assert "about 12 minutes on 2 worker(s)" in line and "1,441 s" in line, line
+    assert "3 of 3 sweep cells were reused" in ctx.notes[0]

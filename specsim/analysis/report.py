@@ -62,6 +62,10 @@ class ReportContext:
     lines: list[str] = field(default_factory=list)
     written: list[Path] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # for the footer (e.g. reused cells)
+    # the footer's account of the sweeps (reports.common.count_cells)
+    cells_total: int = 0
+    cells_reused: int = 0
+    cell_seconds: float = 0.0  # replay wall seconds of every cell, as computed
 
     # ---- config access with one-line errors
     def get(self, key: str, default: Any = ..., kind: type | tuple[type, ...] | None = None) -> Any:
@@ -193,7 +197,7 @@ class ReportContext:
         self.lines.extend(text)
 
     def figure(self, fig: Any, filename: str, caption: str) -> None:
-        from specsim.analysis.plots import save_figure
+        from specsim.analysis.figures import save_figure
 
         out = self.folder / filename
         save_figure(fig, out, force=True)
@@ -364,6 +368,26 @@ def run_report(
     return readme
 
 
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} minutes"
+
+
+def _regeneration_time(ctx: ReportContext, took_s: float) -> list[str]:
+    """What regenerating from scratch costs, when this run reused cells: their replays' own
+    seconds (measured when each cell ran) over the workers, plus what this run did besides."""
+    if not ctx.cells_reused:
+        return []
+    workers = max(1, int(ctx.workers or os.cpu_count() or 1))
+    scratch = ctx.cell_seconds / workers + took_s
+    return [
+        f"From scratch (no `--resume`, or a changed cell): about {_duration(scratch)} on "
+        f"{workers} worker(s): the {ctx.cells_total:,} cells' replays took "
+        f"{ctx.cell_seconds:,.0f} s when they were computed. `--resume` reuses the unchanged "
+        "cells of this folder's tables, as this run did.",
+        "",
+    ]
+
+
 def _footer(ctx: ReportContext, took_s: float) -> None:
     v = versions()
     cmd = f"specsim report {ctx.name}"
@@ -381,6 +405,7 @@ def _footer(ctx: ReportContext, took_s: float) -> None:
         f"from `config.toml` beside this file (run from the repository root; {took_s:.0f} s "
         f"on {os.cpu_count()} CPU cores here" + "".join(f"; {n}" for n in ctx.notes) + ").",
         "",
+        *_regeneration_time(ctx, took_s),
         "Versions: " + ", ".join(f"{k} {val}" for k, val in v.items()) + ".",
         "",
         f"Python {sys.version.split()[0]} on {platform.system()} {platform.machine()}.",

@@ -42,10 +42,20 @@ def sweep_into_folder(
     force = not ctx.resume or (out.exists() and not cells_resumable(ctx, cells, out))
     table = run_cells(cells, out=out, workers=ctx.workers, force=force, progress=ctx.progress)
     ctx.written.append(out)
+    count_cells(ctx, table, name)
+    return table
+
+
+def count_cells(ctx: ReportContext, table: pd.DataFrame, name: str) -> None:
+    """Add a sweep's cells to the footer's account: how many were reused (``--resume``) and
+    the replay seconds they all took when computed, so the page states what a regeneration
+    from scratch costs, not only what this (perhaps resumed) run took."""
+    ctx.cells_total += int(table.attrs["cells_total"])
+    ctx.cells_reused += int(table.attrs["cells_reused"])
+    if "wall_time_s" in table:
+        ctx.cell_seconds += float(table["wall_time_s"].sum())
     if table.attrs["cells_reused"]:
         ctx.notes.append(
             f"{table.attrs['cells_reused']} of {table.attrs['cells_total']} sweep cells were "
-            f"reused from `{name}` (same cell, same trace bytes, same result); delete "
-            "it to recompute everything"
+            f"reused from `{name}` (same cell, same trace bytes, same result)"
         )
-    return table

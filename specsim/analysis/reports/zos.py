@@ -6,7 +6,7 @@ import pandas as pd
 
 from specsim.analysis.frontier import with_per_gpu
 from specsim.analysis.report import ReportContext
-from specsim.analysis.reports.common import cells_resumable
+from specsim.analysis.reports.common import cells_resumable, count_cells
 
 ZOS_LABELS = {
     "hw-aware": "hw-aware (serial, fresh, early stop)",
@@ -55,11 +55,7 @@ def build(ctx: ReportContext) -> None:
     force = not ctx.resume or (out.exists() and not cells_resumable(ctx, cells, out))
     table = run_cells(cells, out=out, workers=ctx.workers, force=force, progress=ctx.progress)
     table = with_per_gpu(table)
-    if table.attrs["cells_reused"]:
-        ctx.notes.append(
-            f"{table.attrs['cells_reused']} of {table.attrs['cells_total']} cells were reused "
-            "from `results.parquet`; delete it to recompute everything"
-        )
+    count_cells(ctx, table, "results.parquet")
     inv = {v: k for k, v in specs.items()}
     scale_of = {v: k for k, v in prof_paths.items()}
     table["variant"] = table["policy"].map(inv)
