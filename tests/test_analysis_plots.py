@@ -12,15 +12,14 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
+from specsim.analysis.figures import figure, save_figure  # noqa: E402
 from specsim.analysis.palette import policy_order, policy_style  # noqa: E402
 from specsim.analysis.plots import (  # noqa: E402
     calibration_table,
-    figure,
     plot_calibration,
     plot_load,
     plot_pareto,
     plot_sla,
-    save_figure,
 )
 from specsim.analysis.sweep import sweep  # noqa: E402
 from specsim.cli import main  # noqa: E402
@@ -184,7 +183,7 @@ def test_ratio_figure_names_rows_on_the_first_column_only() -> None:
     # long trace names used to run into the panel on their left (reports' auto.png)
     import pandas as pd
 
-    from specsim.analysis.plots import ratio_figure
+    from specsim.analysis.figures import ratio_figure
 
     rows = [
         {"profile": p, "trace": t, "load": c, "ratio": 1.0 + 0.01 * i}

@@ -1,6 +1,7 @@
 """The notebooks are committed executed (a reader browsing the repository sees the tables and
 figures) and still run top to bottom on CPU (nbclient, kernel python3): each runs in a copy, from
-the repository root. Re-execute them in place with ``python notebooks/execute.py``.
+the repository root. Re-execute them in place with ``python notebooks/execute.py --in-place``
+(without it, the executed copies go to ``notebooks/executed/``: tests/test_newcomer_v3.py).
 
 The per-cell time limit is generous and scales (``SPECSIM_TEST_TIMEOUT_SCALE``): notebook 04
 records with a real model, 43 s on an idle machine and several minutes on a loaded one, and a
@@ -33,7 +34,9 @@ def test_committed_executed_without_errors(path):
     code = [c for c in book.cells if c.cell_type == "code"]
     assert code, f"{path.name} has no code"
     counts = [c.execution_count for c in code]
-    assert None not in counts, f"{path.name}: not executed; run python notebooks/execute.py"
+    assert None not in counts, (
+        f"{path.name}: not executed; run python notebooks/execute.py --in-place"
+    )
     assert counts == sorted(counts), f"{path.name}: cells ran out of order; re-execute it"
     for cell in code:
         for out in cell.outputs:

@@ -111,7 +111,7 @@ def test_info_command_text_and_json(hand_trace, capsys):
     assert main(["traces", "info", hand_trace.path]) == 0
     text = capsys.readouterr().out
     assert "requests   2   rows 7   tokens 7   block size 3" in text
-    assert "tau        3.667 [95% CI 3.500, 4.000] (full-verification replay" in text
+    assert "tau_replay       3.667 tokens/step   95% CI [3.500, 4.000]   full-verification" in text
     assert "AUROC 0.790" in text
     assert "x                        1          5   3.50" in text
     assert main(["traces", "info", hand_trace.path, "--json"]) == 0

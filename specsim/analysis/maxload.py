@@ -17,6 +17,7 @@ from typing import Any
 
 import pandas as pd
 
+from specsim.analysis.cell_warnings import KEY, Tally
 from specsim.analysis.grid import Cell
 from specsim.analysis.sweep import build_cells, run_cell
 from specsim.errors import SpecsimError
@@ -25,9 +26,11 @@ from specsim.progress import Progress
 SLA_METRIC = "per_user_tps_mean"
 
 
-def _probe(cells: list[Cell], load: float) -> tuple[float, dict[str, Any]]:
-    """Run every replicate of one (trace, policy) at ``load``; mean of the numeric summary."""
+def _probe(cells: list[Cell], load: float, said: list) -> tuple[float, dict[str, Any]]:
+    """Run every replicate of one (trace, policy) at ``load``; mean of the numeric summary.
+    The cells' warnings go into ``said`` (the search returns them: :mod:`cell_warnings`)."""
     rows = [run_cell(replace(c, load=float(load))) for c in cells]
+    said += [w for r in rows for w in r.pop(KEY, ())]
     frame = pd.DataFrame(rows)
     means = frame.mean(numeric_only=True).to_dict()
     return float(means[SLA_METRIC]), means
@@ -36,7 +39,18 @@ def _probe(cells: list[Cell], load: float) -> tuple[float, dict[str, Any]]:
 def search_one(
     cells: list[Cell], sla_tps: float, lo: float, hi: float, rel_tol: float = 0.02
 ) -> dict[str, Any]:
-    """Bisect the load of one (trace, policy) between ``lo`` and ``hi`` (inclusive)."""
+    """Bisect the load of one (trace, policy) between ``lo`` and ``hi`` (inclusive); the
+    probes' warnings, each once, go back with the row (``find_max_load`` says them)."""
+    said: list = []
+    row = _search(cells, sla_tps, lo, hi, rel_tol, said)
+    if said:
+        row[KEY] = list(dict.fromkeys(said))
+    return row
+
+
+def _search(
+    cells: list[Cell], sla_tps: float, lo: float, hi: float, rel_tol: float, said: list
+) -> dict[str, Any]:
     first = cells[0]
     integer = first.load_kind == "concurrency"
     probes = 0
@@ -44,7 +58,7 @@ def search_one(
     def ok(load: float) -> tuple[bool, dict[str, Any]]:
         nonlocal probes
         probes += 1
-        speed, means = _probe(cells, load)
+        speed, means = _probe(cells, load, said)
         return speed >= sla_tps, means
 
     row: dict[str, Any] = {
@@ -163,4 +177,8 @@ def find_max_load(
                     for f in futs:
                         rows.append(f.result())
                         bar.update(1)
+    tally = Tally("searches")
+    for row in rows:
+        tally.add(row)
+    tally.warn()
     return pd.DataFrame(rows)

@@ -1,14 +1,14 @@
 """Figures from sweep tables and traces, each drawn on a matplotlib Axes a caller may pass.
 
 Every figure: units in axis labels, a legend, one policy one style (:mod:`palette`) whatever
-else is plotted. ``figure(kind, ...)`` lays out a whole Figure (one panel per trace) for the CLI
-and reports; the ``plot_*`` functions draw one panel and are what a notebook calls.
+else is plotted. The ``plot_*`` functions draw one panel and are what a notebook calls;
+``figure(kind, ...)`` in :mod:`specsim.analysis.figures` lays a whole Figure out on a page (one
+panel per trace) for the CLI and reports.
 """
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -17,7 +17,6 @@ import pandas as pd
 from specsim.analysis.frontier import X, Y, curves, throughput_at_sla
 from specsim.analysis.palette import policy_label, policy_style
 from specsim.errors import SpecsimError
-from specsim.outputs import writing
 
 KINDS = ("pareto", "sla", "load", "calibration")
 LOAD_LABEL = {"concurrency": "load: concurrent requests", "rate": "load: arrival rate (req/s)"}
@@ -34,14 +33,6 @@ def layered(i: int, n: int, base_lw: float = 1.3, base_ms: float = 4.0) -> dict[
     share = (n - 1 - i) / max(n - 1, 1)
     return {"linewidth": base_lw + 2.4 * share, "markersize": base_ms + 3.5 * share,
             "zorder": 2 + i}  # fmt: skip
-
-
-def _wrap_title(text: str, width_in: float, fontsize: float = 12.0) -> str:
-    """Wrap a suptitle to the figure's width (about 1.9 characters per inch per 10 pt)."""
-    import textwrap
-
-    chars = max(20, int(width_in * 19.0 / fontsize * 10.0 / 1.55))
-    return "\n".join(textwrap.wrap(text, chars))
 
 
 def _plt():
@@ -350,209 +341,3 @@ def plot_calibration(
         ax.legend(fontsize=7, title="position", title_fontsize=7, loc="upper left")
     axes[0].set_ylabel("observed: first k drafts accepted (share)")
     return axes
-
-
-def _policy_handles(pols: list[str], bars: bool = False) -> list[Any]:
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
-
-    if bars:
-        return [
-            Patch(
-                facecolor=policy_style(p).color,
-                hatch=policy_style(p).hatch,
-                label=policy_label(p),
-                edgecolor="white",
-            )  # fmt: skip
-            for p in pols
-        ]
-    return [
-        Line2D([], [], label=policy_label(p), markersize=5, **policy_style(p).kwargs())
-        for p in pols
-    ]
-
-
-def _drop_policy_legends(axes: Any) -> None:
-    for ax in np.asarray(axes).ravel():
-        leg = ax.get_legend()
-        if leg is not None and (leg.get_title().get_text() or "").startswith("policy"):
-            leg.remove()
-
-
-def figure(
-    kind: str,
-    data: Any,
-    *,
-    targets: list[float] | None = None,
-    baseline: str | None = "mtp1",
-    traces: list[str] | None = None,
-    policies: list[str] | None = None,
-    title: str | None = None,
-) -> Any:
-    """A whole Figure of ``kind``: one panel (or panel group) per trace, one shared legend.
-
-    ``policies``: draw only these (default: all in the table, in table order).
-    """
-    plt = _plt()
-    if kind not in KINDS:
-        raise SpecsimError(f"unknown plot kind {kind!r}; choose one of {', '.join(KINDS)}")
-    if kind == "calibration":
-        fig, axes = plt.subplots(1, 2, figsize=(11, 5), sharey=True)
-        plot_calibration(data, axes)
-        src = Path(getattr(data, "path", "") or "trace").stem
-        fig.suptitle(title or f"calibration of the survival a_k: {src}")
-        fig.tight_layout()
-        return fig
-    table = data
-    if policies is not None:
-        missing = [p for p in policies if p not in set(table["policy"])]
-        if missing:
-            raise SpecsimError(f"policy {missing[0]!r} is not in the table; sweep it first")
-        table = table[table["policy"].isin(policies)]
-    names = traces or list(dict.fromkeys(table["trace"].astype(str)))
-    n = len(names)
-    pols = _policies(table)
-    profile = ", ".join(sorted(set(table["profile"].astype(str)))) if "profile" in table else ""
-    if kind == "load":  # one row per trace, the four metrics side by side
-        fig, axes = plt.subplots(n, 4, figsize=(14, 2.9 * n + 1.6), squeeze=False)
-        for i, name in enumerate(names):
-            plot_load(table, axes[i], trace=name)
-            for ax in axes[i]:
-                ax.set_title(f"{ax.get_title()}: {name}", fontsize=9)
-    elif kind == "pareto":
-        cols = min(n, 3)  # wrap: more than 3 traces make rows of 3 panels
-        rows_p = -(-n // cols)
-        fig, axes = plt.subplots(
-            rows_p, cols, figsize=(5.2 * cols + 0.4, 4.6 * rows_p + 0.9), squeeze=False
-        )
-        for ax, name in zip(axes.ravel(), names, strict=False):
-            plot_pareto(table, ax, trace=name)
-            ax.set_title(f"trace {name}", fontsize=10)
-        for ax in axes.ravel()[n:]:
-            ax.set_visible(False)
-    else:
-        if not targets:
-            raise SpecsimError("the sla plot needs SLA targets: pass --sla 80,120")
-        width = max(7.0, 0.22 * len(pols) * len(targets) + 2.0)
-        fig, axes = plt.subplots(n, 1, figsize=(width, 3.8 * n + 0.9), squeeze=False)
-        for ax, name in zip(axes[:, 0], names, strict=True):
-            plot_sla(table, targets, ax, baseline=baseline, trace=name)
-            ax.set_title(f"trace {name}", fontsize=10)
-    _drop_policy_legends(axes)
-    default = {
-        "pareto": "throughput against per-user speed",
-        "sla": "throughput at SLA targets"
-        + (f", value and % gain over {baseline} on each bar" if baseline else ""),
-        "load": "speculation and latency against load",
-    }[kind]
-    fig_w, fig_h = fig.get_size_inches()
-    text = _wrap_title(title or (f"{default} ({profile})" if profile else default), fig_w)
-    title_h = 0.3 + 0.25 * text.count("\n")  # inches
-    fig.suptitle(text, y=1 - 0.12 / fig_h, va="top")
-    ncols = min(len(pols), max(3, int(fig_w // 1.7)))
-    # the legend sits under the title, where a reader of a tall figure looks first
-    legend = fig.legend(
-        handles=_policy_handles(pols, bars=kind == "sla"),
-        title="policy",
-        loc="upper center",
-        bbox_to_anchor=(0.5, 1 - (0.12 + title_h) / fig_h),
-        ncols=ncols,
-        fontsize=8,
-        title_fontsize=8,
-        frameon=False,
-    )
-    # the panels start just under the legend's measured bottom edge
-    bottom = legend.get_window_extent(fig.canvas.get_renderer()).y0 / fig.dpi  # inches
-    fig.tight_layout(rect=(0, 0, 1, (bottom - 0.05) / fig_h), pad=0.5)
-    # tight_layout leaves slack above the first row of panels: close it up to the legend
-    renderer = fig.canvas.get_renderer()
-    tops = [ax.get_tightbbox(renderer).y1 / fig.dpi for ax in fig.axes if ax.get_visible()]
-    slack = (bottom - 0.1) - max(tops) if tops else 0.0
-    if slack > 0:
-        fig.subplots_adjust(top=min(fig.subplotpars.top + slack / fig_h, 0.99))
-    return fig
-
-
-def ratio_figure(
-    ratios: pd.DataFrame,
-    *,
-    value: str = "ratio",
-    label: str = "",
-    title: str = "",
-    span: float = 0.10,
-) -> Any:
-    """Heat maps of one ratio per (trace, load), one panel per profile: ``ratios`` has columns
-    profile, trace, load and ``value``. Cells print the value; the colour is centred at 1.0
-    (red below: worse than the reference; blue above) and reaches full depth at 1 -/+ ``span``
-    or the data's extremes, whichever is further: a 1% gap stays pale, not deep red.
-
-    The panels share their rows, so only the first column prints the trace names (long names
-    otherwise run into the panel to their left), and constrained layout spaces the panels and
-    the colour bar."""
-    from matplotlib.colors import TwoSlopeNorm
-
-    plt = _plt()
-    profiles = list(dict.fromkeys(ratios["profile"].astype(str)))
-    traces = list(dict.fromkeys(ratios["trace"].astype(str)))
-    loads = sorted(set(ratios["load"].astype(float)))
-    n = len(profiles)
-    cols = min(n, 2)
-    rows_p = -(-n // cols)
-    fig, axes = plt.subplots(
-        rows_p,
-        cols,
-        figsize=(0.9 * len(loads) * cols + 3.2, 0.5 * len(traces) * rows_p + 1.6 * rows_p + 0.8),
-        squeeze=False,
-        sharey=True,
-        layout="constrained",
-    )
-    v = ratios[value].to_numpy(dtype=float)
-    lo, hi = float(np.nanmin(v)), float(np.nanmax(v))
-    norm = TwoSlopeNorm(vcenter=1.0, vmin=min(lo, 1.0 - span), vmax=max(hi, 1.0 + span))
-    im = None
-    for k, (ax, prof) in enumerate(zip(axes.ravel(), profiles, strict=False)):
-        sub = ratios[ratios["profile"].astype(str) == prof]
-        grid = sub.pivot_table(index="trace", columns="load", values=value, aggfunc="mean")
-        grid = grid.reindex(index=traces, columns=loads)
-        im = ax.imshow(grid.to_numpy(), cmap="RdBu", norm=norm, aspect="auto")
-        for (i, j), x in np.ndenumerate(grid.to_numpy()):
-            if np.isfinite(x):
-                dark = abs(float(norm(x)) - 0.5) > 0.35  # white text on the deepest colours
-                ax.text(j, i, f"{x:.3f}", ha="center", va="center", fontsize=7,
-                        color="white" if dark else "black")  # fmt: skip
-        ax.set_xticks(range(len(loads)), [f"{c:g}" for c in loads], fontsize=8)
-        ax.set_yticks(range(len(traces)), traces, fontsize=8)
-        if k % cols:
-            ax.tick_params(labelleft=False)
-        ax.set_xlabel(LOAD_LABEL["concurrency"], fontsize=9)
-        ax.set_title(f"profile {prof}", fontsize=10)
-    for ax in axes.ravel()[n:]:
-        ax.set_visible(False)
-    if im is not None:
-        fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.8, label=label or value)
-    fig.suptitle(_wrap_title(title or label or value, fig.get_size_inches()[0]))
-    return fig
-
-
-def save_figure(fig: Any, out: str | Path, *, force: bool = False, dpi: int = 150) -> Path:
-    """Save as png/svg/pdf (by suffix) to a temporary name, then rename into place."""
-    out = Path(out)
-    fmt = out.suffix.lower().lstrip(".")
-    if fmt not in ("png", "svg", "pdf"):
-        raise SpecsimError(f"--out {str(out)!r} must end in .png, .svg or .pdf")
-    if out.exists() and not force:
-        raise SpecsimError(f"{out} exists; pass --force to overwrite it")
-    if not out.parent.exists():
-        raise SpecsimError(f"folder {str(out.parent)!r} does not exist; create it first")
-    with writing(out) as tmp:
-        fig.savefig(tmp, format=fmt, dpi=dpi, metadata=_metadata(fmt))
-    return out
-
-
-def _metadata(fmt: str) -> dict[str, Any]:
-    """No timestamps in the files, so the same data gives the same bytes."""
-    if fmt == "png":
-        return {"Software": None}
-    if fmt == "svg":
-        return {"Date": None}
-    return {"CreationDate": None}

@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import warnings
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from functools import lru_cache
@@ -29,6 +28,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from specsim.analysis.cell_warnings import KEY, Tally, recording
 from specsim.analysis.grid import Cell, file_digest, make_grid
 from specsim.errors import SpecsimError
 from specsim.limits import MAX_CELLS_ENV, max_cells
@@ -77,14 +77,13 @@ def run_cell(cell: Cell) -> dict[str, Any]:
     # counts, means and shares; percentiles exact up to stream_exact_rows requests a cell,
     # within the sketch's 0.5% beyond)
     kwargs.setdefault("stream", True)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UnsteadyWarning)  # build_cells warned once already
+    # build_cells said UnsteadyWarning once already; the rest go back with the row (Tally)
+    with recording(UnsteadyWarning) as said:
         result = replay(trace, cell.policy, record_tokens=False, record_steps=False, **kwargs)
     row = cell.knobs()
-    for k, v in result.summary.items():
-        if k in row:
-            continue
-        row[k] = v
+    row.update((k, v) for k, v in result.summary.items() if k not in row)
+    if said:
+        row[KEY] = said
     return row
 
 
@@ -287,11 +286,13 @@ def _run_locked(
     if store is not None:
         done = store.load_done(set(keys), force=force)
     todo = sorted((c for c in cells if c.key not in done), key=cell_cost, reverse=True)
+    tally = Tally()  # the cells' warnings, said once each after the progress
     with Progress(len(cells), "sweep", " cells", enabled=progress) as bar:
         bar.update(len(cells) - len(todo))
         if len(cells) > len(todo):
             bar.note(f"{len(cells) - len(todo)} cached")
         for cell, row in _execute(todo, workers=workers, dask=dask, runner=runner):
+            tally.add(row)  # takes the warnings out of the row
             frame = _row_frame(row)  # the dtypes a resumed run reads back from its part
             if store is not None:
                 store.save_part(cell, frame)
@@ -300,6 +301,7 @@ def _run_locked(
     table = _concat([done[k] for k in keys])
     if store is not None:
         store.finish(table)
+    tally.warn()
     return table, len(todo)
 
 
@@ -404,10 +406,7 @@ def _row_frame(row: dict[str, Any]) -> pd.DataFrame:
 
 
 def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
-    if not frames:
-        return pd.DataFrame()
-    table = pd.concat(frames, ignore_index=True)
-    return table
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
 class _Store:

@@ -48,6 +48,9 @@ def _fmt(x: float, spec: str) -> str:
     return "n/a" if x is None or not math.isfinite(float(x)) else f"{x:{spec}}"
 
 
+SERVER = "for the server (all its GPUs)"
+
+
 def table(s: dict) -> str:
     def pcts(name: str) -> str:
         return " / ".join(_fmt(s[f"{name}_ms_p{q}"], ".1f") for q in (50, 90, 99)) + " ms"
@@ -55,9 +58,13 @@ def table(s: dict) -> str:
     rows = [
         ("successful requests", f"{s['requests_completed']:,} ({s['requests_failed']} failed)"),
         ("benchmark duration", f"{_fmt(s['duration_s'], '.2f')} s"),
-        ("output throughput", f"{_fmt(s['throughput_tok_s'], ',.1f')} tok/s"),
-        ("steady-state throughput", f"{_fmt(s['steady_throughput_tok_s'], ',.1f')} tok/s"),
-        ("request throughput", f"{_fmt(s['request_throughput'], '.3f')} req/s"),
+        # a client sees the server whole: every throughput is the deployment's, all its GPUs
+        ("output throughput", f"{_fmt(s['throughput_tok_s'], ',.1f')} tok/s {SERVER}"),
+        (
+            "steady-state throughput",
+            f"{_fmt(s['steady_throughput_tok_s'], ',.1f')} tok/s {SERVER}",
+        ),
+        ("request throughput", f"{_fmt(s['request_throughput'], '.3f')} req/s {SERVER}"),
         ("TTFT mean, p50 / p90 / p99", f"{_fmt(s['ttft_ms_mean'], '.1f')} ms, {pcts('ttft')}"),
         ("TPOT mean, p50 / p90 / p99", f"{_fmt(s['tpot_ms_mean'], '.2f')} ms, {pcts('tpot')}"),
         ("ITL mean, p50 / p90 / p99", f"{_fmt(s['itl_ms_mean'], '.2f')} ms, {pcts('itl')}"),

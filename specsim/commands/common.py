@@ -7,7 +7,11 @@ importing numpy (``tests/test_cli.py`` keeps them equal to the registries).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
+import sys
+import warnings
+from collections.abc import Iterator
 
 from specsim.errors import SpecsimError
 
@@ -79,3 +83,17 @@ DRAFTER_HELP = (
     "with), each shipped for the target or from the cache; a DSpark checkpoint folder, or "
     "'ngram[:N]' (prompt lookup, no training)"
 )
+
+
+@contextlib.contextmanager
+def plain_warnings() -> Iterator[None]:
+    """Python warnings raised inside, printed as one ``specsim: warning: ...`` line each (as
+    replay prints them), not as Python's default two lines naming a source file and quoting the
+    code that warned: a user of the command did not write that code."""
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
+        sys.stderr.write(f"specsim: warning: {message}\n")
+
+    with warnings.catch_warnings():
+        warnings.showwarning = show
+        yield

@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _draw(args: argparse.Namespace, src: Path, out: Path, targets: list[float] | None) -> int:
-    from specsim.analysis.plots import figure, save_figure
+    from specsim.analysis.figures import figure, save_figure
 
     if args.kind == "calibration":
         from specsim.trace.io import read_trace

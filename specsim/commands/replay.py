@@ -95,16 +95,23 @@ def table(summary: dict, config: dict, requested: str | None = None) -> str:
     """The readable report, laid out like `vllm bench serve` so its users find their numbers.
 
     ``requested``: the policy name as the user typed it (``auto`` runs ``calibrated-zos``).
-    Throughput is printed for the whole deployment and per GPU, named as such: the figures and
-    reports plot per GPU, and a multi-GPU profile's total is ``gpus`` times larger.
+    Every throughput is the whole deployment's (what vLLM's bench measures of a server, what
+    ``specsim tune`` ranks and what ``--json`` holds) and says so, with the per-GPU figure that
+    the sweep's figures plot beside it: a multi-GPU profile's total is ``gpus`` times larger,
+    and a reader comparing the two outputs must not take one for the other.
     """
     s, c = summary, config
     gpus = int(s.get("gpus", 1))
     name = c["policy"] + (" (ZOS)" if c["zos"] else "")
     if requested and requested != c["policy"]:
         name = f"{requested} = {name}"
-    per = "tok/s/GPU" if gpus > 1 else "tok/s"  # one-device profiles (the CPU one) say tok/s
-    head: list[tuple[str, str]] = [
+    basis = f"for the deployment ({gpus} GPU{'s' if gpus > 1 else ''})"
+
+    def rate(x: float, spec: str) -> tuple[str, str]:
+        per = f", {_fmt(x / gpus, spec)} per GPU" if gpus > 1 else ""
+        return _fmt(x, spec), basis + per
+
+    head: list[tuple[str, ...]] = [
         ("Policy", name),
         ("Load", c["load"]),
         ("Profile", c["profile"] + (f" ({gpus} GPUs)" if gpus > 1 else "")),
@@ -112,22 +119,17 @@ def table(summary: dict, config: dict, requested: str | None = None) -> str:
         ("Benchmark duration (s, simulated)", _fmt(s["sim_time_s"], ".2f")),
         ("Total input tokens", f"{s.get('input_tokens', 0):,}"),
         ("Total generated tokens", f"{s['output_tokens']:,}"),
-        ("Request throughput (req/s)", _fmt(s["request_throughput"], ".2f")),
-    ]
-    if gpus > 1:
-        head.append(
-            (f"Output token throughput (tok/s, {gpus} GPUs)", _fmt(s["throughput_tok_s"], ",.0f"))
-        )
-    head += [
-        (f"Output token throughput ({per})", _fmt(s["throughput_per_gpu_tok_s"], ",.0f")),
-        (f"Total token throughput ({per})", _fmt(s["total_throughput_tok_s"] / gpus, ",.0f")),
+        ("Request throughput (req/s)", *rate(s["request_throughput"], ".2f")),
+        ("Output token throughput (tok/s)", *rate(s["throughput_tok_s"], ",.0f")),
+        ("Total token throughput (tok/s)", *rate(s["total_throughput_tok_s"], ",.0f")),
     ]
     if math.isfinite(s["steady_throughput_tok_s"]):
-        steady = s["steady_throughput_tok_s"] / gpus
-        head.append((f"Steady-state output throughput ({per})", _fmt(steady, ",.0f")))
+        head.append(
+            ("Steady-state output throughput (tok/s)", *rate(s["steady_throughput_tok_s"], ",.0f"))
+        )
     head += [
         ("Achieved concurrency", _fmt(s["achieved_concurrency"], ".1f")),
-        ("Per-user speed, mean (tok/s)", _fmt(s["per_user_tps_mean"])),
+        ("Per-user speed, mean (tok/s)", _fmt(s["per_user_tps_mean"]), "per request"),
     ]
     spec = [
         ("tau (tokens/step/request)", _fmt(s["tau"], ".3f")),
@@ -152,14 +154,24 @@ def table(summary: dict, config: dict, requested: str | None = None) -> str:
         ("End-to-end Latency", _lat(s, "e2e", "E2EL", ",.0f")),
         ("Speculative decoding", spec),
     ]
-    width = max(len(k) for _, rows in sections for k, _ in rows) + 2
+    width = max(len(row[0]) for _, rows in sections for row in rows) + 2
     lines: list[str] = []
     for title, rows in sections:
         lines.append(f" {title} ".center(width + 14, "=" if not lines else "-"))
-        lines += [f"{k + ':':<{width}}{v:>12}" if len(v) <= 12 else f"{k + ':':<{width}}{v}"
-                  for k, v in rows]  # fmt: skip
+        lines += [_row(width, *row) for row in rows]
     lines.append(f"wall time: {_fmt(s['wall_time_s'], '.2f')} s")
     return "\n".join(lines + _notes(s, c))
+
+
+def _row(width: int, label: str, value: str, note: str = "") -> str:
+    """``label: value``, a value of up to 12 characters right-aligned in one column, then the
+    note that says what the value is (its basis: the deployment or one GPU)."""
+    line = (
+        f"{label + ':':<{width}}{value:>12}"
+        if len(value) <= 12
+        else f"{label + ':':<{width}}{value}"
+    )
+    return f"{line}  {note}" if note else line
 
 
 def _itl_tail(s: dict) -> tuple[str, str]:

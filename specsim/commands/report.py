@@ -35,11 +35,13 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from specsim.analysis.report import list_reports, run_report
+    from specsim.commands.common import plain_warnings
 
     if not args.name:
         for name in list_reports(Path(args.root)):
             print(name)
         return 0
-    readme = run_report(args.name, args.root, workers=args.workers, resume=args.resume)
+    with plain_warnings():  # a sweep's warning: one line, with how many cells said it
+        readme = run_report(args.name, args.root, workers=args.workers, resume=args.resume)
     print(f"wrote {readme}", file=sys.stderr)
     return 0

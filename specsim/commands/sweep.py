@@ -15,7 +15,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from specsim.commands.common import POLICY_HELP, add_burstiness, add_profile, add_seed, resolve_cv
+from specsim.commands.common import (
+    POLICY_HELP,
+    add_burstiness,
+    add_profile,
+    add_seed,
+    plain_warnings,
+    resolve_cv,
+)
 from specsim.errors import SpecsimError
 
 
@@ -70,6 +77,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    with plain_warnings():  # a cell's warning: one line, with how many cells said it
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from specsim.analysis.grid import parse_numbers
 
     policies = [s.strip() for s in args.policies.split(",") if s.strip()]

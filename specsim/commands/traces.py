@@ -109,15 +109,21 @@ def run_info(args: argparse.Namespace) -> int:
             f"{k}={meta[k]}" for k in ("source", "target", "drafter", "temperature") if k in meta
         ),
         f"requests   {stats['requests']:,}   rows {stats['rows']:,}   tokens "
-        f"{stats['tokens']:,}   block size {stats['gamma']}",
-        f"tau        {_fmt(stats['tau_replay'])} [95% CI {_fmt(stats['tau_ci95'][0])}, "
-        f"{_fmt(stats['tau_ci95'][1])}] (full-verification replay, bonus included; interval: "
-        "requests resampled)   "
-        f"{_fmt(stats['tau_rows'])} (1 + mean accept_len over all rows)   "
-        f"{_fmt(stats['tokens_per_step'])} tokens/step",
-        f"confidence conditional c_k: AUROC {_fmt(stats['conf_auroc'])}  ECE "
-        f"{_fmt(stats['conf_ece'])}   survival a_k: AUROC {_fmt(stats['survival_auroc'])}  "
-        f"ECE {_fmt(stats['survival_ece'])}",
+        f"{stats['tokens']:,}   block size {stats['gamma']} (drafts per step)",
+        "acceptance length tau, in tokens per verification step (the bonus token included):",
+        f"  tau_replay       {_fmt(stats['tau_replay'])} tokens/step   95% CI "
+        f"[{_fmt(stats['tau_ci95'][0])}, {_fmt(stats['tau_ci95'][1])}]   full-verification "
+        "replay (the papers' tau)",
+        f"  tau_rows         {_fmt(stats['tau_rows'])} tokens/step   1 + mean accept_len over "
+        "all rows, skipped positions too",
+        f"  tokens_per_step  {_fmt(stats['tokens_per_step'])} tokens/step   tokens / "
+        f"{stats['replay_steps']:,} replay steps (last blocks capped)",
+        "confidence quality (AUROC 0.5 is chance, 1 perfect; ECE 0 is calibrated):",
+        f"  conditional c_k  AUROC {_fmt(stats['conf_auroc'])}   ECE {_fmt(stats['conf_ece'])}"
+        "   label: draft k accepted, given drafts < k were",
+        f"  survival a_k     AUROC {_fmt(stats['survival_auroc'])}   ECE "
+        f"{_fmt(stats['survival_ece'])}   label: accept_len >= k",
+        "(definitions: docs/trace-format.md, Statistics; the CI resamples whole requests)",
         "",
         "  k          n   accept rate   mean c_k   P(accept_len>=k)   mean a_k",
     ]

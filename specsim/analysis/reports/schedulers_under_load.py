@@ -39,8 +39,8 @@ def _on(group: str, groups: dict) -> str:
 def build(ctx: ReportContext) -> None:
     """Every policy on the shipped traces: Pareto chart, throughput at SLA targets with gains
     over the baseline, load curves, calibration, and the comparison with the paper."""
+    from specsim.analysis.figures import figure
     from specsim.analysis.frontier import X, Y, curves, speed_at_throughput, throughput_at_sla
-    from specsim.analysis.plots import figure
     from specsim.trace.io import read_trace
     from specsim.trace.stats import trace_stats
 

@@ -35,7 +35,7 @@ def auto_ratios(both: pd.DataFrame, refs: list[str], auto: str) -> pd.DataFrame:
 
 def auto_figure(rows: pd.DataFrame, auto: str):  # noqa: ANN201 - matplotlib Figure
     """auto.png: ``auto`` / best built-in per trace, profile and load (from ``auto_ratios``)."""
-    from specsim.analysis.plots import ratio_figure
+    from specsim.analysis.figures import ratio_figure
 
     return ratio_figure(
         rows.rename(columns={f"{auto} / best": "ratio"}),
