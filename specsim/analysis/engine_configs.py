@@ -17,7 +17,9 @@ turns the engine's knobs, by the names the engine's source uses (cited in
   :func:`specsim.record.dspark_export.llama_server_args` writes).
 
 No speculation renders as the engine run without its speculative flags. The drafter's path is a
-placeholder (``--drafter`` names the real one); every other value is the tuned one.
+placeholder that says so (``./REPLACE-ME-...``, and a note; ``--drafter`` names the real one);
+every other value is the tuned one, and a note names the engine source the keys were read from
+(the commits ``tests/data/engine_config_schemas.json`` checks every rendering against).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 ENGINE_NAMES = {
@@ -34,12 +36,24 @@ ENGINE_NAMES = {
     "sglang": "SGLang",
     "llama": "llama-server",
 }
-# Placeholders with no shell metacharacters, so a pasted command line still parses.
+# Placeholders with no shell metacharacters, so a pasted command line still parses, named so
+# that nobody mistakes them for a path that exists.
 DEFAULT_DRAFTER = {
-    "vllm": "./dspark-speculators",
-    "trtllm": "./dspark-drafter",
-    "sglang": "./dspark-drafter",
-    "llama": "./dspark-drafter.gguf",
+    "vllm": "./REPLACE-ME-dspark-speculators",
+    "trtllm": "./REPLACE-ME-dspark-drafter",
+    "sglang": "./REPLACE-ME-dspark-drafter",
+    "llama": "./REPLACE-ME-dspark-drafter.gguf",
+}
+# Where each engine's keys and flags were read (the sources of tests/data/engine_config_schemas
+# .json): a release older than these may not know them.
+KEYS_FROM = {
+    "vllm": "vLLM's SpeculativeConfig at vllm-project/vllm@002e77c1 (vllm/config/speculative.py); "
+    "enable_adaptive_verification is PR #47808 (@057929c3): a vLLM without it refuses the key",
+    "trtllm": "TensorRT-LLM's DSparkDecodingConfig at NVIDIA/TensorRT-LLM@00043967 "
+    "(tensorrt_llm/llmapi/llm_args.py)",
+    "sglang": "SGLang's server arguments at sgl-project/sglang@001067ff "
+    "(python/sglang/srt/server_args.py)",
+    "llama": "llama.cpp's flags at ggml-org/llama.cpp@0017d6fb (common/arg.cpp)",
 }
 TRTLLM_COST_TABLE = "cost_table.json"
 # The first release whose DSparkDecodingConfig declares the confidence-scheduling fields
@@ -72,9 +86,19 @@ def render(
     drafter's block size, so a shorter setting carries its caveat."""
     path = drafter or DEFAULT_DRAFTER[engine]
     if engine == "trtllm":
-        return trtllm(knobs, path, cost_table or TRTLLM_COST_TABLE, block)
-    fn = {"vllm": vllm, "sglang": sglang, "llama": llama}[engine]
-    return fn(knobs, path, block)
+        ec = trtllm(knobs, path, cost_table or TRTLLM_COST_TABLE, block)
+    else:
+        ec = {"vllm": vllm, "sglang": sglang, "llama": llama}[engine](knobs, path, block)
+    if not knobs:  # speculation off: nothing to paste, nothing to replace
+        return ec
+    notes = [f"keys as in {KEYS_FROM[engine]}"]
+    if not drafter:
+        notes.insert(
+            0,
+            f"{path} is a placeholder: replace it with your drafter's path (or give tune "
+            "--drafter PATH)",
+        )
+    return replace(ec, notes=(*notes, *ec.notes))
 
 
 def vllm(knobs: dict[str, Any], drafter: str, block: int | None = None) -> EngineConfig:

@@ -2,13 +2,18 @@
 
 An operator does not deploy a specsim policy; they set their engine's knobs. This module
 translates each engine's knobs into the built-in policy that is that engine's rule
-(:mod:`specsim.policies.engines`), replays every setting of a small grid once at the load with
-the same seed (common random numbers: every candidate meets the same arrivals and the same
-requests, so differences between rows are the knobs', not the sampling's), and picks the best
-by the objective among the settings that meet the SLA. Beside the grid it always replays the
-engine's DEFAULT setting and no speculation (``ar``), so the table says what tuning buys.
+(:mod:`specsim.policies.engines`), replays every setting of a small grid at the load over
+``seeds`` seeds, the SAME seeds for every setting (common random numbers: every candidate meets
+the same arrivals and the same requests, so the differences between rows are the knobs', paired
+seed by seed), and picks the best by the objective's mean among the settings that meet the SLA.
+Beside the grid it always replays the engine's DEFAULT setting and no speculation (``ar``), so
+the table says what tuning buys. Settings whose paired difference to the best is within noise
+(its 95% interval holds 0) tie with it, and one of them is RECOMMENDED by a stated rule
+(:mod:`specsim.analysis.tune_score`): the answer does not change with ``--seed`` where the
+search cannot tell the settings apart.
 
-Knobs, in specsim terms (``k`` ranges over ``draft_lens``, 1..the trace's block by default):
+Knobs, in specsim terms (``k`` ranges over ``draft_lens``, 1..the trace's block by default;
+a length past the block is left out, with a note):
 
 - vllm: ``num_speculative_tokens`` k, each with ``enable_adaptive_verification`` off
   (``static:k``) and on (``vllm-adaptive`` on the block's first k drafts). Default: k = the
@@ -28,11 +33,12 @@ truncated): DSpark's block is non-causal, so a drafter RUN with a shorter block 
 tokens; the rendered config says so (:mod:`specsim.analysis.engine_configs`).
 
 Objective (``objective``): ``throughput`` (the steady-state output tokens/s of a closed loop,
-the whole-run output tokens/s of an open one; higher is better), ``goodput`` (requests/s that
-meet every ``--slo``), ``tpot`` or ``ttft`` (the SLA quantile of that latency, lower is better).
-Default: ``throughput`` for a closed loop; ``tpot`` for an open loop, whose throughput is the
-arrival rate whatever the knobs (its differences would be noise). The SLA: every ``--slo``
-latency's ``sla_quantile`` percentile (P90 by default) at most its bound, and the mean per-user
+the whole-run output tokens/s of an open one, both for the whole deployment: the profile's
+GPUs together; higher is better), ``goodput`` (requests/s that meet every ``--slo``), ``tpot``
+or ``ttft`` (the SLA quantile of that latency, lower is better). Default: ``throughput`` for a
+closed loop; ``tpot`` for an open loop, whose throughput is the arrival rate whatever the knobs
+(its differences would be noise). The SLA: every ``--slo`` latency's ``sla_quantile``
+percentile (P90 by default), averaged over the seeds, at most its bound, and the mean per-user
 speed at least ``--sla-tps`` (the rule of :func:`specsim.analysis.maxload.find_max_load`).
 """
 
@@ -46,15 +52,22 @@ from typing import Any
 from specsim.analysis.tune_grid import (
     Candidate,
     candidates,
+    dropped_lens,
     schedule_candidate,
+    tuned_schedule,
 )
 from specsim.analysis.tune_score import (
+    TIE_RULE,
+    TIE_SHARE,
     Sla,
-    _num,
+    acceptance_check,
     describe_objective,
+    explain,
+    make_row,
+    mark_ties,
     maximize,
-    objective_value,
-    throughput,
+    pick_best,
+    recommend,
 )
 from specsim.errors import SpecsimError
 from specsim.options import option as _f
@@ -65,13 +78,15 @@ QUANTILES = (50, 90, 95, 99)
 DEFAULT_GAINS = (0.0, 0.02, 0.04, 0.08)
 DEFAULT_P_MINS = (0.0, 0.1, 0.2, 0.3, 0.5, 0.7)
 # Requests per replay when --requests is not given. A replay costs about one policy call per
-# engine step, and a closed loop at C takes requests x output / (C x tau) steps: 4C requests
-# keeps that flat across loads (and holds C for a steady window; 3C is the least replay
-# accepts); the floor keeps a P90 over at least 100 requests at low concurrency.
-MIN_REQUESTS, REQUESTS_PER_CONCURRENCY, OPEN_LOOP_REQUESTS = 100, 4, 200
-# Differences smaller than this share of the objective are called a tie in the verdict: one
-# seed's replay does not resolve them (the best row is still the argmax).
-TIE_SHARE = 0.01
+# engine step, and a closed loop at C takes requests x output / (C x tau) steps: a multiple of
+# C keeps that flat across loads; the floor keeps a P90 over at least 100 requests at low
+# concurrency. 8C, not the 3C replay accepts: warm-up and drain take C each, so the steady
+# window holds ~6C. At 4C (a 2C window) the paired intervals at C = 64 on synthetic-chat were
+# +-5-10% and SGLang's recommendation moved with --seed; at 8C they are +-2-4% and it held.
+MIN_REQUESTS, REQUESTS_PER_CONCURRENCY, OPEN_LOOP_REQUESTS = 100, 8, 200
+# Seeds per setting: 5 gives a paired t-interval (4 degrees of freedom) that separates the
+# settings a seed change reorders from those it does not, at 5x one replay's cost.
+DEFAULT_SEEDS, MAX_SEEDS = 5, 100
 
 
 @dataclass(frozen=True)
@@ -92,6 +107,13 @@ class TuneConfig:
     )
     profile: str = _f("h100-dense-8b", "cost profile", cli=False)
     seed: int = _f(0, "random seed, the same for every candidate", cli=False)
+    seeds: int = _f(
+        DEFAULT_SEEDS,
+        "replays per setting, seeds --seed x N .. --seed x N + N-1, the same for every setting "
+        "(common random numbers): each number is their mean, each setting's difference to the "
+        "best gets a 95% interval, and settings within noise of the best tie",
+        type=int,
+    )
     # -- the SLA and the objective
     slo: str | None = _f(
         None, "SLA latencies in ms, e.g. ttft=200,tpot=50 (e2e= too): each one's "
@@ -144,6 +166,24 @@ class TuneConfig:
             raise SpecsimError("--p-mins takes confidences in [0, 1], e.g. 0,0.1,0.3,0.5")
         if isinstance(self.workers, bool) or int(self.workers) != self.workers or self.workers < 1:
             raise SpecsimError(f"--workers must be a whole number >= 1, got {self.workers}")
+        n = self.seeds
+        if isinstance(n, bool) or int(n) != n or not 1 <= n <= MAX_SEEDS:
+            raise SpecsimError(f"--seeds must be a whole number in [1, {MAX_SEEDS}], got {n}")
+        s = self.seed
+        if isinstance(s, bool) or not hasattr(s, "__index__") or not 0 <= int(s) < 2**63:
+            raise SpecsimError(f"--seed must be a whole number in [0, 2^63), got {s!r}")
+        s = int(s)
+        if s * n + n > 2**63:
+            raise SpecsimError(
+                f"--seed {s} with --seeds {n} replays seeds up to {s * n + n - 1}, past 2^63: "
+                "use a smaller --seed"
+            )
+
+    @property
+    def seed_list(self) -> tuple[int, ...]:
+        """The seeds every setting is replayed with: ``seed x seeds`` + 0 .. seeds-1, so two
+        ``--seed`` values share no seed and ``--seeds 1`` is ``--seed`` itself."""
+        return tuple(int(self.seed) * int(self.seeds) + i for i in range(int(self.seeds)))
 
     @property
     def load_kind(self) -> str:
@@ -214,8 +254,10 @@ def truncate_block(trace: Any, k: int) -> Any:
     )
 
 
-def replay_candidate(trace: Any, cand: Candidate, load: Load, cfg: TuneConfig, profile: Any):  # noqa: ANN201
-    """(summary, warnings) of one candidate at one load: the same seed for every candidate."""
+def replay_candidate(trace: Any, cand: Candidate, load: Load, cfg: TuneConfig, profile: Any,
+                     seed: int | None = None):  # noqa: ANN201  # fmt: skip
+    """(summary, warnings) of one candidate at one load and one seed (``cfg.seed`` if None):
+    the same seeds for every candidate."""
     from specsim.sim.simulate import replay
 
     tr = truncate_block(trace, cand.block) if cand.block is not None else trace
@@ -225,7 +267,7 @@ def replay_candidate(trace: Any, cand: Candidate, load: Load, cfg: TuneConfig, p
             tr,
             cand.policy,
             profile=profile,
-            seed=cfg.seed,
+            seed=cfg.seed if seed is None else seed,
             slo=cfg.slo,
             sla_tps=cfg.sla_tps,
             require_steady=True,
@@ -236,54 +278,10 @@ def replay_candidate(trace: Any, cand: Candidate, load: Load, cfg: TuneConfig, p
     return res.summary, [str(w.message) for w in caught]
 
 
-def _row(cand: Candidate, load: Load, s: dict[str, Any], cfg: TuneConfig, sla: Sla) -> dict:
-    """One table row: the setting, the predicted numbers, the SLA verdict and the score."""
-    q, obj = cfg.sla_quantile, cfg.objective_name()
-    tau, eff = float(s["tau"]), float(s["verify_efficiency"])
-    verified = (tau - 1.0) / eff if s["verified_draft_tokens"] and eff > 0 else 0.0
-    misses = sla.misses(s)
-    return {
-        "load_kind": load.kind,
-        "load": load.value,
-        "candidate": cand.label,
-        "role": cand.role,
-        "policy": cand.policy,
-        "block": cand.block,
-        "knobs": cand.knob_text(),
-        "throughput_tok_s": throughput(s, cfg.closed),
-        "tpot_ms_p50": float(s["tpot_ms_p50"]),
-        f"tpot_ms_p{q}": float(s[f"tpot_ms_p{q}"]),
-        "ttft_ms_p90": float(s["ttft_ms_p90"]),
-        f"ttft_ms_p{q}": float(s[f"ttft_ms_p{q}"]),
-        "per_user_tps_mean": float(s["per_user_tps_mean"]),
-        "goodput_req_s": s.get("goodput_req_s"),
-        "tau": tau,
-        "verified_per_step": verified,
-        "step_ms": 1000.0 * float(s["sim_time_s"]) / max(int(s["engine_steps"]), 1),
-        "sla_met": not misses,
-        "sla_misses": "; ".join(misses),
-        "objective": objective_value(s, obj, cfg.closed, q),
-        "best": False,
-    }
-
-
-def pick_best(rows: list[dict], objective: str) -> int | None:
-    """The index of the best row meeting the SLA (the first on a tie: no speculation, then the
-    default, come first, so a grid setting must beat them strictly); None if none meets it."""
-    sign = 1.0 if maximize(objective) else -1.0
-    best, best_v = None, -math.inf
-    for i, r in enumerate(rows):
-        v = r["objective"]
-        if not r["sla_met"] or v is None or not math.isfinite(v):
-            continue
-        if sign * v > best_v:
-            best, best_v = i, sign * v
-    return best
-
-
 @dataclass(frozen=True, eq=False)
 class LoadResult:
-    """The rows of one load, which is best / default / no speculation, and the verdict."""
+    """The rows of one load, which is best (the highest mean) / recommended (by the tie rule) /
+    default / no speculation, the verdict, and each row's objective at each seed."""
 
     load: Load
     rows: list[dict]
@@ -292,10 +290,21 @@ class LoadResult:
     no_spec: int
     verdict: str
     warnings: tuple[str, ...] = ()
+    recommended: int | None = None
+    samples: list[list[float]] = field(default_factory=list)
 
     @property
     def best_row(self) -> dict | None:
         return None if self.best is None else self.rows[self.best]
+
+    @property
+    def recommended_row(self) -> dict | None:
+        return None if self.recommended is None else self.rows[self.recommended]
+
+    @property
+    def ties(self) -> list[dict]:
+        """The best and the settings within noise of it, in table order."""
+        return [r for r in self.rows if r["best"] or r["within_noise"]]
 
 
 @dataclass(frozen=True, eq=False)
@@ -312,6 +321,11 @@ class TuneResult:
     trace: str = ""
     profile: str = ""
     extra: dict = field(default_factory=dict)
+    seeds: tuple[int, ...] = ()
+    gpus: int = 1
+    acceptance: dict = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+    tie_rule: str = TIE_RULE
 
     def frame(self):  # noqa: ANN201 - pandas.DataFrame
         import pandas as pd
@@ -320,25 +334,29 @@ class TuneResult:
 
 
 def _run_rows(trace: Any, cands: list[Candidate], load: Load, cfg: TuneConfig, profile: Any,
-              progress: Any = None) -> tuple[list[dict[str, Any]], list[str]]:  # fmt: skip
-    """Every candidate's summary at one load (in candidate order), and their warnings."""
-    if cfg.workers <= 1 or len(cands) == 1:
+              progress: Any = None) -> tuple[list[list[dict[str, Any]]], list[str]]:  # fmt: skip
+    """Every candidate's summaries at one load, one per seed of ``cfg.seed_list`` (in candidate
+    then seed order), and their warnings."""
+    jobs = [(c, s) for c in cands for s in cfg.seed_list]
+    if cfg.workers <= 1 or len(jobs) == 1:
         out = []
-        for c in cands:
-            out.append(replay_candidate(trace, c, load, cfg, profile))
+        for c, s in jobs:
+            out.append(replay_candidate(trace, c, load, cfg, profile, s))
             if progress is not None:
                 progress.update(1)
     else:
         from concurrent.futures import ProcessPoolExecutor
 
-        with ProcessPoolExecutor(max_workers=min(cfg.workers, len(cands))) as pool:
-            futs = [pool.submit(replay_candidate, trace, c, load, cfg, profile) for c in cands]
+        with ProcessPoolExecutor(max_workers=min(cfg.workers, len(jobs))) as pool:
+            futs = [pool.submit(replay_candidate, trace, c, load, cfg, profile, s)
+                    for c, s in jobs]  # fmt: skip
             out = []
             for f in futs:
                 out.append(f.result())
                 if progress is not None:
                     progress.update(1)
-    summaries = [s for s, _ in out]
+    n = len(cfg.seed_list)
+    summaries = [[s for s, _ in out[i : i + n]] for i in range(0, len(out), n)]
     seen: dict[str, None] = {}
     for _, ws in out:
         seen.update(dict.fromkeys(ws))
@@ -358,28 +376,34 @@ def tune(trace: Any, cfg: TuneConfig, progress: Any = None) -> TuneResult:
         ReplayConfig(**{cfg.load_kind: x}, cv=cfg.cv)
     if cfg.requests is not None:
         ReplayConfig(requests=cfg.requests)
+    ReplayConfig(seed=cfg.seed_list[-1])
     sla = Sla.from_config(cfg)
     profile = get_profile(cfg.profile)
     block = tr.block_size
+    notes = _draft_len_notes(cfg, block)
     cands = candidates(cfg, block)
     obj, q = cfg.objective_name(), cfg.sla_quantile
+    gpus = int(getattr(profile, "gpus", 1) or 1)
     if progress is not None and not getattr(progress, "total", 1):
-        progress.total = float(len(cands) * len(cfg.loads))
+        progress.total = float(len(cands) * len(cfg.loads) * len(cfg.seed_list))
     results = []
     for x in cfg.loads:
         load = Load(cfg.load_kind, int(x) if cfg.closed else x)
         summaries, warns = _run_rows(tr, cands, load, cfg, profile, progress)
-        rows = [_row(c, load, s, cfg, sla) for c, s in zip(cands, summaries, strict=True)]
-        results.append(_score(rows, cands, load, obj, q, cfg.engine, tuple(warns)))
+        scored = [
+            make_row(c, load, s, cfg, sla, gpus) for c, s in zip(cands, summaries, strict=True)
+        ]
+        results.append(_score(scored, cands, load, obj, q, cfg.engine, tuple(warns)))
     extra: dict[str, Any] = {}
     sched = tuned_schedule(results, obj) if cfg.engine == "trtllm" and cfg.closed else None
     if sched is not None and len(cfg.loads) > 1:
         cand = schedule_candidate(sched, "tuned across these loads")
         cands = [*cands, cand]
         for i, lr in enumerate(results):  # the schedule replayed at every load, as a grid row
-            s, warns = replay_candidate(tr, cand, lr.load, cfg, profile)
-            rows = [*lr.rows, _row(cand, lr.load, s, cfg, sla)]
-            results[i] = _score(rows, cands, lr.load, obj, q, cfg.engine, lr.warnings)
+            sums = [replay_candidate(tr, cand, lr.load, cfg, profile, s)[0] for s in cfg.seed_list]
+            new = make_row(cand, lr.load, sums, cfg, sla, gpus)
+            scored = [*zip(lr.rows, lr.samples, strict=True), new]
+            results[i] = _score(scored, cands, lr.load, obj, q, cfg.engine, lr.warnings)
         extra["draft_len_schedule"] = [list(p) for p in sched]
     return TuneResult(
         config=cfg,
@@ -392,149 +416,50 @@ def tune(trace: Any, cfg: TuneConfig, progress: Any = None) -> TuneResult:
         trace=str(tr.path or "<in-memory>"),
         profile=str(profile.name),
         extra=extra,
+        seeds=cfg.seed_list,
+        gpus=gpus,
+        acceptance=acceptance_check(tr, str(profile.name)),
+        notes=notes,
     )
 
 
-def _score(rows: list[dict], cands: list[Candidate], load: Load, obj: str, q: int, engine: str,
-           warns: tuple[str, ...]) -> LoadResult:  # fmt: skip
-    """Mark the best row of one load and say how the default compares."""
-    for r in rows:
-        r["best"] = False
+def _draft_len_notes(cfg: TuneConfig, block: int) -> tuple[str, ...]:
+    """A note naming the ``--draft-lens`` past the block (left out); none left: an error."""
+    dropped = dropped_lens(block, cfg.draft_lens)
+    if not dropped:
+        return ()
+    shown = ",".join(map(str, dropped))
+    why = (
+        f"longer than the trace's block of {block} drafts (the drafter proposes {block} a step, "
+        "so the trace cannot predict more)"
+    )
+    if len(dropped) == len(set(map(int, cfg.draft_lens or ()))):
+        raise SpecsimError(f"--draft-lens {shown}: every length is {why}; give lengths 1..{block}")
+    return (f"--draft-lens {shown} left out: {why}",)
+
+
+def _score(scored: list[tuple[dict, list[float]]], cands: list[Candidate], load: Load, obj: str,
+           q: int, engine: str, warns: tuple[str, ...]) -> LoadResult:  # fmt: skip
+    """Mark the best row of one load (the highest mean meeting the SLA), the rows within noise
+    of it, the recommended one, and say how it compares with the default."""
+    rows = [r for r, _ in scored]
+    samples = [list(x) for _, x in scored]
     best = pick_best(rows, obj)
-    if best is not None:
-        rows[best]["best"] = True
+    mark_ties(rows, samples, best)
     d = next(i for i, c in enumerate(cands) if c.role == "default")
     n = next(i for i, c in enumerate(cands) if c.role == "no-spec")
-    verdict = explain(rows, best, d, load, obj, q, engine)
-    return LoadResult(load, rows, best, d, n, verdict, warns)
-
-
-def _fixed_len(policy: str) -> int | None:
-    """The draft length of a constant-length setting (``ar`` 0, ``static:k`` k), else None."""
-    if policy == "ar":
-        return 0
-    name, _, arg = policy.partition(":")
-    return int(arg) if name == "static" and arg.isdigit() else None
-
-
-def tuned_schedule(results: list[LoadResult], objective: str) -> tuple[tuple[int, int], ...] | None:
-    """TensorRT-LLM's ``draft_len_schedule`` from the searched closed-loop loads: at each load C
-    the best fixed draft length meeting the SLA (0: no speculation), for batch sizes up to C
-    (``get_draft_len_for_batch_size``: the first key >= the batch), never longer at a larger
-    batch than at a smaller one (the engine's validator refuses it); runs of one length merged
-    into their largest key, and speculation off above the largest load searched (the rule's
-    own behaviour above its last key). None when no load has a fixed length worth drafting."""
-    sign = 1.0 if maximize(objective) else -1.0
-    pairs: list[tuple[int, int]] = []
-    for lr in sorted(results, key=lambda r: float(r.load.value)):
-        fixed = [
-            (r["objective"], -_fixed_len(r["policy"]), r)
-            for r in lr.rows
-            if _fixed_len(r["policy"]) is not None and r["sla_met"]
-        ]
-        if not fixed:
-            continue
-        best = max(fixed, key=lambda t: (sign * t[0], t[1]))[2]
-        pairs.append((int(lr.load.value), _fixed_len(best["policy"]) or 0))
-    # TensorRT-LLM's validator (DecodingBaseConfig.validate_draft_len_schedule_and_sort in
-    # llm_args.py) wants the smallest batch's length = max_draft_len >= every other length: a
-    # length that grows with the load is raised at the smaller batches (the candidate is
-    # replayed like any other, so the table shows what that costs).
-    for i in range(len(pairs) - 2, -1, -1):
-        pairs[i] = (pairs[i][0], max(pairs[i][1], pairs[i + 1][1]))
-    merged: list[tuple[int, int]] = []
-    for c, k in pairs:
-        if merged and merged[-1][1] == k:
-            merged[-1] = (c, k)
-        else:
-            merged.append((c, k))
-    while merged and merged[-1][1] == 0:
-        merged.pop()
-    return tuple(merged) if merged else None
-
-
-# ------------------------------------------------------------------ by how much, and why
-def _change(new: float, old: float) -> str:
-    if not (math.isfinite(new) and math.isfinite(old)) or old == 0:
-        return "n/a"
-    pct = 100.0 * (new - old) / abs(old)
-    return f"{pct:+.1f}%" if abs(pct) < 10 else f"{pct:+.0f}%"
-
-
-def explain(rows: list[dict], best: int | None, default: int, load: Load, objective: str,
-            q: int, engine: str) -> str:  # fmt: skip
-    """One or two sentences: the default against the best, by how much, and the mechanism
-    (drafts verified a step, tokens it accepts, what the step costs)."""
-    d = rows[default]
-    if best is None:
-        return (
-            f"no setting meets the SLA at {load.describe()}; the default misses it by "
-            f"{d['sla_misses'] or 'nothing'}: lower the load or relax the SLA"
-        )
-    b = rows[best]
-    if best == default:
-        return f"the default ({d['candidate']}) is the best setting at {load.describe()}"
-    unit = "tok/s" if objective == "throughput" else "req/s" if objective == "goodput" else "ms"
-    spec = ",.0f" if objective == "throughput" else ".2f"
-    change = _change(b["objective"], d["objective"])
-    if not maximize(objective) and change.startswith("-"):
-        change = f"{change[1:]} lower"
-    how = (
-        f"{b['candidate']} ({_num(b['objective'], spec)} {unit}) against the default "
-        f"{d['candidate']} ({_num(d['objective'], spec)} {unit}): {change}"
-    )
-    if not d["sla_met"]:
-        how += f"; the default misses the SLA ({d['sla_misses']})"
-    elif _tie(b["objective"], d["objective"]):
-        return (
-            f"at {load.describe()}, the default ({d['candidate']}, {_num(d['objective'], spec)} "
-            f"{unit}) is within {100 * TIE_SHARE:g}% of the best ({b['candidate']}, "
-            f"{_num(b['objective'], spec)} {unit}, {_change(b['objective'], d['objective'])}): "
-            "a difference one seed's replay does not resolve, so keep the default"
-        )
-    return f"at {load.describe()}, {how}. {_mechanism(d, b, load)}"
-
-
-def _tie(a: float, b: float) -> bool:
-    return math.isfinite(a) and math.isfinite(b) and abs(a - b) <= TIE_SHARE * abs(b)
-
-
-def _mechanism(d: dict, b: dict, load: Load) -> str:
-    """Why, in the terms throughput is made of: tokens a request-step and seconds a step."""
-    if b["role"] == "no-spec":
-        return (
-            f"Speculation does not pay here: the default verifies {d['verified_per_step']:.1f} "
-            f"drafts a request each step and gains {d['tau'] - 1:.2f} tokens a step for it, "
-            f"while its steps take {d['step_ms']:.2f} ms against {b['step_ms']:.2f} ms "
-            f"({_change(d['step_ms'], b['step_ms'])})."
-        )
-    dv = d["verified_per_step"] - b["verified_per_step"]
-    step = _change(d["step_ms"], b["step_ms"])
-    close = 0.05 + 0.05 * b["verified_per_step"]  # within 5%: the same number of drafts
-    if dv > close:
-        return (
-            f"Verifying {d['verified_per_step']:.1f} drafts a request each step (the default) "
-            f"instead of {b['verified_per_step']:.1f} makes a step {d['step_ms']:.2f} ms against "
-            f"{b['step_ms']:.2f} ms ({step}), more than the {d['tau'] - b['tau']:+.2f} tokens a "
-            f"step it accepts beyond the best's pay for ({d['tau']:.2f} vs {b['tau']:.2f} tokens "
-            f"per request-step)."
-        )
-    if dv < -close:
-        return (
-            f"The default verifies too few: {b['verified_per_step']:.1f} drafts a request each "
-            f"step accept {b['tau'] - d['tau']:+.2f} tokens a step more ({b['tau']:.2f} vs "
-            f"{d['tau']:.2f}) for steps of {b['step_ms']:.2f} ms against {d['step_ms']:.2f} ms."
-        )
-    return (
-        f"Both verify about {b['verified_per_step']:.1f} drafts a request each step; the best "
-        f"picks which ones better: {b['tau']:.2f} vs {d['tau']:.2f} tokens per request-step, "
-        f"steps of {b['step_ms']:.2f} ms vs {d['step_ms']:.2f} ms."
-    )
+    rec = recommend(rows, cands, best, d)
+    for i, r in enumerate(rows):
+        r["recommended"] = i == rec
+    verdict = explain(rows, best, d, load, obj, q, engine, recommended=rec)
+    return LoadResult(load, rows, best, d, n, verdict, warns, rec, samples)
 
 
 __all__ = [
     "ENGINES",
     "OBJECTIVES",
+    "TIE_RULE",
+    "TIE_SHARE",
     "Candidate",
     "Load",
     "LoadResult",
@@ -543,7 +468,9 @@ __all__ = [
     "TuneResult",
     "candidates",
     "explain",
+    "maximize",
     "pick_best",
     "truncate_block",
     "tune",
+    "tuned_schedule",
 ]

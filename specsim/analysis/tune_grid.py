@@ -1,6 +1,7 @@
 """The grid ``tune`` searches: each engine's DSpark knobs as settings (``Candidate``), each the
 built-in policy that is that engine's rule at those knobs (:mod:`specsim.analysis.tune` says
-which knobs, and which setting is each engine's default)."""
+which knobs, and which setting is each engine's default); and TensorRT-LLM's
+``draft_len_schedule`` tuned across loads."""
 
 from __future__ import annotations
 
@@ -40,10 +41,16 @@ NO_SPEC = Candidate("no speculation", "ar", (), None, "no-spec")
 
 
 def _lens(block: int, draft_lens: tuple[int, ...] | None) -> list[int]:
-    """The draft lengths tried: the given ones capped at the block, else 1..block."""
+    """The draft lengths tried: the given ones up to the block (a longer one is no setting the
+    trace can predict: the drafter proposes ``block`` drafts a step), else 1..block."""
     if draft_lens is None:
         return list(range(1, block + 1))
-    return sorted({min(int(k), block) for k in draft_lens})
+    return sorted({int(k) for k in draft_lens if int(k) <= block})
+
+
+def dropped_lens(block: int, draft_lens: tuple[int, ...] | None) -> list[int]:
+    """The ``--draft-lens`` longer than the block, which :func:`_lens` leaves out."""
+    return sorted({int(k) for k in draft_lens or () if int(k) > block})
 
 
 def _trunc(k: int, block: int) -> int | None:
@@ -171,3 +178,51 @@ def schedule_candidate(sched: tuple[tuple[int, int], ...], why: str) -> Candidat
         ("draft_len_schedule", tuple(sched)),
     )
     return Candidate(f"draft_len_schedule {spec} ({why})", f"trtllm-schedule:{spec}", knobs)
+
+
+# ------------------------------------------------------------------ one schedule for all loads
+def _fixed_len(policy: str) -> int | None:
+    """The draft length of a constant-length setting (``ar`` 0, ``static:k`` k), else None."""
+    if policy == "ar":
+        return 0
+    name, _, arg = policy.partition(":")
+    return int(arg) if name == "static" and arg.isdigit() else None
+
+
+def tuned_schedule(results: list[Any], objective: str) -> tuple[tuple[int, int], ...] | None:
+    """TensorRT-LLM's ``draft_len_schedule`` from the searched closed-loop loads (each a
+    :class:`specsim.analysis.tune.LoadResult`): at each load C the best fixed draft length
+    meeting the SLA (0: no speculation), for batch sizes up to C
+    (``get_draft_len_for_batch_size``: the first key >= the batch), never longer at a larger
+    batch than at a smaller one (the engine's validator refuses it); runs of one length merged
+    into their largest key, and speculation off above the largest load searched (the rule's
+    own behaviour above its last key). None when no load has a fixed length worth drafting."""
+    from specsim.analysis.tune_score import maximize
+
+    sign = 1.0 if maximize(objective) else -1.0
+    pairs: list[tuple[int, int]] = []
+    for lr in sorted(results, key=lambda r: float(r.load.value)):
+        fixed = [
+            (r["objective"], -_fixed_len(r["policy"]), r)
+            for r in lr.rows
+            if _fixed_len(r["policy"]) is not None and r["sla_met"]
+        ]
+        if not fixed:
+            continue
+        best = max(fixed, key=lambda t: (sign * t[0], t[1]))[2]
+        pairs.append((int(lr.load.value), _fixed_len(best["policy"]) or 0))
+    # TensorRT-LLM's validator (DecodingBaseConfig.validate_draft_len_schedule_and_sort in
+    # llm_args.py) wants the smallest batch's length = max_draft_len >= every other length: a
+    # length that grows with the load is raised at the smaller batches (the candidate is
+    # replayed like any other, so the table shows what that costs).
+    for i in range(len(pairs) - 2, -1, -1):
+        pairs[i] = (pairs[i][0], max(pairs[i][1], pairs[i + 1][1]))
+    merged: list[tuple[int, int]] = []
+    for c, k in pairs:
+        if merged and merged[-1][1] == k:
+            merged[-1] = (c, k)
+        else:
+            merged.append((c, k))
+    while merged and merged[-1][1] == 0:
+        merged.pop()
+    return tuple(merged) if merged else None

@@ -1,13 +1,15 @@
 """``specsim tune``: your engine's best DSpark knobs at a load, and the config to paste.
 
-specsim tune chat --engine vllm --concurrency 64 --slo tpot=10
+specsim tune synthetic-chat --engine vllm --concurrency 64 --slo tpot=15 --profile v4-flash-like
 specsim tune traces/code.parquet --engine trtllm --concurrency 1,4,16,64 --profile v4-flash-like
 specsim tune my.parquet --engine llama --rate 4 --slo ttft=500,tpot=60 --json
 
-Each setting of the engine's knobs is replayed once at the load with the same seed (common
+Each setting of the engine's knobs is replayed at the load with the same --seeds seeds (common
 random numbers), beside the engine's default and no speculation; the best meets the SLA and
-maximises the objective (see --objective). The grid per engine, the objective and the SLA rule:
-the docstring of specsim/analysis/tune.py.
+maximises the objective's mean (see --objective), the settings whose paired difference to it is
+within noise tie with it, and a stated rule picks the one to paste among them. The grid per
+engine, the objective and the SLA rule: the docstring of specsim/analysis/tune.py; the ties and
+the rule: specsim/analysis/tune_score.py.
 """
 
 from __future__ import annotations
@@ -45,7 +47,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     load.add_argument("--arrivals", metavar="CSV", help="arrival times (Azure CSV, azure-conv)")
     add_burstiness(p)
     add_profile(p)
-    add_seed(p, "random seed, the same for every setting")
+    add_seed(p, "random seed: the replays use seeds --seed x --seeds .. + --seeds - 1, the same "
+             "for every setting")  # fmt: skip
     add_options(p, TuneConfig, skip=("engine",))
     p.add_argument(
         "--trtllm-cost-table",
@@ -102,7 +105,9 @@ def _run(args: argparse.Namespace, cfg: Any, out: Path | None, table_path: Path 
         )
     with Progress(0, "tune", " replays") as bar:
         res = tune(args.trace, cfg, progress=bar)
-    for w in dict.fromkeys(w for lr in res.loads for w in lr.warnings):
+    acceptance = res.acceptance.get("warning")
+    for w in dict.fromkeys([*([acceptance] if acceptance else []),
+                            *(w for lr in res.loads for w in lr.warnings)]):  # fmt: skip
         sys.stderr.write(f"specsim: warning: {w}\n")
     cost_table = str(table_path) if table_path is not None else None
     if table_path is not None:
@@ -143,17 +148,23 @@ def _config_for(res: Any, row: dict | None, cost_table: str | None):  # noqa: AN
 
 
 def as_json(res: Any, cost_table: str | None = None) -> dict[str, Any]:
-    """The ``--json`` object: what was searched and scored, and per load the rows, the best,
-    the default, no speculation, the verdict and the config to paste."""
+    """The ``--json`` object: what was searched and scored, and per load the rows, the best, the
+    settings within noise of it, the recommended one (by the tie rule), the default, no
+    speculation, the verdict and the config to paste (the recommended setting's)."""
     loads = []
     for lr in res.loads:
-        ec = _config_for(res, lr.best_row, cost_table)
+        ec = _config_for(res, lr.recommended_row, cost_table)
         loads.append(
             {
                 "load_kind": lr.load.kind,
                 "load": lr.load.value,
                 "rows": lr.rows,
+                "objective_by_seed": {
+                    r["candidate"]: x for r, x in zip(lr.rows, lr.samples, strict=True)
+                },
                 "best": lr.best_row,
+                "within_noise": [r["candidate"] for r in lr.rows if r["within_noise"]],
+                "recommended": lr.recommended_row,
                 "default": lr.rows[lr.default],
                 "no_speculation": lr.rows[lr.no_spec],
                 "verdict": lr.verdict,
@@ -166,10 +177,18 @@ def as_json(res: Any, cost_table: str | None = None) -> dict[str, Any]:
         "engine": res.config.engine,
         "trace": res.trace,
         "profile": res.profile,
+        "gpus": res.gpus,
+        "throughput_unit": "output tok/s of the whole deployment (all its gpus); "
+        "throughput_per_gpu_tok_s: per GPU",
         "block_size": res.block,
+        "seeds": list(res.seeds),
         "objective": res.objective,
         "objective_text": res.objective_text,
         "sla": res.sla.describe(),
+        "tie_rule": res.tie_rule,
+        "acceptance": res.acceptance,
+        "acceptance_warning": res.acceptance.get("warning"),
+        "notes": list(res.notes),
         "config": res.config.as_dict(),
         "loads": loads,
         "draft_len_schedule": res.extra.get("draft_len_schedule"),
@@ -180,24 +199,43 @@ def _fmt(x: Any, spec: str) -> str:
     return "n/a" if x is None or not math.isfinite(float(x)) else f"{x:{spec}}"
 
 
-def table_text(rows: list[dict], q: int) -> str:
-    """The candidates as aligned columns; ``*`` marks the best, the default says so."""
-    head = ("", "setting", "tok/s", "TPOT p50", f"TPOT p{q}", f"TTFT p{q}", "tau", "SLA")
+def vs_best_text(r: dict) -> str:
+    from specsim.analysis.tune_score import vs_best_text as text
+
+    return text(r)
+
+
+def _sla_cell(r: dict) -> str:
+    """``yes`` / ``no`` on the seeds' mean, with how many seeds met it where they disagree."""
+    k, n = r.get("sla_seeds_met", 0), r.get("seeds", 1)
+    return ("yes" if r["sla_met"] else "no") + (f" {k}/{n}" if 0 < k < n else "")
+
+
+def table_text(rows: list[dict], q: int, gpus: int = 1) -> str:
+    """The candidates as aligned columns; ``*`` marks the recommended setting, the last column
+    the best (highest mean) and those within noise of it; the default says so."""
+    head = ("", "setting", f"tok/s ({gpus} GPU{'s' if gpus > 1 else ''})", "tok/s/GPU",
+            "vs best", "TPOT p50", f"TPOT p{q}", f"TTFT p{q}", "tau", "SLA", "")  # fmt: skip
     body = []
     for r in rows:
         name = r["candidate"] + (" (default)" if r["role"] == "default" else "")
         body.append((
-            "*" if r["best"] else "",
+            "*" if r.get("recommended") else "",
             name,
             _fmt(r["throughput_tok_s"], ",.0f"),
+            _fmt(r["throughput_tok_s"] / gpus, ",.0f"),
+            "" if r.get("best") else vs_best_text(r),
             _fmt(r["tpot_ms_p50"], ".2f"),
             _fmt(r[f"tpot_ms_p{q}"], ".2f"),
             _fmt(r[f"ttft_ms_p{q}"], ".1f"),
             _fmt(r["tau"], ".2f"),
-            "yes" if r["sla_met"] else "no",
+            _sla_cell(r),
+            "best" if r.get("best") else "within noise" if r.get("within_noise") else "",
         ))  # fmt: skip
+    if gpus <= 1:  # the per-GPU column would repeat the first
+        head, body = head[:3] + head[4:], [b[:3] + b[4:] for b in body]
     widths = [max(len(str(x[i])) for x in [head, *body]) for i in range(len(head))]
-    left = {0, 1}
+    left = {0, 1, len(head) - 1}
 
     def line(cells: tuple) -> str:
         return "  ".join(
@@ -208,32 +246,71 @@ def table_text(rows: list[dict], q: int) -> str:
     return "\n".join([line(head), *(line(b) for b in body)])
 
 
+def _seeds_text(res: Any) -> str:
+    from specsim.analysis.tune_score import TIE_SHARE
+
+    seeds, cfg = res.seeds, res.config
+    shown = f"{seeds[0]}" if len(seeds) == 1 else f"{seeds[0]}-{seeds[-1]}"
+    if len(seeds) == 1:
+        return (
+            f"seed: {shown} (--seeds 1: one replay per setting, no interval; differences under "
+            f"{100 * TIE_SHARE:g}% are ties)"
+        )
+    return (
+        f"seeds: {shown} (--seed {cfg.seed} x --seeds {len(seeds)}), the same for every setting "
+        "(common random numbers); every number is the mean over them"
+    )
+
+
 def report(res: Any, cost_table: str | None = None) -> str:
-    """The readable output: per load the table, the best, the verdict, the config to paste."""
+    """The readable output: what was searched, then per load the table, the best, the settings
+    within noise of it, the recommendation and why, and the config to paste."""
     from specsim.analysis.engine_configs import ENGINE_NAMES
+    from specsim.analysis.tune_score import CONFIDENCE, TIE_SHARE
 
     cfg = res.config
     name = ENGINE_NAMES[cfg.engine]
+    gpus = res.gpus
+    tau = res.acceptance.get("trace_tau")
     lines = [
-        f"specsim tune: {name} on {res.trace} (block {res.block}), profile {res.profile}, "
-        f"seed {cfg.seed}",
+        f"specsim tune: {name} on {res.trace} (block {res.block}"
+        + (f", tau {tau:.2f}" if tau is not None and math.isfinite(tau) else "")
+        + f"), profile {res.profile} ({gpus} GPU{'s' if gpus > 1 else ''})",
         f"objective: {res.objective_text}, among settings meeting the SLA: {res.sla.describe()}",
-        "(predicted: each setting replayed once, same seed; latencies in ms)",
+        _seeds_text(res),
+        f"tok/s: output tokens/s of the whole deployment (the profile's {gpus} "
+        f"GPU{'s' if gpus > 1 else ''} together)"
+        + ("; tok/s/GPU: the same per GPU" if gpus > 1 else ""),
+        f"vs best: the objective's paired difference to the best, +- its "
+        f"{100 * CONFIDENCE:g}% interval over the seeds; within noise: the interval holds 0 "
+        f"or the difference is under {100 * TIE_SHARE:g}%",
+        f"tie rule: {res.tie_rule}",
     ]
     if cfg.closed:
         lines.append(
             "note: closed loop: the first C requests arrive at t=0 and are prefilled together, "
             "so TTFT percentiles can coincide; use --rate for the TTFT a user meets"
         )
+    lines += [f"note: {n}" for n in res.notes]
+    if res.acceptance.get("warning"):
+        lines.append(
+            f"note: the trace's tau {tau:.2f} is far from this profile's deployment "
+            "(see the warning on stderr): the answer is for the trace's drafter"
+        )
     for lr in res.loads:
-        lines += ["", f"== load: {lr.load.describe()} ==", table_text(lr.rows, cfg.sla_quantile)]
-        best = lr.best_row
-        if best is None:
+        table = table_text(lr.rows, cfg.sla_quantile, gpus)
+        lines += ["", f"== load: {lr.load.describe()} ==", table]
+        best, rec = lr.best_row, lr.recommended_row
+        if best is None or rec is None:
             lines += ["best: none meets the SLA", f"why: {lr.verdict}"]
             continue
-        lines.append(f"best: {best['candidate']} ({best['knobs']})")
+        lines.append(f"best: {best['candidate']} ({best['knobs']}), the highest mean")
+        ties = [r["candidate"] for r in lr.rows if r["within_noise"]]
+        lines.append(f"within noise of it: {', '.join(ties) if ties else 'none'}")
+        how = "the best" if rec is best else "by the tie rule"
+        lines.append(f"recommended: {rec['candidate']} ({rec['knobs']}), {how}")
         lines.append(f"why: {lr.verdict}")
-        ec = _config_for(res, best, cost_table)
+        ec = _config_for(res, rec, cost_table)
         lines.append(f"config to paste ({name}):")
         lines += ["  " + x for x in ec.text.splitlines()]
         lines += [f"  note: {n}" for n in ec.notes]
@@ -258,15 +335,16 @@ def _across_loads(res: Any, cost_table: str | None) -> list[str]:
         return []
     lines = ["", "== across these loads (TensorRT-LLM draft_len_schedule) =="]
     spec, unit = _objective_format(res.objective)
+    if res.objective == "throughput" and res.gpus > 1:
+        unit += f" over {res.gpus} GPUs"
     row = None
     for lr in res.loads:
         row, best = _schedule_row(lr), lr.best_row
         if row is None or best is None:
             continue
-        gap = 100.0 * (row["objective"] - best["objective"]) / abs(best["objective"] or 1.0)
         lines.append(
             f"{lr.load.describe()}: {_fmt(row['objective'], spec)} {unit} against the load's "
-            f"best {_fmt(best['objective'], spec)} {unit} ({gap:+.1f}%), SLA "
+            f"best {_fmt(best['objective'], spec)} {unit} ({vs_best_text(row)}), SLA "
             f"{'met' if row['sla_met'] else 'missed'}"
         )
     if row is not None:
@@ -276,4 +354,5 @@ def _across_loads(res: Any, cost_table: str | None) -> list[str]:
             "batch sizes up to it; speculation off above the largest):"
         )
         lines += ["  " + x for x in ec.text.splitlines()]
+        lines += [f"  note: {n}" for n in ec.notes]
     return lines

@@ -275,6 +275,11 @@ def parse_slo(text: str | dict[str, float] | None) -> dict[str, float] | None:
         slo = {}
         for part in str(text).split(","):
             key, sep, value = part.strip().partition("=")
+            if key.strip().lower() in slo:  # one bound per key: which one was meant?
+                raise SpecsimError(
+                    f"--slo {text!r} gives {key.strip().lower()} twice; give each of ttft, tpot "
+                    "and e2e at most once, e.g. --slo ttft=200,tpot=50"
+                )
             try:
                 slo[key.strip().lower()] = float(value) if sep else float("nan")
             except ValueError:
