@@ -48,7 +48,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from specsim.policies import StepInput, get_policy
-    from specsim.sim.cost_profiles import get_profile
+    from specsim.sim.cost.profiles import get_profile
     from specsim.trace.io import read_trace
 
     tr = read_trace(args.trace)

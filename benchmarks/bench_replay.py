@@ -80,7 +80,7 @@ def _bound(
     from numpy_bound import bound_loop, bound_loop_v2
 
     from specsim.policies.base import get_policy
-    from specsim.sim.cost_profiles import get_profile
+    from specsim.sim.cost.profiles import get_profile
     from specsim.sim.workload import make_workload
 
     cost = get_profile(profile).for_serving(serving)  # as replay() reads the profile
@@ -106,7 +106,7 @@ def _log_bytes_per_step(
     import sys as _sys
 
     from specsim.policies.base import get_policy
-    from specsim.sim.cost_profiles import get_profile
+    from specsim.sim.cost.profiles import get_profile
     from specsim.sim.engine import Engine, EngineLimits
     from specsim.sim.workload import make_workload
 

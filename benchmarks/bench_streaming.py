@@ -101,7 +101,7 @@ def _child_bound(tr, args: argparse.Namespace, t_proc: float) -> None:
     from numpy_bound import bound_loop_v2
 
     from specsim.policies.base import get_policy
-    from specsim.sim.cost_profiles import get_profile
+    from specsim.sim.cost.profiles import get_profile
     from specsim.sim.workload import make_workload
 
     cost = get_profile(args.profile).for_serving("v2")

@@ -6,7 +6,7 @@ its PREREGISTRATION.md (fixed before the run).
 Reads ``predictions.csv`` and ``paper_gains.csv`` (the run), the published vLLM figure as read
 by ``scripts/read_vllm_fig3.py`` (``specsim/data/published/vllm-adaptive-verification/
 fig3_pareto.csv``) and the paper's gains (in ``paper_gains.csv`` beside each prediction, from
-``specsim.sim.deployments``); writes ``scorecard.csv``, one row per scored point:
+``specsim.sim.cost.deployments``); writes ``scorecard.csv``, one row per scored point:
 
 - ``gain``: (1 + predicted gain) / (1 + published gain) over the baseline (vLLM: ``none`` at
   the same concurrency; paper: MTP-1 at the same SLA), a hit within [0.85, 1.15]; the low / high

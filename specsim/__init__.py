@@ -37,7 +37,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "Policy": ("specsim.policies.base", "Policy"),
     "StepInput": ("specsim.policies.base", "StepInput"),
     "get_policy": ("specsim.policies.base", "get_policy"),
-    "get_profile": ("specsim.sim.cost_profiles", "get_profile"),
+    "get_profile": ("specsim.sim.cost.profiles", "get_profile"),
     "calibrate_trace": ("specsim.policies.calibrate", "calibrate_trace"),
     # simulation
     "replay": ("specsim.sim.simulate", "replay"),
@@ -76,7 +76,7 @@ def policy_names() -> list[str]:
 
 def profile_names() -> list[str]:
     """Names of the built-in cost profiles."""
-    from specsim.sim.cost_profiles import PROFILES
+    from specsim.sim.cost.profiles import PROFILES
 
     return PROFILES.names()
 

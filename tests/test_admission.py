@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from specsim.sim.admission import fits, reservation
-from specsim.sim.cost import CostModel
+from specsim.sim.cost.model import CostModel
 from specsim.sim.simulate import replay
 from specsim.sim.toy import iid_trace
 

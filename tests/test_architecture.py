@@ -180,7 +180,7 @@ ONE_PLACE = {
     "reservation": "specsim.sim.admission",  # the KV a request reserves (both engines)
     "fits": "specsim.sim.admission",  # the FIFO admission test (both engines)
     "check_steady_window": "specsim.sim.workload",  # the closed-loop rule (replay and sweep)
-    "get_profile": "specsim.sim.cost_profiles",  # profile names, files and @sched-xS
+    "get_profile": "specsim.sim.cost.profiles",  # profile names, files and @sched-xS
     "check_lossless": "specsim.lossless.api",  # the checker from a notebook
     "record_trace": "specsim.record.api",  # recording from a notebook
 }

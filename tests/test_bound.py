@@ -22,7 +22,7 @@ from specsim.analysis.bound import (
     weighted_dinkelbach,
 )
 from specsim.errors import SpecsimError
-from specsim.sim.cost_profiles import get_profile
+from specsim.sim.cost.profiles import get_profile
 from specsim.sim.simulate import replay
 from specsim.trace.synth import LogNormal, synth_trace
 

@@ -16,7 +16,7 @@ def test_help_lists_every_builtin_policy_and_profile():
     import specsim.policies  # noqa: F401  (registers the built-ins)
     from specsim.analysis.plots import KINDS
     from specsim.policies.base import POLICIES
-    from specsim.sim.cost_profiles import PROFILES
+    from specsim.sim.cost.profiles import PROFILES
 
     listed = {n.split(":")[0] for n in common.POLICY_NAMES}
     assert listed == set(POLICIES.names())

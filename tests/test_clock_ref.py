@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 
 from specsim.errors import SpecsimError  # noqa: E402
 from specsim.policies import get_policy  # noqa: E402
-from specsim.sim.cost_profiles import get_profile  # noqa: E402
+from specsim.sim.cost.profiles import get_profile  # noqa: E402
 from specsim.sim.workload import Workload  # noqa: E402
 from specsim.torch_engine.clock import (  # noqa: E402
     EngineClock,

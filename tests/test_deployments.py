@@ -1,4 +1,4 @@
-"""The deployment facts (specsim.sim.deployments) stay in sync with their sources."""
+"""The deployment facts (specsim.sim.cost.deployments) stay in sync with their sources."""
 
 from __future__ import annotations
 
@@ -6,8 +6,7 @@ import math
 
 import pytest
 
-from specsim.sim.cost_profiles import PROFILES, get_profile
-from specsim.sim.deployments import (
+from specsim.sim.cost.deployments import (
     FLASH_DEPLOYMENT,
     FLASH_FIT,
     PRO_DEPLOYMENT,
@@ -15,6 +14,7 @@ from specsim.sim.deployments import (
     V4_PRO,
     transfer,
 )
+from specsim.sim.cost.profiles import PROFILES, get_profile
 
 
 def test_bytes_per_param_matches_download_over_params() -> None:
@@ -51,7 +51,7 @@ def test_kv_is_a_tenth_of_v32() -> None:
 def test_every_fact_has_a_source() -> None:
     from dataclasses import fields
 
-    from specsim.sim.deployments import Fact
+    from specsim.sim.cost.deployments import Fact
 
     for obj in (V4_FLASH, V4_PRO, FLASH_DEPLOYMENT.gpu, FLASH_DEPLOYMENT,
                 FLASH_DEPLOYMENT.fabric, FLASH_DEPLOYMENT.fabric.ll_bench):  # fmt: skip
@@ -62,7 +62,7 @@ def test_every_fact_has_a_source() -> None:
 
 
 def test_all_to_all_is_derived_from_its_stated_sources() -> None:
-    from specsim.sim.deployments import HGX_FABRIC, all_to_all
+    from specsim.sim.cost.deployments import HGX_FABRIC, all_to_all
 
     f = HGX_FABRIC
     for fact in (f.nvlink_bw, f.nic_bw, f.dispatch_bytes, f.dispatch_scale_bytes, f.scale_block,
@@ -92,7 +92,7 @@ def test_all_to_all_is_derived_from_its_stated_sources() -> None:
 def test_latency_floor_is_deepeps_published_latency_less_its_transfer() -> None:
     # DeepEP docs/legacy.md, low-latency kernels: 128 tokens/GPU, hidden 7168, top-8;
     # dispatch / combine 77 / 114 us at EP 8, 118 / 195 us at EP 16 (H800, CX7 400 Gb/s)
-    from specsim.sim.deployments import HGX_FABRIC, all_to_all, latency_floor
+    from specsim.sim.cost.deployments import HGX_FABRIC, all_to_all, latency_floor
 
     b = HGX_FABRIC.ll_bench
     assert (b.tokens_per_gpu.value, b.hidden.value, b.top_k.value) == (128, 7168, 8)
@@ -123,7 +123,7 @@ def test_latency_floor_is_deepeps_published_latency_less_its_transfer() -> None:
 
 
 def test_kv_scale_scales_the_derived_capacity() -> None:
-    from specsim.sim.cost_profiles import deployment_profile
+    from specsim.sim.cost.profiles import deployment_profile
 
     full = deployment_profile("x", PRO_DEPLOYMENT, FLASH_FIT)
     tenth = deployment_profile("x", PRO_DEPLOYMENT, FLASH_FIT, kv_scale=0.1)
@@ -139,7 +139,7 @@ def test_v4_pro_like_profile_is_built_from_the_facts() -> None:
     fit = transfer(FLASH_FIT, V4_PRO)
     assert p.meta["overhead_ms"].startswith(f"{fit.overhead_ms:g}")
     # the derived all-to-all is in the profile too, each term with its source in the header
-    from specsim.sim.deployments import all_to_all
+    from specsim.sim.cost.deployments import all_to_all
 
     a2a = all_to_all(PRO_DEPLOYMENT)
     assert p.meta["a2a_floor_ms"].startswith(f"{a2a.floor_ms:.3f}")
@@ -153,7 +153,7 @@ def test_v4_pro_like_profile_is_built_from_the_facts() -> None:
 
 @pytest.mark.slow  # fast suite under 5 min: over 2.8 s alone (CI runs it)
 def test_transfer_rules_carry_the_fixed_cost_as_they_say() -> None:
-    from specsim.sim.deployments import TRANSFER_RULES
+    from specsim.sim.cost.deployments import TRANSFER_RULES
 
     layers = V4_PRO.layers.value / V4_FLASH.layers.value
     width = V4_PRO.hidden.value / V4_FLASH.hidden.value

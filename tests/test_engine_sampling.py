@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 from specsim.lossless.stats import g_test  # noqa: E402
 from specsim.policies import get_policy  # noqa: E402
 from specsim.record.dspark import DSparkDrafter, config_for_target, init_from_target  # noqa: E402
-from specsim.sim.cost_profiles import get_profile  # noqa: E402
+from specsim.sim.cost.profiles import get_profile  # noqa: E402
 from specsim.sim.workload import Workload  # noqa: E402
 from specsim.torch_engine.engine import EngineConfig, RealEngine  # noqa: E402
 from specsim.torch_engine.proposers import DSparkProposer, Proposal  # noqa: E402

@@ -1,4 +1,4 @@
-"""The measured-engine cost terms (specsim.sim.cost): each one charged exactly where the real
+"""The measured-engine cost terms (specsim.sim.cost.model): each one charged exactly where the real
 engine pays it, and a profile without them replays bit for bit as before."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from specsim.errors import SpecsimError
-from specsim.sim.cost import CostModel
-from specsim.sim.cost_profiles import parse_profile_csv, write_profile_csv
+from specsim.sim.cost.model import CostModel
+from specsim.sim.cost.profiles import parse_profile_csv, write_profile_csv
 from specsim.sim.simulate import replay
 from specsim.trace.synth import LogNormal, synth_trace
 

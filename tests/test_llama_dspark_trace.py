@@ -299,7 +299,7 @@ def test_a_tiny_grid_with_a_draft_dspark_setting_runs_end_to_end(tmp_path):
     # the rebuild is exact per request but where a near-tie flips a draft (Q4_1 against the
     # replay's fp32: 3-8 of 8 here)
     assert int(dc["requests_exact"].iloc[0]) >= 2, dc
-    from specsim.sim.cost_profiles import read_profile_csv
+    from specsim.sim.cost.profiles import read_profile_csv
 
     drafter = read_profile_csv(out / "profile-drafter-t0.csv")
     plain = read_profile_csv(out / "profile-t0.csv")

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 from test_engine_terms import TABLE, trace  # noqa: F401, F811  (its trace fixture)
 
-from specsim.sim.cost import CostModel
-from specsim.sim.cost_profiles import parse_profile_csv, write_profile_csv
+from specsim.sim.cost.model import CostModel
+from specsim.sim.cost.profiles import parse_profile_csv, write_profile_csv
 from specsim.sim.simulate import replay
 
 CURVE = ((1, 0.2), (4, 0.9), (16, 3.0))

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from specsim.policies.base import get_policy
-from specsim.sim.cost_profiles import get_profile
+from specsim.sim.cost.profiles import get_profile
 from specsim.sim.simulate import replay
 from specsim.sim.workload import make_workload
 from specsim.trace.synth import PROFILES, LogNormal, synth_trace

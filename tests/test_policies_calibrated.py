@@ -17,7 +17,7 @@ from specsim.policies.calibrated import (
     lone_length,
 )
 from specsim.policies.hw_aware import global_budget
-from specsim.sim.cost import CostModel
+from specsim.sim.cost.model import CostModel
 from specsim.sim.history import HIST_BINS
 from specsim.sim.simulate import replay
 from specsim.sim.toy import iid_trace

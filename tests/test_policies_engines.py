@@ -102,7 +102,7 @@ def test_vllm_adaptive_replays_and_prices_its_drafting():
     the budget grows (a fixed cost is amortised over more tokens), never shrinks."""
     from dataclasses import replace
 
-    from specsim.sim.cost_profiles import get_profile
+    from specsim.sim.cost.profiles import get_profile
     from specsim.sim.simulate import replay
     from specsim.sim.toy import iid_trace
 

@@ -1,4 +1,4 @@
-"""Engine-measured step costs in and out (specsim.sim.profile_import / profile_export).
+"""Engine-measured step costs in and out (specsim.sim.cost.profile_import / profile_export).
 
 - step-shaped interpolation: a batch pays the next captured size up to the capture limit, the
   eager points are continuous past it (hand-checked points);
@@ -23,10 +23,10 @@ import pytest
 
 from specsim.cli import main
 from specsim.errors import SpecsimError
-from specsim.sim.cost import CostModel, dense_lookup
-from specsim.sim.cost_profiles import get_profile
-from specsim.sim.profile_export import engine_step_ms, to_table, to_vllm_adaptive
-from specsim.sim.profile_import import from_bench, from_table, from_vllm_adaptive
+from specsim.sim.cost.model import CostModel, dense_lookup
+from specsim.sim.cost.profile_export import engine_step_ms, to_table, to_vllm_adaptive
+from specsim.sim.cost.profile_import import from_bench, from_table, from_vllm_adaptive
+from specsim.sim.cost.profiles import get_profile
 
 VLLM = resources.files("specsim") / "data" / "published" / "vllm-adaptive-verification"
 
@@ -205,8 +205,8 @@ def test_cli_import_show_export_and_the_older_measure_spelling(tmp_path, capsys)
 def test_trtllm_and_sglang_tables_round_trip_term_for_term(tmp_path, fmt):
     """Exported as ``f(tokens) + g(batch size)`` and read back, a decode step of R requests
     verifying T tokens at the exported context costs what the simulator charges it."""
-    from specsim.sim.profile_export import to_sglang, to_trtllm
-    from specsim.sim.profile_import import from_sglang, from_trtllm
+    from specsim.sim.cost.profile_export import to_sglang, to_trtllm
+    from specsim.sim.cost.profile_import import from_sglang, from_trtllm
 
     prof = get_profile("smollm2-135m-cpu")  # a measured profile with engine terms
     write, read = (to_trtllm, from_trtllm) if fmt == "trtllm" else (to_sglang, from_sglang)
@@ -218,7 +218,7 @@ def test_trtllm_and_sglang_tables_round_trip_term_for_term(tmp_path, fmt):
 
 
 def test_sglang_steps_per_second_form_and_trtllm_schema_v2(tmp_path):
-    from specsim.sim.profile_import import from_sglang, from_trtllm
+    from specsim.sim.cost.profile_import import from_sglang, from_trtllm
 
     p = tmp_path / "sps.json"
     p.write_text(json.dumps({"sample_batch_tokens": [1, 64], "sample_steps_per_sec": [200, 100],

@@ -208,7 +208,7 @@ def test_train_drafter_then_record_with_it(model_dir, tmp_path):
 
 
 def test_profile_writes_a_profile_the_simulator_reads(model_dir, tmp_path):
-    from specsim.sim.cost_profiles import read_profile_csv
+    from specsim.sim.cost.profiles import read_profile_csv
 
     out = tmp_path / "prof.csv"
     assert (

@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 from specsim.cli import main
-from specsim.sim.cost_profiles import get_profile
+from specsim.sim.cost.profiles import get_profile
 
 VERIFY = "tokens,us\n1,5000\n8,5400\n64,7900\n"
 DRAFT = "requests,us\n1,880\n8,1300\n"

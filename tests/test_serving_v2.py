@@ -21,8 +21,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import specsim.sim.serving as serving
-from specsim.sim.cost import CostModel
-from specsim.sim.cost_profiles import get_profile
+from specsim.sim.cost.model import CostModel
+from specsim.sim.cost.profiles import get_profile
 from specsim.sim.simulate import replay
 from specsim.sim.toy import iid_trace
 

@@ -8,8 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from specsim.errors import SpecsimError
-from specsim.sim.cost import CostModel
-from specsim.sim.cost_profiles import (
+from specsim.sim.cost.model import CostModel
+from specsim.sim.cost.profiles import (
     PROFILES,
     cuda_graph_buckets,
     distinct_experts,

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from specsim.policies import Policy, get_policy
-from specsim.sim.cost import CostModel
+from specsim.sim.cost.model import CostModel
 from specsim.sim.simulate import replay
 from specsim.sim.toy import iid_trace
 
@@ -235,10 +235,10 @@ def test_emission_log_adds_up():
 def test_2d_step_time_in_python_floats_is_the_cost_models():
     """The engine's scalar 2-D step time (issue #13: ~1 us instead of ~28) returns the cost
     model's own numbers, bit for bit, at any batch and context (extrapolation included)."""
-    from specsim.sim.cost import CostModel
-    from specsim.sim.cost_profiles import get_profile
-    from specsim.sim.steptime import STEP2D_ROWS as _STEP2D_ROWS
-    from specsim.sim.steptime import Step2D as _Step2D
+    from specsim.sim.cost.model import CostModel
+    from specsim.sim.cost.profiles import get_profile
+    from specsim.sim.cost.steptime import STEP2D_ROWS as _STEP2D_ROWS
+    from specsim.sim.cost.steptime import Step2D as _Step2D
 
     b = np.array([1, 8, 64, 128, 256, 512, 1024])
     base = np.array([7.0, 7.1, 7.8, 8.6, 10.2, 14.9, 28.7])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specsim.sim.estimate import replay_cost_estimate
+from specsim.sim.cost.estimate import replay_cost_estimate
 
 
 def test_more_work_costs_more():

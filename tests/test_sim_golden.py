@@ -46,7 +46,7 @@ POLICIES8 = ("ar", "mtp1", "static:3", "threshold:0.5", "hw-aware", "zos", "good
 
 def _profile_2d():
     """A small context-dependent (2-D) profile with draft and scheduler costs."""
-    from specsim.sim.cost import CostModel
+    from specsim.sim.cost.model import CostModel
 
     b = np.array([1, 8, 64, 128, 256, 512, 1024])
     base = np.array([7.0, 7.1, 7.8, 8.6, 10.2, 14.9, 28.7])

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specsim.sim.cost import CostModel
+from specsim.sim.cost.model import CostModel
 from specsim.sim.simulate import replay
 from specsim.sim.toy import iid_trace
 

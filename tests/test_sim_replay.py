@@ -8,8 +8,8 @@ import pytest
 
 from specsim.errors import SpecsimError
 from specsim.policies import Policy, StepInput
-from specsim.sim.cost import CostModel
-from specsim.sim.cost_profiles import PROFILES, get_profile, register_csv_folder
+from specsim.sim.cost.model import CostModel
+from specsim.sim.cost.profiles import PROFILES, get_profile, register_csv_folder
 from specsim.sim.simulate import replay
 from specsim.sim.toy import iid_trace
 

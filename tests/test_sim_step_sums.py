@@ -36,7 +36,7 @@ def test_reduced_log_holds_16_bytes_a_step():
     """A sweep cell keeps O(running requests) state plus 16 bytes a step (a float64 period
     and two int32 counts), where the full log keeps 13 float64 values (104 bytes)."""
     from specsim.policies.base import get_policy
-    from specsim.sim.cost_profiles import get_profile
+    from specsim.sim.cost.profiles import get_profile
     from specsim.sim.engine import Engine, EngineLimits
     from specsim.sim.workload import make_workload
     from specsim.trace.io import read_trace

@@ -1,4 +1,4 @@
-"""Carrying a measured table to another deployment (specsim.sim.transfer) and the GPU facts.
+"""Carrying a measured table to another deployment (specsim.sim.cost.transfer) and the GPU facts.
 
 - the fit never reads weights faster than the HBM's nominal bandwidth;
 - carried to itself, the measured table comes back exactly at every measured size;
@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 from specsim.errors import SpecsimError
-from specsim.sim.accelerators import ACCELERATORS, accelerator
-from specsim.sim.cost_profiles import get_profile
-from specsim.sim.deployments import H20, H800, V4_FLASH, V4_PRO
-from specsim.sim.transfer import Layout, _carry, fit_step, transfer, transfer_range
+from specsim.sim.cost.accelerators import ACCELERATORS, accelerator
+from specsim.sim.cost.deployments import H20, H800, V4_FLASH, V4_PRO
+from specsim.sim.cost.profiles import get_profile
+from specsim.sim.cost.transfer import Layout, _carry, fit_step, transfer, transfer_range
 
 MEASURED = get_profile("vllm-v4-flash-tp4-b300")
 SRC = Layout(V4_FLASH, accelerator("B300"), 4, capture_max_tokens=1024)

@@ -184,7 +184,7 @@ def test_trtllm_config_parses_as_yaml_with_dspark_decoding_config_fields():
     for name in ("enable_confidence_scheduling", "confidence_min_predicted_gain",
                  "draft_len_schedule", "DSparkDecodingConfig"):  # fmt: skip
         assert name in engines_src
-    assert "confidence_cost_table_path" in (REPO / "specsim/sim/profile_export.py").read_text()
+    assert "confidence_cost_table_path" in (REPO / "specsim/sim/cost/profile_export.py").read_text()
 
 
 def test_sglang_flags_give_gamma_plus_one_draft_tokens():

@@ -54,7 +54,7 @@ import numpy as np
 
 from specsim.errors import SpecsimError
 from specsim.policies.base import Policy, StepInput
-from specsim.sim.cost import CostModel
+from specsim.sim.cost.model import CostModel
 from specsim.trace.model import Trace
 
 if TYPE_CHECKING:
@@ -327,7 +327,7 @@ def bound_table(
     the bound's policy replayed in the simulator on the same cell (same seed, same requests)."""
     import pandas as pd
 
-    from specsim.sim.cost_profiles import get_profile
+    from specsim.sim.cost.profiles import get_profile
     from specsim.sim.simulate import replay
 
     rows = []

@@ -51,13 +51,13 @@ def _load_trace(path: str):  # noqa: ANN202 - Trace, imported lazily
 def _builtin_profile(spec: str):  # noqa: ANN202 - CostModel, imported lazily
     """A built-in profile (a name, not a file) once per worker: a measured one is read from
     its CSV (~5 ms) on every call otherwise. Profiles are frozen; files are re-read."""
-    from specsim.sim.cost_profiles import get_profile
+    from specsim.sim.cost.profiles import get_profile
 
     return get_profile(spec)
 
 
 def _profile(spec: str):  # noqa: ANN202 - CostModel
-    from specsim.sim.cost_profiles import get_profile
+    from specsim.sim.cost.profiles import get_profile
 
     if spec.endswith(".csv") or os.sep in spec or Path(spec).exists():
         return get_profile(spec)
@@ -261,11 +261,11 @@ def run_cells(
 def cell_cost(cell: Cell) -> float:
     """A relative estimate of a cell's CPU time, to start the longest cells first.
 
-    ``specsim.sim.estimate.replay_cost_estimate`` (steps x cost of a step, per policy kind): at
+    ``specsim.sim.cost.estimate.replay_cost_estimate`` (steps x cost of a step, per policy kind): at
     one request in flight a token costs ~20x what it costs at 256, so the low-load cells are the
     long ones. A rate's concurrency is unknown before the run; the rate stands in for it.
     """
-    from specsim.sim.estimate import replay_cost_estimate
+    from specsim.sim.cost.estimate import replay_cost_estimate
 
     requests = cell.requests or 100
     load = float(cell.load) if cell.load_kind != "arrivals" else 16.0

@@ -367,7 +367,7 @@ def tune(trace: Any, cfg: TuneConfig, progress: Any = None) -> TuneResult:
     """Search ``cfg.engine``'s knobs at every load of ``cfg`` on ``trace`` (a Trace, a path or
     a shipped trace's name); see the module docstring for the grid and the scoring."""
     from specsim.sim.config import ReplayConfig
-    from specsim.sim.cost_profiles import get_profile
+    from specsim.sim.cost.profiles import get_profile
     from specsim.trace.io import read_trace
     from specsim.trace.model import Trace
 

@@ -12,7 +12,7 @@ report can price each:
 
 Use them by spec, like any user policy: ``specsim.analysis.variants:zos_serial``. The
 scheduler-cost scale the report varies is a profile suffix (``v4-flash-like@sched-x10``),
-parsed by ``specsim.sim.cost_profiles.get_profile``.
+parsed by ``specsim.sim.cost.profiles.get_profile``.
 """
 
 from __future__ import annotations

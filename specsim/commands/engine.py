@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     from specsim.progress import Progress
     from specsim.prompts import load_many
     from specsim.record.models import load_target, prompt_ids
-    from specsim.sim.cost_profiles import get_profile
+    from specsim.sim.cost.profiles import get_profile
     from specsim.sim.workload import TraceLengths, synthetic
     from specsim.torch_engine.engine import EngineConfig, RealEngine
     from specsim.torch_engine.proposers import make_proposer

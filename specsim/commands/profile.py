@@ -33,7 +33,7 @@ def legacy_argv(argv: list[str]) -> list[str]:
 
 
 def _arg(rule, *args):  # type: ignore[no-untyped-def]
-    """An argparse type from a shared value rule (specsim.sim.profile_csv): one line if bad."""
+    """An argparse type from a shared value rule (specsim.sim.cost.profile_csv): one line if bad."""
 
     def parse(text: str):  # type: ignore[no-untyped-def]
         try:
@@ -45,31 +45,31 @@ def _arg(rule, *args):  # type: ignore[no-untyped-def]
 
 
 def _positive_int(text: str) -> int:
-    from specsim.sim.profile_csv import count
+    from specsim.sim.cost.profile_csv import count
 
     return _arg(count, 1, 10**13)(text)
 
 
 def _capture(text: str) -> int:
-    from specsim.sim.profile_csv import count
+    from specsim.sim.cost.profile_csv import count
 
     return _arg(count)(text)
 
 
 def _context(text: str) -> float:
-    from specsim.sim.profile_csv import contexts
+    from specsim.sim.cost.profile_csv import contexts
 
     return float(_arg(contexts)(text)[0])
 
 
 def _float(text: str) -> float:
-    from specsim.sim.profile_csv import numbers
+    from specsim.sim.cost.profile_csv import numbers
 
     return float(_arg(numbers)(text)[0])
 
 
 def _sizes(text: str) -> list[int]:
-    from specsim.sim.profile_csv import whole
+    from specsim.sim.cost.profile_csv import whole
 
     out = [int(x) for x in _arg(whole)([x for x in text.split(",") if x.strip()])]
     if len(out) < 2:
@@ -200,8 +200,8 @@ def import_profile(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     """The CostModel ``profile import`` builds from ``args`` (also used by tests)."""
     from dataclasses import replace
 
-    from specsim.sim import profile_import as pi
-    from specsim.sim.profile_csv import plain_text
+    from specsim.sim.cost import profile_import as pi
+    from specsim.sim.cost.profile_csv import plain_text
 
     name = plain_text(args.name or args.out.stem, "--name")
     files = [str(f) for f in args.files]
@@ -263,7 +263,7 @@ def _same_file(a: Path, b: Path) -> bool:
 
 def run_import(args: argparse.Namespace) -> int:
     from specsim.outputs import claim
-    from specsim.sim.profile_csv import write_profile_csv
+    from specsim.sim.cost.profile_csv import write_profile_csv
 
     for f in args.files:
         if _same_file(Path(f), args.out):
@@ -287,8 +287,8 @@ def run_import(args: argparse.Namespace) -> int:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    from specsim.sim.cost_profiles import get_profile
-    from specsim.sim.profile_export import to_table, to_vllm_adaptive
+    from specsim.sim.cost.profile_export import to_table, to_vllm_adaptive
+    from specsim.sim.cost.profiles import get_profile
 
     model = get_profile(args.profile)
     if args.format == "vllm-adaptive":
@@ -307,7 +307,7 @@ def run_export(args: argparse.Namespace) -> int:
             force=args.force,
         )
     elif args.format in ("trtllm", "sglang"):
-        from specsim.sim.profile_export import to_sglang, to_trtllm
+        from specsim.sim.cost.profile_export import to_sglang, to_trtllm
 
         write = to_trtllm if args.format == "trtllm" else to_sglang
         paths = [
@@ -318,7 +318,7 @@ def run_export(args: argparse.Namespace) -> int:
     else:
         contexts = [args.context]
         if args.contexts:
-            from specsim.sim.profile_csv import contexts as checked
+            from specsim.sim.cost.profile_csv import contexts as checked
 
             contexts = checked(args.contexts.split(","), "--contexts").tolist()
         paths = [
@@ -381,7 +381,7 @@ def summary_text(model) -> str:  # type: ignore[no-untyped-def]
 
 
 def run_show(args: argparse.Namespace) -> int:
-    from specsim.sim.cost_profiles import get_profile
+    from specsim.sim.cost.profiles import get_profile
 
     model = get_profile(args.profile)
     if args.json:

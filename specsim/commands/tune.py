@@ -126,8 +126,8 @@ def _run(args: argparse.Namespace, cfg: Any, out: Path | None, table_path: Path 
 def _write_cost_table(profile: str, path: Path, force: bool) -> None:
     """TensorRT-LLM's confidence cost table of ``profile`` (``specsim profile export
     --format trtllm``), locked and written atomically by the exporter."""
-    from specsim.sim.cost_profiles import get_profile
-    from specsim.sim.profile_export import to_trtllm
+    from specsim.sim.cost.profile_export import to_trtllm
+    from specsim.sim.cost.profiles import get_profile
 
     to_trtllm(get_profile(profile), path, force=force)
 

@@ -8,7 +8,7 @@ up to gamma + 1 = 8 tokens per request produces), after a warm-up, and keep the 
 state. Optionally the drafter's forward (one block for R requests) is timed too and fitted as
 ``draft_base_ms + draft_per_request_ms * R``.
 
-The result is the SPS profile CSV the simulator reads (``specsim/sim/cost_profiles.py``).
+The result is the SPS profile CSV the simulator reads (``specsim/sim/cost/profiles.py``).
 """
 
 from __future__ import annotations
@@ -139,8 +139,8 @@ def write_profile(
     extra: dict[str, str] | None = None,
 ) -> Path:
     """Write the SPS profile CSV (``# key: value`` header lines, then the table)."""
-    from specsim.sim.cost import CostModel
-    from specsim.sim.cost_profiles import write_profile_csv
+    from specsim.sim.cost.model import CostModel
+    from specsim.sim.cost.profiles import write_profile_csv
 
     piv = table.pivot_table(index="context_tokens", columns="batch_tokens", values="step_ms")
     prov = target.provenance()

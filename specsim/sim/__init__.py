@@ -6,12 +6,12 @@ See docs/simulator.md. Names are loaded on first use so ``import specsim.sim`` s
 _LAZY = {
     "replay": "specsim.sim.simulate",
     "ReplayResult": "specsim.sim.simulate",
-    "CostModel": "specsim.sim.cost",
-    "get_profile": "specsim.sim.cost_profiles",
-    "PROFILES": "specsim.sim.cost_profiles",
-    "roofline_profile": "specsim.sim.cost_profiles",
-    "read_profile_csv": "specsim.sim.cost_profiles",
-    "write_profile_csv": "specsim.sim.cost_profiles",
+    "CostModel": "specsim.sim.cost.model",
+    "get_profile": "specsim.sim.cost.profiles",
+    "PROFILES": "specsim.sim.cost.profiles",
+    "roofline_profile": "specsim.sim.cost.profiles",
+    "read_profile_csv": "specsim.sim.cost.profiles",
+    "write_profile_csv": "specsim.sim.cost.profiles",
     "make_workload": "specsim.sim.workload",
     "iid_trace": "specsim.sim.toy",
 }

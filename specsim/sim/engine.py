@@ -63,7 +63,10 @@ from specsim.policies.base import (
 )
 from specsim.rng import stream
 from specsim.sim.admission import fits, reservation
-from specsim.sim.cost import CostModel
+from specsim.sim.cost.model import CostModel
+from specsim.sim.cost.steptime import row_table
+from specsim.sim.cost.steptime import shifted as _shifted
+from specsim.sim.cost.steptime import step2d as _step2d
 from specsim.sim.history import History
 from specsim.sim.jobs import ACC as _ACC
 from specsim.sim.jobs import BASE as _BASE
@@ -81,9 +84,6 @@ from specsim.sim.jobs import N as _N
 from specsim.sim.serving import ServingV2
 from specsim.sim.steplog import STEP_COLUMNS, RawLog
 from specsim.sim.steplog import RunningSums as _Sums
-from specsim.sim.steptime import row_table
-from specsim.sim.steptime import shifted as _shifted
-from specsim.sim.steptime import step2d as _step2d
 from specsim.sim.walks import _ROWWISE_MAX_R, Walks
 from specsim.sim.workload import Workload
 from specsim.trace.model import Trace
@@ -280,7 +280,7 @@ class Engine(Walks, History, ServingV2):
         self._set_draft_terms(cost, gamma)
         d_base, d_req, d_tok = self.d_base, self.d_req, self.d_tok
         draft_lut = self._draft_lut
-        # measured-engine terms (specsim.sim.cost): 0 in generated profiles
+        # measured-engine terms (specsim.sim.cost.model): 0 in generated profiles
         engine_terms = cost.has_engine_terms
         step2d = _step2d(cost) if cost.is_2d and not engine_terms else None
         if step2d is not None and not step2d.ok:

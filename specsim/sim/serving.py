@@ -43,8 +43,8 @@ import simpy
 
 from specsim.errors import SpecsimError
 from specsim.policies.base import TableStepTime, checked_lengths, step_input
+from specsim.sim.cost.steptime import row_table
 from specsim.sim.jobs import ACC, BASE, H1, H2, JOB, KV, OUT, PRE, PROMPT, PTGT, RES, STEPS, VER, N
-from specsim.sim.steptime import row_table
 
 PRIOR_RATE = 0.5  # the online acceptance estimate's prior (as v1's engine)
 PRIOR_WEIGHT = 2.0

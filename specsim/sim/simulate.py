@@ -19,8 +19,8 @@ import numpy as np
 from specsim.errors import SpecsimError
 from specsim.policies.base import Policy, get_policy
 from specsim.sim.config import DEFAULT_POLICY, ReplayConfig
-from specsim.sim.cost import CostModel
-from specsim.sim.cost_profiles import get_profile
+from specsim.sim.cost.model import CostModel
+from specsim.sim.cost.profiles import get_profile
 from specsim.sim.engine import Engine, EngineLimits
 from specsim.sim.metrics import (
     parse_slo,

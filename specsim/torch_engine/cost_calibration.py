@@ -2,7 +2,7 @@
 
 Why not ``specsim profile``'s Hugging Face forward: the simulator must be told what THIS engine's
 step costs, and the engine runs its own flattened forward (``target.py``). The step is
-decomposed the way the simulator's cost model composes it (``specsim.sim.cost``):
+decomposed the way the simulator's cost model composes it (``specsim.sim.cost.model``):
 
 - ``step_ms(B, context)``: one target forward of B new tokens of ONE request after a cached
   context, logits on every row (a verified token's cost: linear layers and LM head grow with B,
@@ -73,7 +73,7 @@ SMALL_B, SMALL_PAIRS = 16, 3
 class EngineProfile:
     """The measured profile and the raw points it was fitted from (tidy tables)."""
 
-    cost: Any  # specsim.sim.cost.CostModel, on the requested clock
+    cost: Any  # specsim.sim.cost.model.CostModel, on the requested clock
     steps: Any  # DataFrame: context_tokens, batch_tokens, step_ms, step_ms_wall, step_ms_cpu
     per_request: Any  # DataFrame: requests, draft_ms, verify_extra_ms, sched_us
     other: Any = None  # the same profile on the other clock (wall if cost is cpu, and back)
@@ -150,7 +150,7 @@ def _measure(  # type: ignore[no-untyped-def]
     import pandas as pd
 
     from specsim.policies.base import StepInput
-    from specsim.sim.cost import CostModel
+    from specsim.sim.cost.model import CostModel
 
     gen = np.random.default_rng(seed)
     vocab = int(model.config.vocab_size)
@@ -487,7 +487,7 @@ def _lift_tail(steps: Any, col: str) -> None:
 
 def _table_cost(steps: Any) -> Any:
     """A CostModel of the step table alone (no draft, no scheduler costs)."""
-    from specsim.sim.cost import CostModel
+    from specsim.sim.cost.model import CostModel
 
     piv = steps.pivot_table(index="context_tokens", columns="batch_tokens", values="step_ms")
     return CostModel(

@@ -37,7 +37,7 @@ import torch
 from specsim.errors import SpecsimError
 from specsim.policies.base import Policy, StepInput, check_lengths
 from specsim.sim.admission import fits, reservation
-from specsim.sim.cost import CostModel
+from specsim.sim.cost.model import CostModel
 from specsim.sim.steplog import STEP_COLUMNS, RawLog
 from specsim.sim.workload import Workload
 from specsim.torch_engine.clock import EngineClock

@@ -4,15 +4,15 @@ Calibration uses published measurements of step cost only (vLLM's startup profil
 4 B300s, fig. 2 of its adaptive-verification post); every outcome is predicted, none is fitted:
 
 - ``vllm``: the post's benchmark (V4-Pro on 8 B300s, closed loops at each concurrency): the
-  measured Flash table carried to Pro by :mod:`specsim.sim.transfer` (primary rules, and the low /
-  high tables over every rule combination), each arm replayed: ``adaptive`` = ``vllm-adaptive``,
-  ``k1..k7`` = ``static:k``, ``none`` = ``ar``.
+  measured Flash table carried to Pro by :mod:`specsim.sim.cost.transfer` (primary rules, and
+  the low / high tables over every rule combination), each arm replayed: ``adaptive`` =
+  ``vllm-adaptive``, ``k1..k7`` = ``static:k``, ``none`` = ``ar``.
 - ``paper``: the DSpark paper's production table (DSpark-5 against MTP-1 at two per-user SLAs
   per model): the same table carried to V4-Flash and V4-Pro on the configured production GPUs
   (a cross-node expert all-to-all added where a deployment spans nodes, from
-  :func:`specsim.sim.deployments.all_to_all`), MTP-1 = ``static:1`` with a one-layer MTP drafter,
-  DSpark = ``zos`` with the transferred DSpark drafter; throughput per GPU at each SLA read off
-  each arm's frontier.
+  :func:`specsim.sim.cost.deployments.all_to_all`), MTP-1 = ``static:1`` with a one-layer MTP
+  drafter, DSpark = ``zos`` with the transferred DSpark drafter; throughput per GPU at each SLA
+  read off each arm's frontier.
 
 Every input is in the folder's ``config.toml``; ``PREREGISTRATION.md`` fixes them and the
 scoring rule before the run. The builder writes ``predictions.csv`` (the issue's columns plus
@@ -32,7 +32,7 @@ import pandas as pd
 
 from specsim.analysis.report import ReportContext
 from specsim.errors import SpecsimError
-from specsim.sim.accelerators import ACCELERATORS
+from specsim.sim.cost.accelerators import ACCELERATORS
 
 ARMS = {"adaptive": "vllm-adaptive", "k1": "static:1", "k3": "static:3", "k5": "static:5",
         "k6": "static:6", "k7": "static:7", "none": "ar"}  # fmt: skip
@@ -67,9 +67,9 @@ class Workload:
 
 
 def _layout(model: str, gpu: str, gpus: int, capture: int):  # type: ignore[no-untyped-def]
-    from specsim.sim.accelerators import accelerator
-    from specsim.sim.deployments import V4_FLASH, V4_PRO
-    from specsim.sim.transfer import Layout
+    from specsim.sim.cost.accelerators import accelerator
+    from specsim.sim.cost.deployments import V4_FLASH, V4_PRO
+    from specsim.sim.cost.transfer import Layout
 
     models = {"v4-flash": V4_FLASH, "v4-pro": V4_PRO}
     if model not in models:
@@ -90,8 +90,8 @@ def _side(ctx: ReportContext, side: str):  # type: ignore[no-untyped-def]
 def _cross_node(model: str, gpu: str, gpus: int) -> tuple[float, float]:
     """(per padded token us, fixed ms) of the expert all-to-all a deployment spanning nodes adds
     on top of a one-node measurement: its NIC share and its cross-node latency floor."""
-    from specsim.sim.accelerators import accelerator
-    from specsim.sim.deployments import DEPLOYMENTS, all_to_all
+    from specsim.sim.cost.accelerators import accelerator
+    from specsim.sim.cost.deployments import DEPLOYMENTS, all_to_all
 
     dep = DEPLOYMENTS[model]
     acc = accelerator(gpu)
@@ -106,8 +106,8 @@ def _cross_node(model: str, gpu: str, gpus: int) -> tuple[float, float]:
 def carried_profiles(measured: str, src: Any, dst: Any, extra_us: float = 0.0,
                      extra_ms: float = 0.0, **limits: Any) -> dict[str, Any]:  # fmt: skip
     """The low / primary / high profiles of ``dst`` carried from the ``measured`` profile."""
-    from specsim.sim.cost_profiles import get_profile
-    from specsim.sim.transfer import transfer_range
+    from specsim.sim.cost.profiles import get_profile
+    from specsim.sim.cost.transfer import transfer_range
 
     tables = transfer_range(get_profile(measured), src, dst)
     out = {}
@@ -185,7 +185,7 @@ def predict_paper(ctx: ReportContext) -> tuple[pd.DataFrame, pd.DataFrame]:
     """DSpark-5 (``zos``) against MTP-1 (``static:1``) on V4-Flash and V4-Pro: the curves and
     the throughput gains per GPU at each SLA point, on the low / primary / high tables."""
     from specsim.analysis.frontier import throughput_at
-    from specsim.sim.deployments import DEPLOYMENTS
+    from specsim.sim.cost.deployments import DEPLOYMENTS
     from specsim.trace.synth import PROFILES as ACCEPT
 
     src = _side(ctx, "src")
@@ -244,8 +244,8 @@ def predict_paper(ctx: ReportContext) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 def _gpus_for(model: str, gpu: str) -> int:
     """Whole 8-GPU nodes holding the checkpoint in 90% of HBM (the paper check's rule)."""
-    from specsim.sim.accelerators import accelerator
-    from specsim.sim.deployments import DEPLOYMENTS
+    from specsim.sim.cost.accelerators import accelerator
+    from specsim.sim.cost.deployments import DEPLOYMENTS
 
     dep = DEPLOYMENTS[model]
     return replace(dep, gpu=accelerator(gpu).gpu_facts()).gpus

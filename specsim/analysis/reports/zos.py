@@ -21,7 +21,7 @@ def build(ctx: ReportContext) -> None:
     """What zero-overhead scheduling buys as the scheduler's compute cost grows: serial against
     overlapped (zos-serial vs zos), lagged budget against fresh (zos vs fresh-overlapped)."""
     from specsim.analysis.variants import FRESH_OVERLAPPED, ZOS_SERIAL
-    from specsim.sim.cost_profiles import get_profile, scaled_profile_name
+    from specsim.sim.cost.profiles import get_profile, scaled_profile_name
 
     trace = ctx.path(ctx.get("trace"))
     base_name = str(ctx.get("profile", "v4-flash-like"))

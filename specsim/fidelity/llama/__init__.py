@@ -128,7 +128,7 @@ def score(cfg: LlamaValidationConfig, log: Callable[[str], None] = print) -> pd.
     from specsim.fidelity.llama.report import write_report
     from specsim.fidelity.llama.servers import limits
     from specsim.outputs import jsonable, write_table, write_text
-    from specsim.sim.cost_profiles import read_profile_csv, write_profile_csv
+    from specsim.sim.cost.profiles import read_profile_csv, write_profile_csv
     from specsim.trace.io import read_trace
 
     out = cfg.out

@@ -31,7 +31,7 @@ step from a profile (``specsim.sim.serving``, ``CostModel.verify_s``):
   such a setting was calibrated).
 
 A step with no decoder costs ``t`` at the first knot (what the simulator charges, its
-``step_time(0)``). The fitted numbers become one :class:`specsim.sim.cost.CostModel` per
+``step_time(0)``). The fitted numbers become one :class:`specsim.sim.cost.model.CostModel` per
 temperature: a 2-D table (rows at two contexts: linear in ctx, so the table is exact between
 them), ``prefill_token_ms`` and ``emit_per_token_ms``.
 """
@@ -248,7 +248,7 @@ def cost_model(fit: StepFit, temperature: float, name: str, limits: dict[str, in
     ``kv_tokens``, ``max_batched_tokens``). ``drafter``: the profile of a draft-model
     setting (its drafter's forward per decoder charged); the speculative step and draft-token
     terms are charged only where a policy drafts (``ar``, the ``none`` setting, never does)."""
-    from specsim.sim.cost import CostModel
+    from specsim.sim.cost.model import CostModel
 
     knots = np.asarray(fit.knots, dtype=np.int64)
     base = np.maximum(np.asarray(fit.table_ms), 1e-3)

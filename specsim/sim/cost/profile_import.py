@@ -2,7 +2,7 @@
 
 Why: a user running vLLM, SGLang or TensorRT-LLM already has their deployment's measured step
 costs, and no model of a GPU predicts a real engine better than the engine's own table. Three
-sources are read, each into an ordinary :class:`~specsim.sim.cost.CostModel` (so ``--profile``
+sources are read, each into an ordinary :class:`~specsim.sim.cost.model.CostModel` (so ``--profile``
 takes the result like any profile CSV):
 
 - ``vllm-adaptive``: vLLM's adaptive-verification startup profile (vLLM PR #47808): a verify
@@ -24,7 +24,7 @@ takes the result like any profile CSV):
   (:func:`from_bench`). A run with speculation is refused (its steps' token counts are unknown).
 
 Every reader validates its input (one-line errors naming the file and the fix) by the value rules
-of :mod:`specsim.sim.profile_csv` (a step cost, a size or count, a context: the same rules the
+of :mod:`specsim.sim.cost.profile_csv` (a step cost, a size or count, a context: the same rules the
 profile CSV loader applies to a hand-written ``--profile FILE.csv``) and records where the
 numbers came from in the profile's ``source`` metadata.
 """
@@ -41,8 +41,8 @@ from typing import Any
 import numpy as np
 
 from specsim.errors import SpecsimError
-from specsim.sim import profile_csv as rules
-from specsim.sim.cost import CostModel
+from specsim.sim.cost import profile_csv as rules
+from specsim.sim.cost.model import CostModel
 
 IMPORT_FORMATS = ("vllm-adaptive", "trtllm", "sglang", "table", "bench")
 
@@ -66,7 +66,7 @@ def _read_text(path: str | os.PathLike, what: str) -> str:
 
 def _frame(path: str | os.PathLike, what: str):  # type: ignore[no-untyped-def]
     """A CSV (``#`` comment lines skipped) or JSON table as a DataFrame (cells as written: the
-    rules of specsim.sim.profile_csv read them)."""
+    rules of specsim.sim.cost.profile_csv read them)."""
     import pandas as pd
 
     text = _read_text(path, what)

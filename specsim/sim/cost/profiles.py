@@ -4,14 +4,14 @@ Profile CSV format (docs/simulator.md): optional header lines ``# key: value`` h
 costs (``draft_base_ms``, ``draft_per_request_ms``, ``draft_per_token_ms``, ``sched_base_us``,
 ``sched_us_per_request``, ``max_running``, ``kv_tokens``, ``prefill_budget``, and the measured
 engine terms ``step_overhead_ms``, ``verify_per_request_ms``, ``draft_per_context_us``,
-``draft_context_window``, ``prefill_token_ms`` (specsim.sim.cost); anything else is kept as
+``draft_context_window``, ``prefill_token_ms`` (specsim.sim.cost.model); anything else is kept as
 metadata),
 then a table with columns ``batch_tokens,step_ms`` and optionally ``context_tokens`` (a full
 grid: every batch size at every context).
 
 Built-in names: the generated ``h100-dense-8b`` and ``v4-flash-like`` (roofline, calibrated in
 docs/simulator.md), ``v4-pro-like`` (built from the sourced facts of
-``specsim.sim.deployments``), the measured ``vllm-v4-flash-tp4-b300`` (vLLM's published tables)
+``specsim.sim.cost.deployments``), the measured ``vllm-v4-flash-tp4-b300`` (vLLM's published tables)
 and every ``specsim/data/profiles/*.csv`` by its file stem.
 """
 
@@ -27,9 +27,9 @@ import numpy as np
 
 from specsim.errors import SpecsimError
 from specsim.registry import Registry
-from specsim.sim.cost import CostModel
-from specsim.sim.deployments import Deployment, FreeParams, sources
-from specsim.sim.profile_csv import (  # noqa: F401 - re-exported: the CSV half of profiles
+from specsim.sim.cost.deployments import Deployment, FreeParams, sources
+from specsim.sim.cost.model import CostModel
+from specsim.sim.cost.profile_csv import (  # noqa: F401 - re-exported: the CSV half of profiles
     format_curve,
     parse_curve,
     parse_profile_csv,
@@ -259,7 +259,7 @@ def deployment_profile(
     floor_us_per_layer: float | None = None,
     b_max: int = 65536,
 ) -> CostModel:
-    """A roofline profile of a sourced :class:`~specsim.sim.deployments.Deployment`.
+    """A roofline profile of a sourced :class:`~specsim.sim.cost.deployments.Deployment`.
 
     Every physical input comes from ``dep`` (its header lists each with its source); only
     ``fit`` (fixed and per-token overheads) is free. On top of the fit come the two derived
@@ -272,7 +272,7 @@ def deployment_profile(
     layer). Draft and scheduler costs are v4-flash-like's, the per-request/per-token draft terms
     scaled by (hidden / 4096)^2 (a drafter as wide as its target).
     """
-    from specsim.sim.deployments import all_to_all
+    from specsim.sim.cost.deployments import all_to_all
 
     m = dep.model
     g = dep.gpu
@@ -305,7 +305,7 @@ def deployment_profile(
     ms_v1 = roofline_ms(batch, hw, spec, ctx, 4.0, buckets=buckets)
     ms = roofline_ms(batch, hw, spec, 0.0, 4.0, buckets=buckets)  # v2: KV read per sequence
     width2 = (float(m.hidden) / 4096.0) ** 2
-    meta = {"source": f"roofline: {hw.name} x {spec.name} (specsim/sim/deployments.py)"}
+    meta = {"source": f"roofline: {hw.name} x {spec.name} (specsim/sim/cost/deployments.py)"}
     meta.update(sources(dep))
     meta["overhead_ms"] = f"{fit.overhead_ms:g} (free: {fit.source})"
     meta["per_token_us"] = f"{fit.per_token_us:g} (free: {fit.source})"
@@ -343,7 +343,7 @@ def deployment_profile(
 )
 @functools.cache
 def _v4_pro_like(arg: str | None = None) -> CostModel:
-    from specsim.sim.deployments import FLASH_FIT, PRO_DEPLOYMENT, transfer
+    from specsim.sim.cost.deployments import FLASH_FIT, PRO_DEPLOYMENT, transfer
 
     return deployment_profile(
         "v4-pro-like", PRO_DEPLOYMENT, transfer(FLASH_FIT, PRO_DEPLOYMENT.model)
@@ -363,7 +363,7 @@ def _vllm_v4_flash_tp4_b300(arg: str | None = None) -> CostModel:
     largest concurrency), a KV cache of 4M tokens (4 x 288 GB of B300 HBM less the checkpoint:
     not a limit at that concurrency) and vLLM's default 8,192 batched tokens a step.
     """
-    from specsim.sim.profile_import import from_vllm_adaptive
+    from specsim.sim.cost.profile_import import from_vllm_adaptive
 
     folder = resources.files("specsim") / "data" / "published" / "vllm-adaptive-verification"
     model = from_vllm_adaptive(

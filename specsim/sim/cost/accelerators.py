@@ -3,7 +3,7 @@
 Why a module of facts: a step cost carried from a measured deployment to another GPU (or a
 roofline built where nothing is measured) is only as good as the numbers it divides by, and a
 capacity planner must be able to see where each one comes from. Every figure is a
-:class:`~specsim.sim.deployments.Fact` with its source. Conventions:
+:class:`~specsim.sim.cost.deployments.Fact` with its source. Conventions:
 
 - tensor throughput is DENSE (NVIDIA quotes sparse figures in most tables: dense = sparse / 2);
 - bandwidths are bytes per second; NVLink per GPU and per direction (half the quoted
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specsim.sim.deployments import Fact, GpuFacts
+from specsim.sim.cost.deployments import Fact, GpuFacts
 
 H100_DS = "NVIDIA H100 Tensor Core GPU datasheet (SXM5): 80 GB HBM3, 3.35 TB/s"
 H200_DS = "NVIDIA H200 Tensor Core GPU product page / datasheet (SXM): 141 GB HBM3e, 4.8 TB/s"
@@ -68,7 +68,7 @@ class Accelerator:
         return v if v > 0 else float(self.fp8_flops)
 
     def gpu_facts(self, precision: str = "fp8") -> GpuFacts:
-        """The subset :mod:`specsim.sim.deployments` builds profiles from."""
+        """The subset :mod:`specsim.sim.cost.deployments` builds profiles from."""
         src = getattr(self, f"{precision}_flops").source
         return GpuFacts(
             name=self.name,

@@ -9,7 +9,7 @@ V4-Flash is a prediction and not a second fit. Every number here is a :class:`Fa
 citation); :class:`FreeParams` are what physical facts leave open, fitted on V4-Flash only.
 
 This module is pure data and arithmetic: it imports nothing from the simulator, so
-``specsim.sim.cost_profiles`` can build profiles from it (``deployment_profile``) without an import
+``specsim.sim.cost.profiles`` can build profiles from it (``deployment_profile``) without an import
 cycle.
 """
 

@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 
 from specsim.errors import SpecsimError
-from specsim.sim import profile_csv as rules
-from specsim.sim.cost import MAX_PROFILE_BATCH, CostModel
+from specsim.sim.cost import profile_csv as rules
+from specsim.sim.cost.model import MAX_PROFILE_BATCH, CostModel
 
 EXPORT_FORMATS = ("vllm-adaptive", "trtllm", "sglang", "table")
 

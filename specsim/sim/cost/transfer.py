@@ -41,9 +41,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from specsim.errors import SpecsimError
-from specsim.sim.accelerators import Accelerator
-from specsim.sim.cost import CostModel
-from specsim.sim.deployments import ModelFacts
+from specsim.sim.cost.accelerators import Accelerator
+from specsim.sim.cost.deployments import ModelFacts
+from specsim.sim.cost.model import CostModel
 
 FIXED_RULES = ("layers", "constant", "layers-tp")
 TOKEN_RULES = ("active", "width")
@@ -187,7 +187,7 @@ def transfer(
     ``measured`` has one."""
     fit = fit_step(measured, src)
     to = _carry(fit, src, dst, fixed_rule, token_rule)
-    from specsim.sim.profile_export import vllm_capture_sizes
+    from specsim.sim.cost.profile_export import vllm_capture_sizes
 
     cap = min(dst.capture_max_tokens, b_max)
     sizes = [*vllm_capture_sizes(cap), *range(cap - cap % 64 + 64, b_max + 1, 64)]
@@ -200,7 +200,7 @@ def transfer(
         **measured.meta,
         "source": f"{measured.name} ({measured.meta.get('source', '')}) carried from "
         f"{src.model.name} on {src.gpus}x{src.gpu.name} to {dst.model.name} on "
-        f"{dst.gpus}x{dst.gpu.name} by specsim.sim.transfer",
+        f"{dst.gpus}x{dst.gpu.name} by specsim.sim.cost.transfer",
         "transfer": f"fixed {fixed_rule}, per token {token_rule}, draft {draft_rule}",
         "fit": f"F {fit.fixed_ms:.3f} ms, bw {fit.bandwidth_tb_s:.2f} TB/s per GPU, "
         f"p {fit.ms_per_token * 1000:.2f} us/token (source); target F {to.fixed_ms:.3f} ms, "

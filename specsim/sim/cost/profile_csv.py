@@ -5,7 +5,7 @@ Optional header lines ``# key: value`` hold the scalar costs (``draft_base_ms``,
 ``max_running``, ``kv_tokens``, ``prefill_budget``, and the measured engine terms
 ``step_overhead_ms``, ``verify_per_request_ms``, ``draft_per_context_us``,
 ``draft_context_window``, ``prefill_token_ms``, ``interpolation`` (``linear`` or ``step``) and
-``capture_max_tokens``: specsim.sim.cost); anything else is kept as metadata. Then a table
+``capture_max_tokens``: specsim.sim.cost.model); anything else is kept as metadata. Then a table
 with columns ``batch_tokens,step_ms`` and optionally ``context_tokens`` (a full grid: every
 batch size at every context). docs/simulator.md has the details. Reading
 validates everything (one-line errors); writing is atomic and refuses to overwrite.
@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from specsim.errors import SpecsimError
-from specsim.sim.cost import COST_KEYS, MAX_PROFILE_BATCH, CostModel
+from specsim.sim.cost.model import COST_KEYS, MAX_PROFILE_BATCH, CostModel
 
 _INT_KEYS = (
     "max_running",
@@ -37,7 +37,7 @@ _FLOAT_KEYS = COST_KEYS  # the cost model's non-negative float terms
 
 # --------------------------------------------------------------------------- value rules
 # One rule per kind of number a profile holds, shared by this loader, every importer
-# (specsim.sim.profile_import), the exporter and the ``profile`` command's arguments, so a
+# (specsim.sim.cost.profile_import), the exporter and the ``profile`` command's arguments, so a
 # table written by hand is checked exactly as an imported one.
 
 MIN_STEP_MS = 1e-3  # 1 us: no engine step (a kernel launch and a sync) is faster

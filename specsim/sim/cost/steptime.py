@@ -14,7 +14,7 @@ import numpy as np
 
 from specsim.errors import SpecsimError
 from specsim.policies.base import TableStepTime
-from specsim.sim.cost import CostModel
+from specsim.sim.cost.model import CostModel
 
 
 def shifted(step_fn, extra: int):

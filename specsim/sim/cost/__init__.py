@@ -1,0 +1,16 @@
+"""What a step costs: the cost model and everything that builds or reads one.
+
+- :mod:`~specsim.sim.cost.model`: ``CostModel``, a step's time from a token batch (and a mean
+  context), with the drafter's, the scheduler's and the engine's own terms;
+- :mod:`~specsim.sim.cost.profiles`: the built-in profiles by name, profile CSV files, and the
+  roofline generator the ``*-like`` profiles come from;
+- :mod:`~specsim.sim.cost.profile_csv`: the profile file format and the one rule per kind of
+  value (a step cost, a size, a context) every reader applies;
+- :mod:`~specsim.sim.cost.profile_import` / :mod:`~specsim.sim.cost.profile_export`: engines'
+  measured tables in (vLLM, TensorRT-LLM, SGLang, plain tables, bench runs) and out;
+- :mod:`~specsim.sim.cost.accelerators`, :mod:`~specsim.sim.cost.deployments`,
+  :mod:`~specsim.sim.cost.transfer`: GPUs and deployments from public facts, and a measured
+  table carried from one deployment to another;
+- :mod:`~specsim.sim.cost.steptime`, :mod:`~specsim.sim.cost.estimate`: step-time helpers the
+  engine and the quick estimates share.
+"""
