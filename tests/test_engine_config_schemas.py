@@ -18,7 +18,7 @@ and written down, with the file and commit each came from:
 - llama.cpp: ``common/arg.cpp`` (ggml-org/llama.cpp@0017d6fb), the speculative ``add_opt``
   block, and ``common/speculative.cpp`` (@001d906a), the ``--spec-type`` names.
 
-Every rendering is one tune can print: each engine's grid from :func:`specsim.analysis.tune_grid
+Every rendering is one tune can print: each engine's grid from :func:`specsim.analysis.tune.grid
 .candidates` (no speculation, the default row, every draft length, gain and p-min) over several
 block sizes and ``--draft-lens``, and TensorRT-LLM's tuned ``draft_len_schedule``. A config is
 parsed as the engine reads it (``shlex.split`` for a command line, ``json.loads`` for vLLM's
@@ -42,9 +42,9 @@ from typing import Any
 
 import pytest
 
-from specsim.analysis.engine_configs import render
-from specsim.analysis.tune import DEFAULT_GAINS, DEFAULT_P_MINS, TuneConfig, tuned_schedule
-from specsim.analysis.tune_grid import Candidate, candidates, schedule_candidate
+from specsim.analysis.tune.configs import render
+from specsim.analysis.tune.grid import Candidate, candidates, schedule_candidate
+from specsim.analysis.tune.run import DEFAULT_GAINS, DEFAULT_P_MINS, TuneConfig, tuned_schedule
 
 try:  # the YAML as PyYAML reads it (llm_args.py imports yaml); without it, the printed dict
     import yaml

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specsim.analysis.engine_configs import render
-from specsim.analysis.tune import (
+from specsim.analysis.tune.configs import render
+from specsim.analysis.tune.run import (
     ENGINES,
     Candidate,
     Load,
@@ -324,7 +324,7 @@ def test_help_imports_neither_pandas_nor_numpy():
 
 
 def test_trtllm_across_loads_gives_one_draft_len_schedule(trace, capsys):
-    from specsim.analysis.tune import tuned_schedule
+    from specsim.analysis.tune.run import tuned_schedule
 
     cfg = TuneConfig(engine="trtllm", concurrency=(1, 8), requests=40, draft_lens=(1, 7),
                      gains=(0.04,))  # fmt: skip

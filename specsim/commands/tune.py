@@ -8,8 +8,8 @@ Each setting of the engine's knobs is replayed at the load with the same --seeds
 random numbers), beside the engine's default and no speculation; the best meets the SLA and
 maximises the objective's mean (see --objective), the settings whose paired difference to it is
 within noise tie with it, and a stated rule picks the one to paste among them. The grid per
-engine, the objective and the SLA rule: the docstring of specsim/analysis/tune.py; the ties and
-the rule: specsim/analysis/tune_score.py.
+engine, the objective and the SLA rule: the docstring of specsim/analysis/tune/run.py; the ties and
+the rule: specsim/analysis/tune/score.py.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from specsim.commands.common import add_burstiness, add_profile, add_seed, resol
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from specsim.analysis.tune import ENGINES, TuneConfig
+    from specsim.analysis.tune.run import ENGINES, TuneConfig
     from specsim.options import add_options
 
     p = sub.add_parser(
@@ -65,7 +65,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def config_from_args(args: argparse.Namespace):  # noqa: ANN201 - TuneConfig
     """The TuneConfig of the parsed flags (loads parsed as sweep parses them)."""
     from specsim.analysis.grid import parse_numbers
-    from specsim.analysis.tune import TuneConfig
+    from specsim.analysis.tune.run import TuneConfig
     from specsim.options import from_args
 
     conc = rate = None
@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, cfg: Any, out: Path | None, table_path: Path | None) -> int:
-    from specsim.analysis.tune import tune
+    from specsim.analysis.tune.run import tune
     from specsim.errors import SpecsimError
     from specsim.outputs import jsonable, write_table
     from specsim.progress import Progress
@@ -133,7 +133,7 @@ def _write_cost_table(profile: str, path: Path, force: bool) -> None:
 
 
 def _config_for(res: Any, row: dict | None, cost_table: str | None):  # noqa: ANN202
-    from specsim.analysis.engine_configs import render
+    from specsim.analysis.tune.configs import render
 
     if row is None:
         return None
@@ -200,7 +200,7 @@ def _fmt(x: Any, spec: str) -> str:
 
 
 def vs_best_text(r: dict) -> str:
-    from specsim.analysis.tune_score import vs_best_text as text
+    from specsim.analysis.tune.score import vs_best_text as text
 
     return text(r)
 
@@ -247,7 +247,7 @@ def table_text(rows: list[dict], q: int, gpus: int = 1) -> str:
 
 
 def _seeds_text(res: Any) -> str:
-    from specsim.analysis.tune_score import TIE_SHARE
+    from specsim.analysis.tune.score import TIE_SHARE
 
     seeds, cfg = res.seeds, res.config
     shown = f"{seeds[0]}" if len(seeds) == 1 else f"{seeds[0]}-{seeds[-1]}"
@@ -265,8 +265,8 @@ def _seeds_text(res: Any) -> str:
 def report(res: Any, cost_table: str | None = None) -> str:
     """The readable output: what was searched, then per load the table, the best, the settings
     within noise of it, the recommendation and why, and the config to paste."""
-    from specsim.analysis.engine_configs import ENGINE_NAMES
-    from specsim.analysis.tune_score import CONFIDENCE, TIE_SHARE
+    from specsim.analysis.tune.configs import ENGINE_NAMES
+    from specsim.analysis.tune.score import CONFIDENCE, TIE_SHARE
 
     cfg = res.config
     name = ENGINE_NAMES[cfg.engine]

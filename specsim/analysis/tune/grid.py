@@ -1,5 +1,5 @@
 """The grid ``tune`` searches: each engine's DSpark knobs as settings (``Candidate``), each the
-built-in policy that is that engine's rule at those knobs (:mod:`specsim.analysis.tune` says
+built-in policy that is that engine's rule at those knobs (:mod:`specsim.analysis.tune.run` says
 which knobs, and which setting is each engine's default); and TensorRT-LLM's
 ``draft_len_schedule`` tuned across loads."""
 
@@ -191,13 +191,13 @@ def _fixed_len(policy: str) -> int | None:
 
 def tuned_schedule(results: list[Any], objective: str) -> tuple[tuple[int, int], ...] | None:
     """TensorRT-LLM's ``draft_len_schedule`` from the searched closed-loop loads (each a
-    :class:`specsim.analysis.tune.LoadResult`): at each load C the best fixed draft length
+    :class:`specsim.analysis.tune.run.LoadResult`): at each load C the best fixed draft length
     meeting the SLA (0: no speculation), for batch sizes up to C
     (``get_draft_len_for_batch_size``: the first key >= the batch), never longer at a larger
     batch than at a smaller one (the engine's validator refuses it); runs of one length merged
     into their largest key, and speculation off above the largest load searched (the rule's
     own behaviour above its last key). None when no load has a fixed length worth drafting."""
-    from specsim.analysis.tune_score import maximize
+    from specsim.analysis.tune.score import maximize
 
     sign = 1.0 if maximize(objective) else -1.0
     pairs: list[tuple[int, int]] = []

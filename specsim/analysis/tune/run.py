@@ -9,7 +9,7 @@ seed by seed), and picks the best by the objective's mean among the settings tha
 Beside the grid it always replays the engine's DEFAULT setting and no speculation (``ar``), so
 the table says what tuning buys. Settings whose paired difference to the best is within noise
 (its 95% interval holds 0) tie with it, and one of them is RECOMMENDED by a stated rule
-(:mod:`specsim.analysis.tune_score`): the answer does not change with ``--seed`` where the
+(:mod:`specsim.analysis.tune.score`): the answer does not change with ``--seed`` where the
 search cannot tell the settings apart.
 
 Knobs, in specsim terms (``k`` ranges over ``draft_lens``, 1..the trace's block by default;
@@ -30,7 +30,7 @@ a length past the block is left out, with a note):
 
 A setting of fewer drafts than the block is predicted as the block's first k drafts (the trace
 truncated): DSpark's block is non-causal, so a drafter RUN with a shorter block drafts other
-tokens; the rendered config says so (:mod:`specsim.analysis.engine_configs`).
+tokens; the rendered config says so (:mod:`specsim.analysis.tune.configs`).
 
 Objective (``objective``): ``throughput`` (the steady-state output tokens/s of a closed loop,
 the whole-run output tokens/s of an open one, both for the whole deployment: the profile's
@@ -49,14 +49,14 @@ import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from specsim.analysis.tune_grid import (
+from specsim.analysis.tune.grid import (
     Candidate,
     candidates,
     dropped_lens,
     schedule_candidate,
     tuned_schedule,
 )
-from specsim.analysis.tune_score import (
+from specsim.analysis.tune.score import (
     TIE_RULE,
     TIE_SHARE,
     Sla,
