@@ -1,8 +1,8 @@
 """What ``tune`` scores a setting by, and how it says so (split from
 :mod:`specsim.analysis.tune.run`, which runs the replays): the SLA a setting must meet, the
-objective's number, the paired interval of each setting's difference to the best over the seeds, the tie rule that turns the settings
-within noise of the best into one recommendation, whether the trace's acceptance fits the
-profile's deployment, and the verdict's sentences.
+objective's number, the paired interval of each setting's difference to the best over the
+seeds, the tie rule that turns the settings within noise of the best into one recommendation,
+whether the trace's acceptance fits the profile's deployment, and the verdict's sentences.
 
 Ties. Every setting is replayed with the same seeds (common random numbers), so the difference of
 a setting to the best is paired seed by seed: its mean and a 95% Student-t interval over the
