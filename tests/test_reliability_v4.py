@@ -8,6 +8,7 @@ Every refusal is one line and exit 2, no traceback, nothing written."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import signal
@@ -232,3 +233,16 @@ def test_a_resumed_report_states_the_from_scratch_time(tmp_path):
     # (600 + 840 + 1) / 2 workers + the run's own 26 s = 746.5 s
     assert "about 12 minutes on 2 worker(s)" in line and "1,441 s" in line, line
     assert "3 of 3 sweep cells were reused" in ctx.notes[0]
+
+
+def test_a_llama_dspark_cap_past_any_block_is_no_cap():
+    """llama-dspark:P:N with N past int64 was an internal error; a cap past the block cuts
+    nothing, so it replays exactly as the policy without N."""
+    argv = ["replay", "chat", "--requests", "8", "--concurrency", "1", "--allow-unsteady",
+            "--json"]  # fmt: skip
+    rc, huge, err = run([*argv, "--policy", "llama-dspark:0.5:99999999999999999999"])
+    assert rc == 0, err
+    rc, plain, err = run([*argv, "--policy", "llama-dspark:0.5"])
+    assert rc == 0, err
+    a, b = (json.loads(x.strip().splitlines()[-1]) for x in (huge, plain))
+    assert a["throughput_tok_s"] == b["throughput_tok_s"] and a["tau"] == b["tau"]

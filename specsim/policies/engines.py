@@ -321,8 +321,11 @@ def llama_dspark_lengths(conf: np.ndarray, p_min: float, n_max: int | None = Non
     the block is cut before the first position whose confidence-head sigmoid is ``< p_min``
     (``--spec-draft-p-min``, default 0: the whole block); ``n_max`` is ``--spec-draft-n-max``.
     A cut to 0 drafts means no speculation that step (one token)."""
-    keep = leading_true(np.asarray(conf) >= p_min)
-    return np.minimum(keep, n_max) if n_max is not None else keep
+    conf = np.asarray(conf)
+    keep = leading_true(conf >= p_min)
+    if n_max is None or n_max >= conf.shape[-1]:  # a cap past the block cuts nothing (and a
+        return keep  # huge N must not reach numpy, where it overflows an int64)
+    return np.minimum(keep, n_max)
 
 
 @POLICIES.register(
