@@ -62,7 +62,8 @@ def test_every_fact_has_a_source() -> None:
 
 
 def test_all_to_all_is_derived_from_its_stated_sources() -> None:
-    from specsim.sim.cost.deployments import HGX_FABRIC, all_to_all
+    from specsim.sim.cost.all_to_all import all_to_all
+    from specsim.sim.cost.deployments import HGX_FABRIC
 
     f = HGX_FABRIC
     for fact in (f.nvlink_bw, f.nic_bw, f.dispatch_bytes, f.dispatch_scale_bytes, f.scale_block,
@@ -92,7 +93,8 @@ def test_all_to_all_is_derived_from_its_stated_sources() -> None:
 def test_latency_floor_is_deepeps_published_latency_less_its_transfer() -> None:
     # DeepEP docs/legacy.md, low-latency kernels: 128 tokens/GPU, hidden 7168, top-8;
     # dispatch / combine 77 / 114 us at EP 8, 118 / 195 us at EP 16 (H800, CX7 400 Gb/s)
-    from specsim.sim.cost.deployments import HGX_FABRIC, all_to_all, latency_floor
+    from specsim.sim.cost.all_to_all import all_to_all, latency_floor
+    from specsim.sim.cost.deployments import HGX_FABRIC
 
     b = HGX_FABRIC.ll_bench
     assert (b.tokens_per_gpu.value, b.hidden.value, b.top_k.value) == (128, 7168, 8)
@@ -139,7 +141,7 @@ def test_v4_pro_like_profile_is_built_from_the_facts() -> None:
     fit = transfer(FLASH_FIT, V4_PRO)
     assert p.meta["overhead_ms"].startswith(f"{fit.overhead_ms:g}")
     # the derived all-to-all is in the profile too, each term with its source in the header
-    from specsim.sim.cost.deployments import all_to_all
+    from specsim.sim.cost.all_to_all import all_to_all
 
     a2a = all_to_all(PRO_DEPLOYMENT)
     assert p.meta["a2a_floor_ms"].startswith(f"{a2a.floor_ms:.3f}")

@@ -10,7 +10,7 @@ Calibration uses published measurements of step cost only (vLLM's startup profil
 - ``paper``: the DSpark paper's production table (DSpark-5 against MTP-1 at two per-user SLAs
   per model): the same table carried to V4-Flash and V4-Pro on the configured production GPUs
   (a cross-node expert all-to-all added where a deployment spans nodes, from
-  :func:`specsim.sim.cost.deployments.all_to_all`), MTP-1 = ``static:1`` with a one-layer MTP
+  :func:`specsim.sim.cost.all_to_all.all_to_all`), MTP-1 = ``static:1`` with a one-layer MTP
   drafter, DSpark = ``zos`` with the transferred DSpark drafter; throughput per GPU at each SLA
   read off each arm's frontier.
 
@@ -91,7 +91,8 @@ def _cross_node(model: str, gpu: str, gpus: int) -> tuple[float, float]:
     """(per padded token us, fixed ms) of the expert all-to-all a deployment spanning nodes adds
     on top of a one-node measurement: its NIC share and its cross-node latency floor."""
     from specsim.sim.cost.accelerators import accelerator
-    from specsim.sim.cost.deployments import DEPLOYMENTS, all_to_all
+    from specsim.sim.cost.all_to_all import all_to_all
+    from specsim.sim.cost.deployments import DEPLOYMENTS
 
     dep = DEPLOYMENTS[model]
     acc = accelerator(gpu)

@@ -27,7 +27,8 @@ import numpy as np
 
 from specsim.errors import SpecsimError
 from specsim.registry import Registry
-from specsim.sim.cost.deployments import Deployment, FreeParams, sources
+from specsim.sim.cost.all_to_all import sources
+from specsim.sim.cost.deployments import Deployment, FreeParams
 from specsim.sim.cost.model import CostModel
 from specsim.sim.cost.profile_csv import (  # noqa: F401 - re-exported: the CSV half of profiles
     format_curve,
@@ -272,7 +273,7 @@ def deployment_profile(
     layer). Draft and scheduler costs are v4-flash-like's, the per-request/per-token draft terms
     scaled by (hidden / 4096)^2 (a drafter as wide as its target).
     """
-    from specsim.sim.cost.deployments import all_to_all
+    from specsim.sim.cost.all_to_all import all_to_all
 
     m = dep.model
     g = dep.gpu
