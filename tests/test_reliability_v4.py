@@ -89,7 +89,8 @@ def test_a_bad_real_deployments_config_is_one_line(key, value, says, tmp_path):
 def test_a_law_listed_ascending_is_read_ranked():
     """A reference that lists its top_probs ascending must not make its least likely token
     the argmax: the greedy audit would then call a lossy server identical."""
-    from specsim.serve.audit.client import Margin, parse_top
+    from specsim.serve.audit.client import parse_top
+    from specsim.serve.audit.margins import Margin
 
     entry = {"top_probs": [{"id": 9, "prob": 0.05}, {"id": 4, "prob": 0.15},
                            {"id": 7, "prob": 0.8}]}  # fmt: skip

@@ -11,7 +11,8 @@ import pytest
 
 from specsim.errors import SpecsimError
 from specsim.serve.audit import greedy as gr
-from specsim.serve.audit.client import Margin, StepReader
+from specsim.serve.audit.client import StepReader
+from specsim.serve.audit.margins import Margin
 from specsim.serve.audit.proxy import MUTANTS
 
 

@@ -170,7 +170,7 @@ def run_server_audit(args: argparse.Namespace) -> int:
         sys.stderr.write(f"\r{run.counts.positions:,} positions, {run.minutes():.1f} min{at}  ")
 
     from specsim.errors import Interrupted, RunFailed
-    from specsim.serve.audit.client import AuditInterrupted
+    from specsim.serve.stoppable import AuditInterrupted
 
     try:
         if cfg.temperature == 0:  # greedy identity, token for token

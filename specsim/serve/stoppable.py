@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+from typing import Any
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -42,3 +43,41 @@ async def await_stoppable(work: asyncio.Future, stopped: list[int]) -> None:
         if not stopped:
             for s in installed:
                 loop.remove_signal_handler(s)
+
+
+async def gather_all(coros: list[Any]) -> None:
+    """Run the workers; on the first failure cancel the others and await them, so their own
+    failures are retrieved here (not printed as 'Task exception was never retrieved' or a
+    traceback at the loop's shutdown) and only the first reaches the user."""
+    tasks = [asyncio.ensure_future(c) for c in coros]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+class AuditInterrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM stopped an audit: ``signum`` the signal, ``result`` what the audit
+    had measured by then (None when nothing was). A KeyboardInterrupt, so a caller that does
+    not keep the result stops as on Ctrl-C; ``check-lossless`` writes it and exits 128 + n."""
+
+    def __init__(self, signum: int, result: Any = None) -> None:
+        super().__init__(f"interrupted by {signal.Signals(signum).name}")
+        self.signum = signum
+        self.result = result
+
+
+def run_stoppable(main: Any) -> int | None:
+    """``asyncio.run(main)``, stopped cleanly by SIGINT or SIGTERM (as ``specsim bench`` is):
+    the work is cancelled, the clients close, and the signal's number is returned (None when
+    the work finished) so the caller keeps what was measured. A second signal acts as it
+    would without this (the default handlers are back)."""
+    stopped: list[int] = []
+
+    async def wrapped() -> None:
+        await await_stoppable(asyncio.ensure_future(main), stopped)
+
+    asyncio.run(wrapped())
+    return stopped[0] if stopped else None

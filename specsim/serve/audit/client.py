@@ -34,7 +34,6 @@ import numpy as np
 
 from specsim.errors import SpecsimError
 from specsim.serve.sse import StreamError, sse_json
-from specsim.serve.stoppable import await_stoppable
 from specsim.serve.wire import as_count, as_token_id
 
 T = TypeVar("T")
@@ -418,79 +417,6 @@ async def score(client, url: str, prompt: list[int], tokens: list[int], sampling
 SHORT_SLACK = 1e-3  # a whole support's float32 probabilities sum to 1 within this
 
 
-@dataclass(frozen=True)
-class Margin:
-    """The reference's top of the law at one position, in log-probabilities (descending): the
-    greedy audit's triage reads the margin (top-1 minus top-2) and the emitted token's gap."""
-
-    ids: np.ndarray
-    logprobs: np.ndarray
-
-    @property
-    def argmax(self) -> int:
-        return int(self.ids[0])
-
-    @property
-    def margin(self) -> float:
-        return float(self.logprobs[0] - self.logprobs[1]) if self.ids.size > 1 else np.inf
-
-    def gap(self, token: int) -> float:
-        """log p(top-1) - log p(token); past the reported top, at least the gap to its last."""
-        hit = np.flatnonzero(self.ids == token)
-        i = int(hit[0]) if hit.size else self.ids.size - 1
-        return float(self.logprobs[0] - self.logprobs[i])
-
-
-MARGIN_TOP = 8  # log-probabilities a margin request asks for
-
-
-async def margin_at(client, url: str, prefix: list[int], banned: tuple[int, ...], slot: int | None,
-                    cache: bool = True, who: str = "the reference") -> Margin:  # fmt: skip  # noqa: ANN001
-    """The law's top at ``prefix`` on ``url``, as its greedy sampler ranks it (bans applied).
-
-    Asked at temperature 1 with no truncation and ``post_sampling_probs``: the sampler chain's
-    probabilities are then the softmax of the biased logits, so log-probability differences are
-    logit differences, and a banned token never ranks. ``cache=False`` recomputes the whole
-    prefix as one batch (the prompt path) instead of one decode after the cached prefix.
-    Nothing truncates that law, so a report of fewer than two tokens cannot be a true one, and
-    the triage (a margin, the gap to a token past the top) cannot rest on it: refused."""
-    body: dict[str, Any] = {
-        "prompt": prefix, "n_predict": 1, "n_probs": MARGIN_TOP, "seed": 0,
-        "post_sampling_probs": True, "cache_prompt": cache,
-        **Sampling(temperature=1.0, banned=banned).body(),
-    }  # fmt: skip
-    if slot is not None:
-        body["id_slot"] = slot
-    ids, probs = await _law_at(client, url, body, who)
-    if ids.size < 2:
-        raise _bad(f"{who} at {url}", "/completion",
-                   f"{ids.size} top_probs where n_probs was {MARGIN_TOP} (the greedy triage "
-                   "reads a margin: it needs at least 2)")  # fmt: skip
-    return Margin(ids, np.log(np.maximum(probs, 1e-300)))
-
-
-async def greedy_tokens(client, url: str, prefix: list[int], n: int, banned: tuple[int, ...],
-                        slot: int | None) -> list[int]:  # fmt: skip  # noqa: ANN001
-    """``n`` greedy tokens after ``prefix`` on ``url`` (speculation off there: the reference's
-    argmax at every prefix, by its decode path). Asked with ignore_eos, so fewer than ``n``
-    is refused: positions past a short answer would otherwise be compared with nothing."""
-    body: dict[str, Any] = {
-        "prompt": prefix, "n_predict": n, "seed": 0, "return_tokens": True,
-        "cache_prompt": True, **Sampling(temperature=0.0, banned=banned).body(),
-    }  # fmt: skip
-    if slot is not None:
-        body["id_slot"] = slot
-    name = f"the reference at {url}"
-    r = await _request(client, "POST", url, "/completion", "the reference", body)
-    if r.status_code != 200:
-        raise SpecsimError(f"{name} answered HTTP {r.status_code}: {r.text[:200]}")
-    toks = _json(r, name).get("tokens")
-    if not isinstance(toks, list) or len(toks) < n:
-        raise _bad(name, "/completion", f"tokens {str(toks)[:60]!r} where {n} were asked for "
-                   "with ignore_eos")  # fmt: skip
-    return [token_id(t, name, "/completion", "tokens") for t in toks[:n]]
-
-
 async def tokenize(client, url: str, text: str) -> list[int]:  # noqa: ANN001
     """Token ids of a prompt (special tokens parsed, BOS as the model adds it)."""
     body = {"content": text, "add_special": True, "parse_special": True}
@@ -545,43 +471,3 @@ async def banned_tokens(client, cfg: Any, ref: str) -> tuple[int, ...]:  # noqa:
             "--reference-model GGUF, or --no-ban-fragments if its stream keeps every token"
         )
     return fragment_tokens(str(Path(path).expanduser()))
-
-
-async def gather_all(coros: list[Any]) -> None:
-    """Run the workers; on the first failure cancel the others and await them, so their own
-    failures are retrieved here (not printed as 'Task exception was never retrieved' or a
-    traceback at the loop's shutdown) and only the first reaches the user."""
-    tasks = [asyncio.ensure_future(c) for c in coros]
-    try:
-        await asyncio.gather(*tasks)
-    finally:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-
-
-class AuditInterrupted(KeyboardInterrupt):
-    """SIGINT or SIGTERM stopped an audit: ``signum`` the signal, ``result`` what the audit
-    had measured by then (None when nothing was). A KeyboardInterrupt, so a caller that does
-    not keep the result stops as on Ctrl-C; ``check-lossless`` writes it and exits 128 + n."""
-
-    def __init__(self, signum: int, result: Any = None) -> None:
-        import signal
-
-        super().__init__(f"interrupted by {signal.Signals(signum).name}")
-        self.signum = signum
-        self.result = result
-
-
-def run_stoppable(main: Any) -> int | None:
-    """``asyncio.run(main)``, stopped cleanly by SIGINT or SIGTERM (as ``specsim bench`` is):
-    the work is cancelled, the clients close, and the signal's number is returned (None when
-    the work finished) so the caller keeps what was measured. A second signal acts as it
-    would without this (the default handlers are back)."""
-    stopped: list[int] = []
-
-    async def wrapped() -> None:
-        await await_stoppable(asyncio.ensure_future(main), stopped)
-
-    asyncio.run(wrapped())
-    return stopped[0] if stopped else None

@@ -39,16 +39,13 @@ import numpy as np
 
 from specsim.errors import SpecsimError
 from specsim.serve.audit.client import (
-    AuditInterrupted,
     Generation,
     Sampling,
-    gather_all,
     generate_llama,
-    greedy_tokens,
-    margin_at,
-    run_stoppable,
     within,
 )
+from specsim.serve.audit.margins import greedy_tokens, margin_at
+from specsim.serve.stoppable import AuditInterrupted, gather_all, run_stoppable
 
 NULL_FACTOR = 2.0  # tau = this x the largest path difference the null saw
 TAU_FLOOR = 0.05  # nats: never call a divergence a bug below this margin

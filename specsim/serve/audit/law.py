@@ -21,7 +21,6 @@ import numpy as np
 from specsim.errors import SpecsimError
 from specsim.serve.audit import stats as st
 from specsim.serve.audit.client import (
-    AuditInterrupted,
     Generation,
     Sampling,
     Scored,
@@ -29,7 +28,6 @@ from specsim.serve.audit.client import (
     chat_prompt,
     generate_completions,
     generate_llama,
-    run_stoppable,
     score,
     slots,
     tokenize,
@@ -46,6 +44,7 @@ from specsim.serve.audit.config import (
 )
 from specsim.serve.audit.pipeline import Busy, Stages, run_pipeline
 from specsim.serve.audit.reference import reference_url
+from specsim.serve.stoppable import AuditInterrupted, run_stoppable
 
 
 @dataclass

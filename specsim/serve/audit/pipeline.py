@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from specsim.serve.audit.client import gather_all
+from specsim.serve.stoppable import gather_all
 
 G = TypeVar("G")  # what a generation gives to its scoring
 S = TypeVar("S")  # what scoring gives to absorb
