@@ -28,7 +28,7 @@ raw arrays, so TTFT, TPOT, tau, throughput mean the same thing on both sides.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -38,28 +38,15 @@ from specsim.errors import SpecsimError
 from specsim.policies.base import Policy, StepInput, check_lengths
 from specsim.sim.admission import fits, reservation
 from specsim.sim.cost.model import CostModel
-from specsim.sim.steplog import STEP_COLUMNS, RawLog
+from specsim.sim.steplog import RawLog
 from specsim.sim.workload import Workload
 from specsim.torch_engine.clock import EngineClock
 from specsim.torch_engine.proposers import Proposer
+from specsim.torch_engine.records import EngineResult, JobTable, Req, engine_result
 from specsim.torch_engine.target import FlatTarget
 
 PRIOR_RATE = 0.5  # the simulator's online acceptance prior (specsim.sim.engine)
 PRIOR_WEIGHT = 2.0
-# Breakdown of each step on the engine's clock, logged next to the simulator's step columns.
-# ctx_mean: mean cached context (tokens) of the step's requests before the step; wall_start_s,
-# wall_end_s: the step on the wall clock whatever the engine's clock (so that one closed-loop
-# run gives both timelines, specsim.sim.steplog.retime).
-TIMING_COLUMNS = (
-    "admit_s",
-    "draft_s",
-    "sched_s",
-    "verify_s",
-    "accept_s",
-    "ctx_mean",
-    "wall_start_s",
-    "wall_end_s",
-)
 
 
 @dataclass(frozen=True)
@@ -77,88 +64,6 @@ class EngineConfig:
     clock: str = "wall"  # "cpu": a virtual clock of the thread's CPU time; "ref": that at a
     # reference speed (clock.py)
     draft_phase: str = "draft"  # the speed reference's probe that times this drafter (ref)
-
-
-@dataclass(frozen=True, eq=False)
-class EngineResult:
-    """Like :class:`specsim.sim.simulate.ReplayResult`, plus the generated token ids per job."""
-
-    summary: dict
-    requests: Any  # pandas.DataFrame, one row per job
-    steps: Any  # pandas.DataFrame, one row per step (simulator columns + wall-clock breakdown)
-    tokens: Any  # pandas.DataFrame, (job, time, tokens) emissions
-    outputs: list[list[int]]  # generated ids per job
-    config: dict = field(default_factory=dict)
-    raw: RawLog | None = None
-
-
-class _Req:
-    """A running request."""
-
-    __slots__ = ("job", "slot", "n", "cap", "res", "prefilled", "h1", "h2", "out")
-
-    def __init__(self, job: int, slot: int, cap: int, res: int) -> None:
-        self.job, self.slot, self.cap, self.res = job, slot, cap, res
-        self.n = 0  # output tokens committed
-        self.prefilled = False
-        self.h1: np.ndarray | None = None  # confidences of one decode step ago
-        self.h2: np.ndarray | None = None  # ... two decode steps ago
-        self.out: list[int] = []
-
-
-class _JobTable:
-    """Per-job records of a run, one list each (appended as jobs arrive), turned into the
-    simulator's :class:`RawLog` at the end."""
-
-    def __init__(self, prompts: list[list[int]]) -> None:
-        self.prompts = prompts
-        self.trace: list[int] = []
-        self.arrival: list[float] = []
-        self.admitted: list[float] = []
-        self.first: list[float] = []
-        self.finish: list[float] = []
-        self.prompt_len: list[int] = []
-        self.out_len: list[int] = []
-        self.steps: list[int] = []
-        self.verified: list[int] = []
-        self.accepted: list[int] = []
-        self.outputs: list[list[int]] = []
-
-    def add(self, t_idx: int, at: float, cap: int) -> int:
-        self.trace.append(t_idx)
-        self.arrival.append(at)
-        for col in (self.admitted, self.first, self.finish):
-            col.append(np.nan)
-        self.prompt_len.append(len(self.prompts[t_idx]))
-        self.out_len.append(cap)
-        for col in (self.steps, self.verified, self.accepted):
-            col.append(0)
-        self.outputs.append([])
-        return len(self.trace) - 1
-
-    def raw_log(self, log, tok_job, tok_time, tok_cnt, max_b: int) -> RawLog:  # type: ignore[no-untyped-def]
-        f64 = lambda x: np.asarray(x, dtype=np.float64)  # noqa: E731
-        i64 = lambda x: np.asarray(x, dtype=np.int64)  # noqa: E731
-        done = np.isfinite(f64(self.finish))
-        return RawLog(
-            job_trace=i64(self.trace),
-            arrival_s=f64(self.arrival),
-            admitted_s=f64(self.admitted),
-            first_token_s=f64(self.first),
-            finish_s=f64(self.finish),
-            prompt_len=i64(self.prompt_len),
-            output_len=i64(self.out_len),
-            emitted=np.where(done, i64(self.out_len), 0),
-            steps=i64(self.steps),
-            verified=i64(self.verified),
-            accepted=i64(self.accepted),
-            step_log=np.asarray(log, dtype=np.float64).reshape(-1, len(STEP_COLUMNS)),
-            token_job=i64(tok_job),
-            token_time=f64(tok_time),
-            token_count=i64(tok_cnt),
-            sim_time_s=float(log[-1][0] + log[-1][1]) if log else 0.0,
-            max_batch_tokens=int(max_b),
-        )
 
 
 class RealEngine:
@@ -277,7 +182,7 @@ class RealEngine:
         retire; then the raw log the simulator's metric functions read."""
         self._warmup()
         wl, cfg = self.wl, self.cfg
-        jobs = _JobTable(self.prompts)
+        jobs = JobTable(self.prompts)
         self.jobs = jobs
         self.queue: deque[int] = deque()
         self.n_started = 0
@@ -290,7 +195,7 @@ class RealEngine:
                 wl.concurrency if wl.max_jobs is None else min(wl.concurrency, wl.max_jobs)
             ):
                 self._spawn(0.0)
-        self.running: list[_Req] = []
+        self.running: list[Req] = []
         self.free = list(range(self.slots - 1, -1, -1))
         self.kv_used = 0
         self.trials = np.zeros(self.gamma + 1, dtype=np.int64)
@@ -371,11 +276,11 @@ class RealEngine:
         self.n_started += 1
         self.queue.append(self.jobs.add(t_idx, now, o))
 
-    def _admit(self, now: float) -> list[_Req]:
+    def _admit(self, now: float) -> list[Req]:
         """FIFO admission under the simulator's rule (:mod:`specsim.sim.admission`): a free
         slot, the KV reservation and the step's prefill budget."""
         cfg, jobs, queue = self.cfg, self.jobs, self.queue
-        new: list[_Req] = []
+        new: list[Req] = []
         budget = cfg.prefill_budget
         while queue and len(self.running) + len(new) < min(cfg.max_running, self.slots):
             j = queue[0]
@@ -387,12 +292,12 @@ class RealEngine:
             self.kv_used += res
             budget -= p
             jobs.admitted[j] = now
-            req = _Req(j, self.free.pop(), jobs.out_len[j], res)
+            req = Req(j, self.free.pop(), jobs.out_len[j], res)
             self.target.reset(req.slot)
             new.append(req)
         return new
 
-    def _draft_and_schedule(self, dec: list[_Req], new: list[_Req], t_adm: float):  # type: ignore[no-untyped-def]
+    def _draft_and_schedule(self, dec: list[Req], new: list[Req], t_adm: float):  # type: ignore[no-untyped-def]
         """The proposer drafts a block for every decoding request; the policy picks each
         request's verification length from the real confidences."""
         cfg, jobs, eclock = self.cfg, self.jobs, self.eclock
@@ -437,7 +342,7 @@ class RealEngine:
         lens = check_lengths(self.policy.schedule(inp), inp, self.policy.name)
         return lens, prop, t_draft
 
-    def _verify(self, dec: list[_Req], new: list[_Req], lens: np.ndarray, prop: Any):  # type: ignore[no-untyped-def]
+    def _verify(self, dec: list[Req], new: list[Req], lens: np.ndarray, prop: Any):  # type: ignore[no-untyped-def]
         """ONE target forward over every decoding request's ``[anchor, d_1..d_l]`` and the new
         requests' prompts; returns the forward's output and the mean cached context before it."""
         jobs = self.jobs
@@ -516,14 +421,14 @@ class RealEngine:
                 r.cap = r.n  # done
         return n_ver, n_acc, emitted_total
 
-    def _retire(self, dec: list[_Req], new: list[_Req], end: float) -> int:
+    def _retire(self, dec: list[Req], new: list[Req], end: float) -> int:
         """Stamp the step's end on its emissions and first tokens; finished requests free
         their slot and reservation. Returns how many finished."""
         jobs = self.jobs
         self.tok_time.extend([end] * (len(dec) + len(new)))
         for r in new:
             jobs.first[r.job] = end
-        still: list[_Req] = []
+        still: list[Req] = []
         n_fin = 0
         for r in dec + new:
             if r.n >= r.cap:
@@ -542,16 +447,6 @@ class RealEngine:
 
     def _result(self, raw: RawLog, outputs, timing, t_end: float) -> EngineResult:
         """Metrics (the simulator's own functions), frames and config of a finished run."""
-        import pandas as pd
-
-        from specsim.sim.metrics import request_frame, step_frame, summarize, token_frame
-
-        summary = summarize(raw, None, t_end)
-        steps = step_frame(raw)
-        tim = np.asarray(timing, dtype=np.float64).reshape(-1, len(TIMING_COLUMNS))
-        for k, name in enumerate(TIMING_COLUMNS):
-            steps[name] = tim[:, k]
-        ids = np.arange(len(self.prompts), dtype=np.int64)
         config = {
             "policy": self.policy.name,
             "load": self.wl.describe,
@@ -565,12 +460,4 @@ class RealEngine:
             "torch_threads": torch.get_num_threads(),
             "clock": self.cfg.clock,
         }
-        return EngineResult(
-            summary=summary,
-            requests=request_frame(raw, ids, None),
-            steps=pd.DataFrame(steps),
-            tokens=token_frame(raw),
-            outputs=outputs,
-            config=config,
-            raw=raw,
-        )
+        return engine_result(raw, outputs, timing, t_end, len(self.prompts), config)
