@@ -247,3 +247,14 @@ def test_a_llama_dspark_cap_past_any_block_is_no_cap():
     assert rc == 0, err
     a, b = (json.loads(x.strip().splitlines()[-1]) for x in (huge, plain))
     assert a["throughput_tok_s"] == b["throughput_tok_s"] and a["tau"] == b["tau"]
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "1e400", "2000"])
+@pytest.mark.parametrize("fmt", ["table", "sglang"])
+def test_tokens_per_request_is_checked_and_refused_where_unused(value, fmt, tmp_path):
+    out = str(tmp_path / ("t.csv" if fmt == "table" else "t.json"))
+    _refused(["profile", "export", "h100-dense-8b", "--format", fmt, "--out", out,
+              "--tokens-per-request", value], "--tokens-per-request")  # fmt: skip
+    _refused(["profile", "export", "h100-dense-8b", "--format", "sglang", "--out", out,
+              "--tokens-per-request", "4"], "applies to vllm-adaptive and table")  # fmt: skip
+    assert not any(tmp_path.iterdir())

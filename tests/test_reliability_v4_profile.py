@@ -185,7 +185,7 @@ EXPORT_CASES = [
     for extra, words, fmts in [
         (["--tokens", "1,99999999999999999999"], ["--tokens", "whole number"], EXPORT_OUT),
         (["--context", "1e308"], ["--context", "100,000,000"], EXPORT_OUT),
-        (["--tokens-per-request", "0"], ["--tokens-per-request", "[1,"], PER_REQUEST),
+        (["--tokens-per-request", "0"], ["--tokens-per-request", "from 1"], PER_REQUEST),
         (["--tokens-per-request", "nan"], ["--tokens-per-request"], PER_REQUEST),
         (["--capture-max-tokens", "10000000000000"], ["--capture-max-tokens"], ("vllm-adaptive",)),
         # a legal context whose whole step would pass an hour: the written numbers are checked

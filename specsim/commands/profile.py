@@ -62,10 +62,14 @@ def _context(text: str) -> float:
     return float(_arg(contexts)(text)[0])
 
 
-def _float(text: str) -> float:
+def _tokens_per_request(text: str) -> float:
+    """Verified tokens per request in a timed step: a finite number from 1 (a decode) to 1024."""
     from specsim.sim.cost.profile_csv import numbers
 
-    return float(_arg(numbers)(text)[0])
+    value = float(_arg(numbers)(text)[0])
+    if not 1.0 <= value <= 1024.0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number from 1 (a decode) to 1024")
+    return value
 
 
 def _sizes(text: str) -> list[int]:
@@ -173,7 +177,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     exp.add_argument("--contexts", help="table: comma-separated contexts (a tokens x context grid)")
     exp.add_argument(
         "--tokens-per-request",
-        type=_float,
+        type=_tokens_per_request,
         default=1.0,
         help="verified tokens per request in a timed step, >= 1 (1 = decode; default 1)",
     )
@@ -310,6 +314,11 @@ def run_export(args: argparse.Namespace) -> int:
         from specsim.sim.cost.profile_export import to_sglang, to_trtllm
 
         write = to_trtllm if args.format == "trtllm" else to_sglang
+        if args.tokens_per_request != 1.0:  # their tables are priced per token batch only
+            raise SpecsimError(
+                f"--tokens-per-request applies to vllm-adaptive and table exports, not "
+                f"{args.format}; leave it out"
+            )
         paths = [
             write(
                 model, args.out, tokens=args.tokens, context_tokens=args.context, force=args.force
