@@ -1,5 +1,5 @@
 """Sourced deployment models of DeepSeek V4-Flash and V4-Pro (``specsim report real-deployments``;
-first built for the retired paper check, reports/real-deployments/paper-check).
+first built for the retired paper check, reports/paper-check).
 
 Why a module of facts: the DSpark paper's production table (V4-Flash +51% / +661% and V4-Pro
 +52% / +406% throughput over MTP-1 at two per-user SLAs each) is the one published measurement

@@ -267,7 +267,7 @@ def deployment_profile(
     expert all-to-all terms (``all_to_all``): the bandwidth cost per padded token and, only when
     ``dep`` spans nodes, the cross-node latency floor per step; so ``v4-pro-like`` and the paper
     check's prediction are the same profile. The keyword arguments exist for the sensitivity
-    study of the retired paper check, reports/real-deployments/paper-check (FP8 instead of the
+    study of the retired paper check, reports/paper-check (FP8 instead of the
     checkpoint's bytes per parameter, other CUDA-graph buckets, another batch cap or KV capacity,
     scaled draft/scheduler costs, the all-to-all's bandwidth term scaled, another floor per MoE
     layer). Draft and scheduler costs are v4-flash-like's, the per-request/per-token draft terms
