@@ -8,6 +8,7 @@ specsim profile import bench c1.json c8.json c32.json --out my-bench.csv
 specsim profile export v4-pro-like --format vllm-adaptive --out v4-pro-tables/
 specsim profile export v4-pro-like --format trtllm --out cost_table.json --context 2048
 specsim profile show my-b300.csv
+specsim profile build --model llama-3-8b --gpu h100 --drafter dspark:layers=5,block=7 --out my.csv
 
 ``specsim profile --out FILE ...`` (no action) is the older spelling of ``profile measure``.
 """
@@ -22,7 +23,7 @@ from pathlib import Path
 
 from specsim.errors import SpecsimError
 
-ACTIONS = ("measure", "import", "export", "show")
+ACTIONS = ("measure", "import", "export", "show", "build")
 
 
 def legacy_argv(argv: list[str]) -> list[str]:
@@ -192,7 +193,61 @@ def register(sub: argparse._SubParsersAction) -> None:
     show.add_argument("--json", action="store_true", help="one JSON object")
     show.set_defaults(func=run_show)
 
+    add_build_args(acts)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+
+
+def add_build_args(acts: argparse._SubParsersAction) -> None:
+    """``profile build``: a deployment's profile from measured operator curves."""
+    b = acts.add_parser(
+        "build",
+        help="price a deployment from measured operator times (Vidur's H100/A100 tables, "
+        "carried to other GPUs) and write a profile CSV",
+        description="Every term of a step priced on measured operator curves for the model's "
+        "shapes; assumed facts (engine overheads, sampling passes, activation reserve) are "
+        "printed with a low-high range. docs/simulator.md, 'Build a profile for your "
+        "deployment'.",
+    )
+    b.add_argument("--model", required=True, help="a built-in model name or a HF config.json")
+    b.add_argument("--gpu", default="H100", help="H100, H200, H20, H800, B200, B300, GB200, "
+                   "GB300, MI300X, MI355X or A100 (default H100)")  # fmt: skip
+    for key in ("tp", "ep", "dp"):
+        b.add_argument(f"--{key}", type=_positive_int, default=1, help=f"{key.upper()} degree")
+    b.add_argument("--weight-dtype", choices=("bf16", "fp16", "fp8", "fp4"),
+                   help="weights' precision (default: the checkpoint's)")  # fmt: skip
+    b.add_argument("--kv-dtype", choices=("bf16", "fp16", "fp8"), default="bf16")
+    b.add_argument("--engine", choices=("vllm", "sglang", "trtllm"), default="vllm")
+    b.add_argument("--drafter", default="none",
+                   help="none, ngram, mtp:K, or dspark:layers=5,width=4096,block=7")  # fmt: skip
+    b.add_argument("--assume", choices=("low", "mid", "high"), default="mid",
+                   help="where each assumed term is written in its range (mid)")  # fmt: skip
+    b.add_argument("--out", type=Path, help="profile CSV to write (default: print only)")
+    b.add_argument("--force", action="store_true", help="overwrite --out")
+    b.set_defaults(func=run_build)
+
+
+def run_build(args: argparse.Namespace) -> int:
+    from specsim.sim.cost.build import Deployment
+    from specsim.sim.cost.build_profile import bill
+    from specsim.sim.cost.models import model_arch
+
+    dep = Deployment(
+        model=model_arch(args.model), gpu=args.gpu, tp=args.tp, ep=args.ep, dp=args.dp,
+        weight_dtype=args.weight_dtype or "", kv_dtype=args.kv_dtype, engine=args.engine,
+        drafter=args.drafter, point=args.assume,
+    )  # fmt: skip
+    if args.out is None:
+        print(bill(dep)[1])
+        return 0
+    from specsim.outputs import claim
+    from specsim.sim.cost.profile_csv import write_profile_csv
+
+    with claim(args.out, force=args.force, suffixes=(".csv",)) as out:
+        model, text = bill(dep)
+        write_profile_csv(model, out, force=True)
+    print(text)
+    print(f"wrote {out}; replay with --profile {out}", file=sys.stderr)
+    return 0
 
 
 def _scalars(args: argparse.Namespace) -> dict:

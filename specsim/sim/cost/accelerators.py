@@ -10,8 +10,10 @@ capacity planner must be able to see where each one comes from. Every figure is 
   bidirectional figure), a NIC per GPU and per direction;
 - ``nvl_domain``: GPUs that reach each other over NVLink (8 on an HGX board, 72 in an NVL72 rack).
 
-Sources are NVIDIA's product pages and datasheets (named below); where only a secondary source
-reproduces a figure, the citation says so. Pure data: imports nothing from the simulator.
+Sources are NVIDIA's and AMD's product pages and datasheets (named below); where only a
+secondary source reproduces a figure, the citation says so. AMD's Infinity Fabric sits in the
+``nvlink_bw`` field (the same role: the scale-up link). Pure data: imports nothing from the
+simulator.
 """
 
 from __future__ import annotations
@@ -37,6 +39,23 @@ GB200_DS = "NVIDIA GB200 NVL72 product page (per GPU: 186 GB HBM3e, 8 TB/s; 72-G
 GB300_DS = (
     "NVIDIA GB300 NVL72 product page (per GPU: 288 GB HBM3e, 8 TB/s; 72-GPU NVLink domain; "
     "secondary: verda.com/blog/gb300-nvl72-architecture)"
+)
+MI300X_DS = (
+    "AMD Instinct MI300X accelerator datasheet / product page: 192 GB HBM3, 5.3 TB/s, "
+    "1,307.4 TFLOP/s FP16/BF16 and 2,614.9 TFLOP/s FP8 dense (no sparsity)"
+)
+MI355X_DS = (
+    "AMD Instinct MI355X product page: 288 GB HBM3E, 8 TB/s, 2.5 PFLOP/s FP16/BF16, 5.0 PFLOP/s "
+    "FP8, 10 PFLOP/s MXFP4 dense (secondary: theregister.com 2025-06-12, 288 GB, 8 TB/s, 10 PF "
+    "FP4 without sparsity; AMD's ISSCC 2026 paper as reported, 5 PF FP8)"
+)
+IF_MI300 = (
+    "AMD Infinity Fabric on the 8-GPU OAM platform: 7 links x 64 GB/s per direction to the 7 "
+    "peers (448 GB/s aggregate per direction; one peer gets 64 GB/s: no switch)"
+)
+IF_MI355 = (
+    "ASSUMED, not checked against AMD's platform brief: Infinity Fabric on the 8-GPU MI355X "
+    "platform, 7 links x 76.8 GB/s per direction (537.6 GB/s aggregate per direction)"
 )
 NVLINK4 = "NVLink 4 (Hopper): 900 GB/s bidirectional per GPU"
 NVLINK5 = "NVLink 5 (Blackwell): 1.8 TB/s bidirectional per GPU"
@@ -120,6 +139,22 @@ def _blackwell(name: str, hbm: float, src: str, bf16: float, fp8: float, fp4: fl
     )
 
 
+def _amd(name: str, hbm: float, bw: float, src: str, bf16: float, fp8: float, fp4: float,
+         link: float, link_src: str) -> Accelerator:  # fmt: skip
+    return Accelerator(
+        name=name,
+        hbm_bytes=Fact(hbm, src),
+        mem_bw=Fact(bw, src),
+        bf16_flops=Fact(bf16, src),
+        fp8_flops=Fact(fp8, src),
+        fp4_flops=Fact(fp4, src if fp4 else "MI300X has no FP4 units"),
+        nvlink_bw=Fact(link, link_src),  # Infinity Fabric, the same role as NVLink
+        nic_bw=Fact(50e9, "400 Gb/s NIC per GPU (AMD reference platform; 50 GB/s per direction)"),
+        nvl_domain=Fact(8, "8-GPU OAM platform: all-to-all Infinity Fabric"),
+        per_node=Fact(8, "8 GPUs per node"),
+    )
+
+
 ACCELERATORS: dict[str, Accelerator] = {
     "H100": _hopper("H100-SXM", 80e9, 3.35e12, H100_DS),
     "H200": _hopper("H200-SXM", 141e9, 4.8e12, H200_DS),
@@ -171,12 +206,14 @@ ACCELERATORS: dict[str, Accelerator] = {
         72,
         4,
     ),  # fmt: skip
+    "MI300X": _amd("MI300X", 192e9, 5.3e12, MI300X_DS, 1307.4e12, 2614.9e12, 0.0, 448e9, IF_MI300),
+    "MI355X": _amd("MI355X", 288e9, 8e12, MI355X_DS, 2.5e15, 5e15, 10e15, 537.6e9, IF_MI355),
 }
 
 
 def accelerator(name: str) -> Accelerator:
     """A GPU by name (case-insensitive; ``H100``, ``H200``, ``H20``, ``H800``, ``B200``,
-    ``B300``, ``GB200``, ``GB300``)."""
+    ``B300``, ``GB200``, ``GB300``, ``MI300X``, ``MI355X``)."""
     key = name.strip().upper()
     if key not in ACCELERATORS:
         from specsim.errors import SpecsimError

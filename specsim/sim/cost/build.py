@@ -1,0 +1,299 @@
+"""``specsim profile build``: a deployment's profile priced from MEASURED operator times.
+
+Why: the roofline profiles' error goes both ways (a 256-token verify nearly free on one H100;
+an MoE deployment's gain too small). Here every term of a step is an operator priced on the
+measured curves of :mod:`~specsim.sim.cost.operators` (Vidur's H100/A100 tables, carried to
+other GPUs by the stated rule), summed over the model's shapes (:mod:`~specsim.sim.cost.models`):
+
+- weights: every linear op of every layer (QKV, out, MLP) at the step's tokens;
+- attention: per layer its elementwise ops and a kernel launch in the table, and each
+  sequence's KV read (context x KV values x dtype bytes x layers / TP) charged per cached token
+  (``kv_read_us_per_ktoken``) at the measured memory-bound bandwidth;
+- all-reduce: two per layer of the step's activations over the TP group (measured NVLink fit);
+- MoE: the router, the shared experts, and the DISTINCT experts the step's tokens touch (uniform
+  routing), as one grouped GEMM at their tokens per expert; with EP the dispatch/combine bytes
+  over the scale-up link;
+- LM head over the vocabulary for every verified row; sampling per verified token (passes over
+  the logits: ASSUMED, a range); the engine's per-step and per-request overheads (ASSUMED per
+  engine, a range); a CUDA-graph staircase to the engine's capture size;
+- the drafter by its own architecture on the same curves (:mod:`~specsim.sim.cost.drafters`).
+
+What is assumed rather than measured carries (low, mid, high); the profile is written at the
+chosen point (``mid`` by default) and the printout shows the range.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from specsim.errors import SpecsimError
+from specsim.sim.cost.models import ModelArch
+from specsim.sim.cost.operators import WEIGHT_DTYPES, OperatorCurves, curves
+from specsim.sim.cost.profiles import cuda_graph_buckets, distinct_experts
+
+KV_DTYPES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
+POINTS = ("low", "mid", "high")
+
+
+@dataclass(frozen=True)
+class Assumed:
+    """A fact assumed, not measured: its range and why."""
+
+    low: float
+    mid: float
+    high: float
+    why: str
+
+    def at(self, point: str) -> float:
+        return float(getattr(self, point))
+
+
+@dataclass(frozen=True)
+class Engine:
+    """An engine's own costs and defaults: ASSUMED (no measured source here), with ranges."""
+
+    name: str
+    step_ms: Assumed  # the loop's fixed cost per step (scheduling, input prep, graph launch)
+    per_request_us: Assumed  # per request in the step (metadata, detokenize, stream)
+    capture_max_tokens: int  # largest CUDA-graph capture size (default config)
+    max_running: int
+    max_batched_tokens: int
+
+
+ENGINES = {
+    "vllm": Engine(
+        "vllm",
+        Assumed(0.4, 1.0, 2.5, "vLLM V1 CPU loop per step (async scheduling hides part)"),
+        Assumed(3.0, 10.0, 30.0, "vLLM per-request bookkeeping and streaming"),
+        512,
+        256,
+        8192,  # max_cudagraph_capture_size, max_num_seqs, max_num_batched_tokens
+    ),  # fmt: skip
+    "sglang": Engine(
+        "sglang",
+        Assumed(0.3, 0.8, 2.0, "SGLang scheduler loop per step (overlap scheduling)"),
+        Assumed(2.0, 8.0, 25.0, "SGLang per-request bookkeeping and streaming"),
+        512,
+        256,
+        8192,  # cuda_graph_max_bs (assumed), max_running_requests, chunked prefill
+    ),  # fmt: skip
+    "trtllm": Engine(
+        "trtllm",
+        Assumed(0.2, 0.5, 1.5, "TensorRT-LLM C++ executor loop per step"),
+        Assumed(1.0, 5.0, 15.0, "TensorRT-LLM per-request bookkeeping"),
+        512,
+        256,
+        8192,  # cuda graph batch sizes, max_batch_size, max_num_tokens (assumed)
+    ),  # fmt: skip
+}
+SAMPLING_PASSES = Assumed(
+    1.0, 2.0, 6.0, "passes over each verified row's fp32 logits: argmax 1-2, softmax + "
+    "rejection sampling at T > 0 up to 6",
+)  # fmt: skip
+ACTIVATION_GIB = Assumed(1.0, 2.0, 4.0, "GiB per GPU kept for activations and graphs")
+HBM_SHARE = 0.90  # vLLM's gpu_memory_utilization default: the share of HBM the engine uses
+ACT_BYTES = 2.0  # activations travel in BF16
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """What ``profile build`` prices: a model on GPUs under an engine, with a drafter."""
+
+    model: ModelArch
+    gpu: str = "H100"
+    tp: int = 1
+    ep: int = 1
+    dp: int = 1
+    weight_dtype: str = ""  # "": the model's released precision
+    kv_dtype: str = "bf16"
+    engine: str = "vllm"
+    drafter: str = "none"
+    point: str = "mid"
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.dp
+
+
+@dataclass(frozen=True, eq=False)
+class Priced:
+    """The priced deployment: the operator curves and every derived constant the terms use."""
+
+    dep: Deployment
+    ops: OperatorCurves
+    eng: Engine
+    bpp: float  # weight bytes per parameter
+    ebpp: float  # routed-expert bytes per parameter
+    kv_bytes_gpu: float  # KV bytes one cached token takes on one GPU (all layers)
+    weights_gpu: float  # weight bytes per GPU
+    assumed: list[str] = field(default_factory=list)
+
+
+def check(dep: Deployment) -> Priced:
+    """The deployment's constants, or a one-line ``SpecsimError`` naming what is wrong."""
+    m = dep.model
+    if dep.engine not in ENGINES:
+        raise SpecsimError(f"unknown engine {dep.engine!r}; use one of {', '.join(ENGINES)}")
+    if dep.point not in POINTS:
+        raise SpecsimError(f"unknown assumption point {dep.point!r}; use one of {POINTS}")
+    for key in ("tp", "ep", "dp"):
+        v = getattr(dep, key)
+        if not isinstance(v, int) or not 1 <= v <= 4096:
+            raise SpecsimError(f"--{key} {v!r} must be a whole number in [1, 4096]")
+    if m.heads % dep.tp:
+        raise SpecsimError(
+            f"--tp {dep.tp} does not divide {m.name}'s {m.heads} attention heads; use a divisor"
+        )
+    if m.kv_sharded and m.kv_heads % dep.tp and dep.tp % m.kv_heads:
+        raise SpecsimError(
+            f"--tp {dep.tp} neither divides nor is a multiple of {m.kv_heads} KV heads"
+        )
+    if dep.ep > 1 and (not m.is_moe or dep.ep != dep.gpus):
+        raise SpecsimError(
+            f"--ep {dep.ep}: expert parallelism needs an MoE model and spans all tp x dp = "
+            f"{dep.gpus} GPUs (vLLM's --enable-expert-parallel); use --ep 1 or --ep {dep.gpus}"
+        )
+    if m.is_moe and dep.ep > 1 and m.experts % dep.ep:
+        raise SpecsimError(f"--ep {dep.ep} does not divide {m.name}'s {m.experts} experts")
+    if dep.kv_dtype not in KV_DTYPES:
+        raise SpecsimError(
+            f"unknown --kv-dtype {dep.kv_dtype!r}; use one of {', '.join(KV_DTYPES)}"
+        )
+    wd = dep.weight_dtype or m.weight_dtype
+    ops = curves(dep.gpu, wd)
+    bpp = WEIGHT_DTYPES[wd]
+    ebpp = WEIGHT_DTYPES[m.expert_dtype] if m.expert_dtype and not dep.weight_dtype else bpp
+    kv_split = min(dep.tp, m.kv_heads) if m.kv_sharded else 1
+    kv_gpu = m.layers * m.kv_elems_per_layer * KV_DTYPES[dep.kv_dtype] / kv_split
+    routed = m.routed_params * ebpp / (dep.ep if dep.ep > 1 else dep.tp)
+    weights = (m.total_params - m.routed_params) * bpp / dep.tp + routed
+    eng = ENGINES[dep.engine]
+    p = Priced(dep, ops, eng, bpp, ebpp, kv_gpu, weights)
+    free = hbm_free(p, dep.point)
+    if free <= 0:
+        hbm = ops_hbm(dep.gpu)
+        raise SpecsimError(
+            f"{m.name} does not fit: {weights / 1e9:.1f} GB of weights per GPU on "
+            f"{dep.gpus} x {dep.gpu} ({hbm / 1e9:.0f} GB, {HBM_SHARE:.0%} usable); add GPUs "
+            "(--tp / --dp with --ep) or a smaller --weight-dtype"
+        )
+    return p
+
+
+def ops_hbm(gpu: str) -> float:
+    from specsim.sim.cost.accelerators import accelerator
+
+    return 80e9 if gpu.strip().lower() == "a100" else float(accelerator(gpu).hbm_bytes)
+
+
+def hbm_free(p: Priced, point: str = "mid") -> float:
+    """Bytes per GPU left for the KV cache (a HIGH activation reserve leaves the least)."""
+    act = ACTIVATION_GIB.at({"low": "high", "mid": "mid", "high": "low"}[point]) * 2**30
+    return HBM_SHARE * ops_hbm(p.dep.gpu) - p.weights_gpu - act
+
+
+def step_terms(p: Priced, batch) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-def]
+    """Milliseconds of each MEASURED term of a step over ``batch`` tokens (the deployment's
+    total; each DP rank holds batch / dp). The engine's and sampling's terms are separate."""
+    m, d, o = p.dep.model, p.dep, p.ops
+    b = np.maximum(np.asarray(batch, dtype=np.float64), 1.0)
+    t = np.ceil(b / d.dp)  # tokens per DP rank
+    bpp, tp, h = p.bpp, d.tp, m.hidden
+    attn_w = m.attn_layer_params * bpp / tp
+    if m.attn_params:  # MLA: down and up projections (two GEMMs of half each)
+        attn = 2 * o.gemm_s(t, attn_w / 2)
+    else:
+        qkv = h * (m.heads + 2 * m.kv_heads) * m.head_dim * bpp / tp
+        attn = o.gemm_s(t, qkv) + o.gemm_s(t, attn_w - qkv)
+    dense_layers = m.layers - m.moe_layers
+    mlp = o.gemm_s(t, 2 * h * m.intermediate * bpp / tp) + o.gemm_s(
+        t, h * m.intermediate * bpp / tp
+    )
+    weights = m.layers * attn + dense_layers * mlp
+    rope = (m.heads + m.kv_heads) * m.head_dim / tp
+    per_layer = (
+        2 * o.elementwise_s("input_layernorm", t * h)
+        + o.elementwise_s("attn_rope", t * rope)
+        + 2 * o.elementwise_s("add", t * h)
+        + o.launch_s[0]  # the attention kernel's own launch (its KV read: per sequence)
+    )
+    act_w = m.intermediate / tp
+    attention = m.layers * per_layer + dense_layers * o.elementwise_s("mlp_act", t * act_w)
+    reduce = 2 * m.layers * o.all_reduce_s(t * h * ACT_BYTES, tp) if tp > 1 else 0 * t
+    moe = 0 * t
+    if m.is_moe:
+        moe = m.moe_layers * moe_layer_s(p, b, t)
+    lm_head = o.gemm_s(t, m.vocab * h * 2.0 / tp) + o.elementwise_s("emb", t * h)
+    ms = {"weights": weights, "attention": attention, "all-reduce": reduce, "moe": moe,
+          "lm head": lm_head}  # fmt: skip
+    return {k: np.asarray(v, dtype=np.float64) * 1000.0 for k, v in ms.items()}
+
+
+def moe_layer_s(p: Priced, b: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """One MoE layer: router, shared experts, the distinct routed experts touched (one grouped
+    GEMM at their tokens per expert) and, with EP, dispatch + combine over the link."""
+    m, d, o = p.dep.model, p.dep, p.ops
+    h, tp = m.hidden, d.tp
+    router = o.gemm_s(t, h * m.experts * 2.0)
+    shared = 0 * t
+    if m.shared_experts:
+        sw = m.shared_experts * m.moe_intermediate * h * p.bpp / tp
+        shared = o.gemm_s(t, 2 * sw) + o.gemm_s(t, sw)
+    touched = distinct_experts(b, m.experts, m.top_k)  # over the whole deployment's batch
+    per_expert_tokens = b * m.top_k / touched
+    split = d.ep if d.ep > 1 else 1
+    wbytes = touched / split * m.moe_intermediate * h * p.ebpp / (1 if d.ep > 1 else tp)
+    routed = o.gemm_s(per_expert_tokens, 2 * wbytes) + o.gemm_s(per_expert_tokens, wbytes)
+    act = o.elementwise_s("mlp_act", t * m.top_k * m.moe_intermediate / (split * tp))
+    a2a = 0 * t
+    if d.ep > 1:  # dispatch in the weights' precision-ish (FP8) + combine in BF16, each way
+        nbytes = t * m.top_k * h * (1.0 + ACT_BYTES) * (d.ep - 1) / d.ep
+        a2a = 2 * o.all_reduce_s(0 * t, min(d.ep, 8)) + nbytes / o.link_bw
+    return router + shared + routed + act + a2a
+
+
+def sampling_ms(p: Priced, point: str = "mid") -> float:
+    """Per verified token: passes over its fp32 logits (vocab / TP per GPU) at the measured
+    memory bandwidth."""
+    passes = SAMPLING_PASSES.at(point)
+    return float(p.ops.read_s(passes * p.dep.model.vocab * 4.0)) * 1000.0
+
+
+def kv_read_us_per_ktoken(p: Priced) -> float:
+    """Decode attention: µs per 1,000 cached tokens read, at the measured memory bandwidth
+    (DP ranks read their own sequences at once: / dp)."""
+    return float(p.ops.read_s(p.kv_bytes_gpu * 1000.0)) * 1e6 / p.dep.dp
+
+
+def prefill_attention_us_per_token(p: Priced, prompt_tokens: float) -> float:
+    """Reported, not in the table: causal attention FLOPs of one prompt token in a prompt of
+    ``prompt_tokens`` (QK and PV: 2 x 2 x heads x head_dim x prompt / 2 per layer)."""
+    m = p.dep.model
+    flop = 2.0 * m.heads * m.head_dim * prompt_tokens * m.layers / p.dep.tp
+    return float(p.ops.flops_s(flop)) * 1e6
+
+
+def table_points(p: Priced) -> np.ndarray:
+    """Captured sizes to the engine's capture limit (a batch pays the next), then eager sizes
+    every 64 tokens to 4 x max_batched_tokens x dp (beyond: extrapolated)."""
+    cap = p.eng.capture_max_tokens * p.dep.dp
+    graphs = cuda_graph_buckets(p.eng.capture_max_tokens) * p.dep.dp
+    top = 4 * p.eng.max_batched_tokens * p.dep.dp
+    eager = np.arange(cap + 64, top + 1, 64)
+    return np.concatenate([graphs, eager]).astype(np.int64)
+
+
+def pad_to_table(model, batch) -> np.ndarray:  # type: ignore[no-untyped-def]
+    """The table size a batch pays inside the capture range (its CUDA graph), else itself."""
+    b = np.asarray(batch, dtype=np.int64)
+    pts = model.batch_tokens
+    idx = np.minimum(np.searchsorted(pts, b, side="left"), pts.size - 1)
+    return np.where(b <= model.capture_max_tokens, pts[idx], b)
+
+
+__all__ = [
+    "ENGINES", "KV_DTYPES", "Assumed", "Deployment", "Engine", "Priced", "check", "hbm_free",
+    "kv_read_us_per_ktoken", "pad_to_table", "sampling_ms", "step_terms", "table_points",
+]  # fmt: skip

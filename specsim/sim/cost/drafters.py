@@ -1,0 +1,141 @@
+"""The drafter priced by its own architecture on the measured operator curves.
+
+Why: a drafter's cost is not a multiple of its target's. A DSpark/DFlash block drafter runs a
+forward over B positions for every request (its few layers at the drafter's width, its LM head
+over its vocabulary, a projection of the target's hidden-state features); MTP runs k extra
+target-like layers one token at a time; n-gram lookup needs no GPU but a little CPU per request.
+Each is priced with the same curves as the target (``operators``), so a drafter on a small
+target is not the near-free term a roofline makes it.
+
+Spec strings (``--drafter``): ``none``; ``ngram``; ``mtp:K``; ``dspark:layers=5,width=4096,
+block=7,vocab=...,features=5`` (``dflash:`` the same); omitted keys take the target's width and
+vocabulary, 5 layers, block 7, and the hidden states of 5 target layers (ASSUMED defaults).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from specsim.errors import SpecsimError
+
+KINDS = ("none", "ngram", "mtp", "dspark")
+NGRAM_US = (2.0, 10.0, 50.0)  # ASSUMED CPU lookup per request and step (low, mid, high)
+
+
+@dataclass(frozen=True)
+class Drafter:
+    """A drafter's architecture. ``width``/``vocab`` 0: the target's."""
+
+    kind: str
+    layers: int = 0
+    width: int = 0
+    block: int = 7
+    vocab: int = 0
+    features: int = 5  # target layers whose hidden states a DSpark drafter reads
+
+    @property
+    def label(self) -> str:
+        if self.kind == "dspark":
+            return (f"dspark:layers={self.layers},width={self.width},block={self.block},"
+                    f"vocab={self.vocab},features={self.features}")  # fmt: skip
+        return f"mtp:{self.layers}" if self.kind == "mtp" else self.kind
+
+
+def parse_drafter(spec: str, hidden: int, vocab: int) -> Drafter:
+    """``--drafter`` text -> a Drafter with the target's defaults filled in."""
+    kind, _, rest = spec.strip().lower().partition(":")
+    kind = "dspark" if kind == "dflash" else kind
+    if kind not in KINDS:
+        raise SpecsimError(
+            f"unknown --drafter {spec!r}; use none, ngram, mtp:K or "
+            "dspark:layers=5,width=4096,block=7"
+        )
+    if kind in ("none", "ngram"):
+        if rest:
+            raise SpecsimError(f"--drafter {kind} takes no parameters (got {spec!r})")
+        return Drafter(kind)
+    if kind == "mtp":
+        if not rest.isdigit() or not 1 <= int(rest) <= 16:
+            raise SpecsimError(f"--drafter {spec!r}: give mtp:K with K in 1..16 modules")
+        return Drafter("mtp", layers=int(rest), block=int(rest))
+    vals = {"layers": 5, "width": hidden, "block": 7, "vocab": vocab, "features": 5}
+    for part in filter(None, rest.split(",")):
+        key, sep, v = part.partition("=")
+        if key not in vals or not sep or not v.isdigit() or not 1 <= int(v) <= 10**7:
+            raise SpecsimError(
+                f"--drafter {spec!r}: each part is key=N with key in {', '.join(vals)} "
+                "and N a whole number >= 1"
+            )
+        vals[key] = int(v)
+    if vals["width"] % 64:
+        raise SpecsimError(f"--drafter {spec!r}: width must be a multiple of 64")
+    return Drafter("dspark", **vals)
+
+
+def draft_ms(p, drafter: Drafter, requests, point: str = "mid"):  # type: ignore[no-untyped-def]
+    """Milliseconds of one draft call for ``requests`` requests (array), each proposing the
+    drafter's block, on the deployment ``p`` (``build.Priced``)."""
+    r = np.asarray(requests, dtype=np.float64)
+    if drafter.kind == "none":
+        return 0 * r
+    if drafter.kind == "ngram":
+        return r * NGRAM_US[("low", "mid", "high").index(point)] / 1000.0
+    o, m, tp = p.ops, p.dep.model, p.dep.tp
+    if drafter.kind == "mtp":  # K sequential steps of one target-like layer + LM head
+        t = np.ceil(r / p.dep.dp)
+        layer = _layer_s(o, t, m.hidden, m.attn_layer_params, m.intermediate, p.bpp, tp)
+        head = o.gemm_s(t, m.vocab * m.hidden * 2.0 / tp)
+        return drafter.layers * (layer + head) * 1000.0
+    t = np.ceil(r / p.dep.dp) * drafter.block  # every request's block of positions
+    w = drafter.width
+    scale = (w / m.hidden) ** 2  # a layer shaped like the target's, at the drafter's width
+    layer = _layer_s(o, t, w, m.attn_layer_params * scale, int(m.intermediate * w / m.hidden),
+                     p.bpp, tp)  # fmt: skip
+    head = o.gemm_s(t, drafter.vocab * w * 2.0 / tp)
+    # the target's features of the accepted tokens, projected to the drafter's width
+    fc = o.gemm_s(np.ceil(r / p.dep.dp), drafter.features * m.hidden * w * p.bpp / tp)
+    reduce = 2 * drafter.layers * o.all_reduce_s(t * w * 2.0, tp) if tp > 1 else 0 * t
+    return (drafter.layers * layer + head + fc + reduce) * 1000.0
+
+
+def _layer_s(o, t, width, attn_params, inter, bpp, tp):  # type: ignore[no-untyped-def]
+    """One dense transformer layer's linear and elementwise ops (seconds)."""
+    lin = o.gemm_s(t, attn_params * bpp / tp) + o.gemm_s(t, 3 * width * inter * bpp / tp)
+    ew = 2 * o.elementwise_s("input_layernorm", t * width) + 2 * o.elementwise_s("add", t * width)
+    return lin + ew + o.elementwise_s("mlp_act", t * inter / tp) + o.launch_s[0]
+
+
+def context_us(p, drafter: Drafter) -> float:  # type: ignore[no-untyped-def]
+    """µs per context token a drafter's attention reads per request and draft call (its own
+    KV: K and V at its width, BF16), at the measured memory bandwidth."""
+    m = p.dep.model
+    if drafter.kind == "dspark":  # a KV as the target's layer's, at the drafter's width
+        kv = drafter.layers * m.kv_elems_per_layer * (drafter.width / m.hidden) * 2.0
+    elif drafter.kind == "mtp":
+        kv = drafter.layers * m.kv_elems_per_layer * 2.0
+    else:
+        return 0.0
+    return float(p.ops.read_s(kv)) * 1e6 / p.dep.tp
+
+
+def prefill_us(p, drafter: Drafter) -> float:  # type: ignore[no-untyped-def]
+    """µs a drafter spends per prompt token (its features and KV), compute-bound."""
+    m = p.dep.model
+    if drafter.kind == "dspark":
+        w = drafter.width
+        params = (
+            drafter.features * m.hidden * w
+            + drafter.layers
+            * (m.attn_layer_params + 3 * m.hidden * m.intermediate)
+            * (w / m.hidden) ** 2
+        )
+    elif drafter.kind == "mtp":
+        params = drafter.layers * (m.attn_layer_params + 3 * m.hidden * m.intermediate)
+    else:
+        return 0.0
+    return float(p.ops.flops_s(2.0 * params / p.dep.tp)) * 1e6
+
+
+__all__ = ["KINDS", "Drafter", "context_us", "draft_ms", "parse_drafter", "prefill_us"]
