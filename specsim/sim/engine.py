@@ -1,95 +1,74 @@
 """The SimPy serving engine: continuous batching of speculative decoding over a replayed trace.
 
-One SimPy process runs the engine loop; under ZOS a second, short-lived process models the
-scheduler running ahead on the CPU in each step it outlasts. All per-step work is vectorised
-numpy over the running batch (arrays of trace offsets, positions, outputs), so a step costs the
-same few dozen numpy calls whether 1 or 500 requests run. With one request in flight (or up to
+One SimPy process runs the engine loop of the serving model the limits name: v2 (the default,
+:mod:`specsim.sim.serving`: chunked prefill under a token budget, paged KV) or v1 (below). Each
+loop reads as the speculative step does: arrivals, the walk, DRAFT, SCHEDULE, BATCH, COST,
+ACCOUNT, each a method of the run's step object (:mod:`specsim.sim.step` has the parts both
+models share, written once). Under ZOS a second, short-lived process models the scheduler
+running ahead on the CPU in each step it outlasts. All per-step work is vectorised numpy over
+the running batch (arrays of trace offsets, positions, outputs), so a step costs the same few
+dozen numpy calls whether 1 or 500 requests run. With one request in flight (or, v1, up to
 ``_ROWWISE_MAX_R`` under a rowwise policy) the steps up to the next event are walked in plain
-Python without an event each (``Engine._solo_stretch``, ``Engine._rowwise_stretch``), with the
-same clock, bit for bit.
+Python without an event each (:mod:`specsim.sim.walks`), with the same clock, bit for bit.
 
-One engine iteration (a "step"):
+Serving model v1, one engine iteration (a "step") at time t:
 
-1. Admission (at the step's start time t): every open-loop arrival with time <= t joins the FIFO
-   queue (so an arrival at exactly a step boundary joins the step that starts there: the
-   same-time rule, tested); then queued requests are admitted, head first, while a running slot
-   is free (``max_running``), the request's KV reservation (prompt_len + output_len + gamma
-   tokens) fits in ``kv_tokens`` and its prompt fits in what is left of the step's
-   ``prefill_budget`` (prompt tokens per step, like vLLM's max_num_batched_tokens; the first
-   request of a step is admitted whatever its prompt). A request that does not fit blocks the
-   queue (FIFO, no skipping). There is no preemption: an admitted request keeps its slot and
-   reservation.
+1. Admission: every open-loop arrival with time <= t joins the FIFO queue (the same-time rule,
+   tested); then queued requests are admitted, head first, while a running slot is free
+   (``max_running``), the request's KV reservation (prompt_len + output_len + gamma tokens)
+   fits in ``kv_tokens`` and its prompt fits in what is left of the step's ``prefill_budget``
+   (prompt tokens per step, like vLLM's max_num_batched_tokens; the first request of a step is
+   admitted whatever its prompt). A request that does not fit blocks the queue (FIFO, no
+   skipping). There is no preemption: an admitted request keeps its slot and reservation.
 2. Prefill: requests admitted at this step add their prompt tokens to the step's token batch
-   (chunked-prefill style). The prefill forward yields the first output token: trace position 0,
-   verified with l = 0 (one token; no drafts exist yet, the drafter needs the prompt's features).
+   (chunked-prefill style). The prefill forward yields the first output token: trace position
+   0, verified with l = 0 (one token; no drafts exist yet, the drafter needs the prompt's
+   features).
 3. Decode, for the requests already prefilled: draft (``draft_ms(R, gamma)``), schedule (the
    policy returns l_r from the confidences of each request's current trace row), verify (one
-   target step over B = sum(1 + l_r) + prefill tokens, ``step_time(B)``). Replay rule: request r
-   at position n emits e = min(l_r, accept_len[n]) + 1 tokens, capped at output_len - n;
+   target step over B = sum(1 + l_r) + prefill tokens, ``step_time(B)``). Replay rule: request
+   r at position n emits e = min(l_r, accept_len[n]) + 1 tokens, capped at output_len - n;
    n += e. All tokens of a step are emitted at the step's end.
 4. Scheduler time. Serial (``policy.zos`` False): base + per-request * R is added to the step.
    ZOS: the decision for step t+1 is computed during step t by its own process; the engine
    waits for it only if it outlasts step t (the excess is logged as ``sched_wait_s``). The
    policy then sees ``lagged_conf``: each request's confidence row of two decode steps earlier
-   (its current row if it is too new to have one). The first step after the engine was idle has
-   nothing to overlap with and starts at once.
+   (its current row if it is too new to have one). The first step after the engine was idle
+   has nothing to overlap with and starts at once.
 
-Online acceptance estimate (for policies that need ``accept_rate``): per draft position k, the
-share of verified position-k drafts (reached: all earlier ones accepted) that were accepted,
-with a prior of 0.5 worth ``PRIOR_WEIGHT`` observations.
-
-Verification history (for policies that need ``accept_hist``): counts of reached and accepted
-drafts by request class (the trace's category), position and confidence bin
-(``HIST_BINS`` equal bins of [0, 1]), from steps that ENDED before the decision was made: under
-ZOS, whose decision for step t runs during step t-1, the outcomes of step t-1 are withheld too.
+The online acceptance estimate (``accept_rate``) and the verification history
+(``accept_hist``) are :mod:`specsim.sim.step`'s and :mod:`specsim.sim.history`'s.
 """
 
 from __future__ import annotations
 
-import math
 from array import array
 from collections import deque
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import simpy
 
 from specsim.errors import SpecsimError
-from specsim.policies.base import (
-    Policy,
-    TableStepTime,
-    checked_lengths,
-    step_input,
-)
+from specsim.policies.base import Policy, TableStepTime
 from specsim.rng import stream
 from specsim.sim.admission import fits, reservation
 from specsim.sim.cost.model import CostModel
-from specsim.sim.cost.steptime import row_table
-from specsim.sim.cost.steptime import shifted as _shifted
-from specsim.sim.cost.steptime import step2d as _step2d
+from specsim.sim.cost.steptime import shifted, step2d
 from specsim.sim.history import History
-from specsim.sim.jobs import ACC as _ACC
-from specsim.sim.jobs import BASE as _BASE
-from specsim.sim.jobs import H1 as _H1
-from specsim.sim.jobs import H2 as _H2
-from specsim.sim.jobs import JOB as _JOB
-from specsim.sim.jobs import NF as _NF
-from specsim.sim.jobs import OUT as _OUT
-from specsim.sim.jobs import PROMPT as _PROMPT
-from specsim.sim.jobs import RES as _RES
-from specsim.sim.jobs import STEPS as _STEPS
-from specsim.sim.jobs import VER as _VER
+from specsim.sim.jobs import ACC, BASE, JOB, OUT, PROMPT, RES, STEPS, VER, N
 from specsim.sim.jobs import Jobs as _Jobs
-from specsim.sim.jobs import N as _N
 from specsim.sim.serving import ServingV2
+from specsim.sim.step import Step
 from specsim.sim.steplog import STEP_COLUMNS, RawLog
 from specsim.sim.steplog import RunningSums as _Sums
 from specsim.sim.walks import _ROWWISE_MAX_R, Walks
 from specsim.sim.workload import Workload
 from specsim.trace.model import Trace
 
-PRIOR_RATE = 0.5
-PRIOR_WEIGHT = 2.0
+if TYPE_CHECKING:
+    from collections.abc import Generator
 
 
 @dataclass(frozen=True)
@@ -230,30 +209,6 @@ class Engine(Walks, History, ServingV2):
             n_max = min(int(cost.max_running), 1 << 16)
             self._draft_lut = (cost.draft_ms(np.arange(n_max + 1), gamma) * 1e-3).tolist()
 
-    def _zos_sched(self, env: simpy.Environment, seconds: float):
-        yield env.timeout(seconds)
-
-    def _log_step(self, row: tuple) -> None:
-        """Append one step's row (``STEP_COLUMNS`` order) to the columnar log."""
-        self.n_steps += 1
-        self.log.extend(row)
-
-    @staticmethod
-    def _exact_delay(now: float, t: float) -> float | None:
-        """A delay d with now + d == t in floating point, or None.
-
-        SimPy adds the delay to the clock; t - now can miss t by an ulp, and when the rounding
-        of now + d ties, some t are not reachable in one addition at all (the step-by-step path
-        reached them by several). Neighbours of t - now are tried; None: no single hop exists.
-        """
-        d = t - now
-        for _ in range(4):
-            got = now + d
-            if got == t:
-                return d
-            d = math.nextafter(d, math.inf if got < t else 0.0)
-        return None
-
     def _draft_s(self, n: int) -> float:
         """Seconds of drafting for ``n`` decoding requests, before the context term."""
         lut = self._draft_lut
@@ -263,294 +218,26 @@ class Engine(Walks, History, ServingV2):
             return lut[n]
         return float(self.cost.draft_ms(n, self.gamma)) * 1e-3
 
-    def _loop(self, env: simpy.Environment):
-        jobs = self.jobs
-        cost = self.cost
-        gamma = self.gamma
-        conf_all = self.conf
-        acc_all = self.accept_len
-        lut = cost.lut_seconds(None)
-        # Python floats for the walks, which index it per step; they never batch more than
-        # _ROWWISE_MAX_R x (1 + gamma) tokens (beyond, they ask the cost model: same numbers)
-        self.lut = lut[: (_ROWWISE_MAX_R + 1) * (gamma + 1) + 1].tolist()
-        n_lut = lut.shape[0]
-        step_fn = cost.step_time_fn(None)
-        if not cost.is_2d:  # policies may read runs of batch sizes as table slices
-            step_fn = TableStepTime(step_fn, lut)
-        self._set_draft_terms(cost, gamma)
-        d_base, d_req, d_tok = self.d_base, self.d_req, self.d_tok
-        draft_lut = self._draft_lut
-        # measured-engine terms (specsim.sim.cost.model): 0 in generated profiles
-        engine_terms = cost.has_engine_terms
-        step2d = _step2d(cost) if cost.is_2d and not engine_terms else None
-        if step2d is not None and not step2d.ok:
-            step2d = None
-        ctx = None  # a 2-D profile's context, set by each step that decodes (as step_fn is)
-        p_tok = cost.prefill_token_ms * 1e-3
-        zos = bool(self.policy.zos)
-        schedule = self.policy.schedule
-        need_lag = "lagged_conf" in self.needs
-        need_rate = "accept_rate" in self.needs
-        need_acc = "accept_len" in self.needs
-        need_hist = "accept_hist" in self.needs
-        need_surv = "survival" in self.needs
-        need_lag_surv = need_lag and "lagged_survival" in self.needs
-        need_known = "lag_known" in self.needs
-        need_draft = "draft_time" in self.needs
-        # survivals of every trace row, once: a step gathers its rows instead of a cumprod
-        tab = row_table(conf_all, acc_all) if need_surv or need_lag_surv else None
-        conf_dtype = conf_all.dtype
-        # the solo walk needs a step time that does not move with the context (1-D profile)
-        solo = self.policy.solo is not None and not cost.is_2d and not engine_terms
-        rowwise = solo and self.policy.rowwise and not zos
-        open_loop = self.wl.open_loop
-        arrivals = self.wl.arrival_s
-        n_arr_total = arrivals.shape[0] if open_loop else 0
-        kv_cap = self.limits.kv_tokens
-        max_run = self.limits.max_running
-        # The running batch: one (FIELDS, R) int64 array, columns in admission order, so one
-        # fancy index compacts every field at once. Prefilling requests sit at the end.
-        S = np.zeros((_NF, 0), np.int64)
-        kv_used = 0
-        zos_proc = None
-        queue = self.queue
-        record = self.record_tokens
-        progress = self.progress
-        sink = self.sink
-        log_step = self._log_step
-        sums = self.sums
-        closed_c = self.closed_c
-        while True:
-            now = env.now
-            # -- arrivals up to now join the queue (same-time rule: t_arrival <= now)
-            if open_loop and self.n_arrived < n_arr_total and arrivals[self.n_arrived] <= now:
-                upto = int(np.searchsorted(arrivals, now, side="right"))
-                queue.extend(range(self.n_arrived, upto))
-                self.n_arrived = upto
-            # -- admission, FIFO, no skipping
-            n_new = 0
-            if queue and S.shape[1] < max_run:
-                adm = []
-                room = max_run - S.shape[1]
-                budget = self.limits.prefill_budget
-                while queue and room:
-                    j = queue[0]
-                    p = int(jobs.prompt[j])
-                    res = reservation(p, int(jobs.out[j]), gamma)
-                    if not fits(kv_used, res, kv_cap, bool(adm), p, budget):
-                        break
-                    queue.popleft()
-                    kv_used += res
-                    budget -= p
-                    adm.append(j)
-                    room -= 1
-                if adm:
-                    a = np.asarray(adm, dtype=np.int64)
-                    n_new = a.shape[0]
-                    jobs.admitted[a] = now
-                    block = jobs.cols[:, a]
-                    block[_STEPS] = self.n_steps + 1  # first decode step index (after prefill)
-                    S = np.concatenate((S, block), axis=1)
-                    if sums is not None:  # the steady window ends at the last admission
-                        sums.t1 = sums.before(now)
-            n_run = S.shape[1]
-            n_queued = len(queue)
-            if n_run == 0:
-                zos_proc = None
-                if queue:  # cannot happen: _check_capacity guarantees a lone request fits
-                    raise SpecsimError("internal: queue blocked with an empty engine")
-                if open_loop and self.n_arrived < n_arr_total:
-                    yield env.timeout(float(arrivals[self.n_arrived]) - now)
-                    continue
-                return
-            # -- ZOS: wait for the scheduler process that ran during the previous step
-            wait = 0.0
-            if zos and zos_proc is not None and not zos_proc.processed:
-                yield zos_proc
-                wait = env.now - now
-                now = env.now
-            n_dec = n_run - n_new
-            # -- one request and nothing to admit: walk its steps up to the next event
-            if solo and n_new == 0 and (n_run == 1 or (rowwise and n_run <= _ROWWISE_MAX_R)):
-                if n_run == 1:
-                    durs, end = self._solo_stretch(S, now, wait, n_queued, step_fn)
-                else:
-                    durs, end = self._rowwise_stretch(S, now, wait, n_queued, step_fn)
-                if durs:
-                    hop = self._exact_delay(now, end)
-                    if hop is not None:  # one event to the next one that matters
-                        yield env.timeout(hop)
-                    else:  # no single hop lands on the same clock: one event per step
-                        for d in durs:
-                            yield env.timeout(d)
-                    zos_proc = None  # the walk's last scheduler decision finished in its step
-                    continue
-            prefill_tokens = int(S[_PROMPT, n_dec:].sum()) if n_new else 0
-            # -- decode part: schedule and replay
-            if n_dec:
-                pos = S[_N, :n_dec]
-                rows = S[_BASE, :n_dec] + pos
-                surv = None
-                if tab is not None:  # one gather: [survival | conf | accept_len]
-                    g = tab.take(rows, axis=0)
-                    conf = g[:, gamma : 2 * gamma].astype(conf_dtype)
-                    acc = g[:, 2 * gamma].astype(np.int64)
-                    if need_surv:
-                        surv = g[:, :gamma]
-                else:
-                    conf = conf_all[rows]
-                    acc = acc_all[rows]
-                if cost.is_2d:
-                    # np.mean's own arithmetic (a float64 sum, then / count) without its
-                    # Python wrappers: the same context to the bit
-                    ctx = float(np.add.reduce(S[_PROMPT] + S[_N], dtype=np.float64) / n_run)
-                    step_fn = step2d.fn(ctx) if step2d is not None else cost.step_time_fn(ctx)
-                if not n_new:
-                    pol_fn = step_fn
-                elif p_tok:
-                    pol_fn = cost.policy_step_fn(step_fn, prefill_tokens)
-                else:
-                    pol_fn = _shifted(step_fn, prefill_tokens)
-                lag = lag_surv = None
-                if need_lag or need_known:
-                    h2 = S[_H2, :n_dec]
-                    lag_rows = np.where(h2 >= 0, h2, rows)
-                if need_lag:
-                    if need_lag_surv:
-                        g = tab.take(lag_rows, axis=0)
-                        lag = g[:, gamma : 2 * gamma].astype(conf_dtype)
-                        lag_surv = g[:, :gamma]
-                    else:
-                        lag = conf_all[lag_rows]
-                rate = None
-                if need_rate:
-                    t = self.trials[1:].astype(np.float64)
-                    rate = (self.succ[1:] + PRIOR_RATE * PRIOR_WEIGHT) / (t + PRIOR_WEIGHT)
-                inp = step_input(
-                    conf=conf,
-                    step_time=pol_fn,
-                    lagged_conf=lag,
-                    accept_rate=rate,
-                    accept_len=acc if need_acc else None,
-                    survival=surv,
-                    lagged_survival=lag_surv,
-                    rng=self.policy_rng,
-                    accept_hist=self.hist if need_hist else None,
-                    request_class=self.row_class[rows] if need_hist else None,
-                    lag_known=h2 >= 0 if need_known else None,
-                    draft_time=self._draft_time_fn(n_dec) if need_draft else None,
-                )
-                lens = checked_lengths(schedule(inp), inp, self.policy.name)
-                a_ok = np.minimum(lens, acc)
-                emit = np.minimum(a_ok + 1, S[_OUT, :n_dec] - pos)
-                upd = np.array((emit, lens, a_ok), dtype=np.int64)  # rows _N, _VER, _ACC
-                emitted, n_ver, n_acc = np.add.reduce(upd, axis=1).tolist()
-                if need_rate:
-                    reach = np.minimum(a_ok + 1, lens)
-                    self.trials += np.bincount(reach, minlength=gamma + 1)[::-1].cumsum()[::-1]
-                    self.succ += np.bincount(a_ok, minlength=gamma + 1)[::-1].cumsum()[::-1]
-                if need_hist:
-                    self._hist_add(rows, conf, lens, a_ok)
-                if draft_lut is None:
-                    draft_s = d_base + (d_req + d_tok) * n_dec
-                else:
-                    draft_s = self._draft_s(n_dec)
-                if engine_terms:  # the drafter's context: up to the anchor (prompt + n - 1)
-                    draft_s += cost.draft_context_s(S[_PROMPT, :n_dec] + pos - 1)
-                sched_s = 0.0 if zos else cost.sched_s(n_dec)
-            else:
-                n_ver = n_acc = 0
-                draft_s = sched_s = 0.0
-            batch = n_dec + n_ver + prefill_tokens
-            if batch > self.max_b:
-                self.max_b = batch
-            if engine_terms:
-                verify_s = cost.verify_s(n_dec + n_ver, prefill_tokens, n_run, step_fn, n_ver)
-            elif step2d is not None:
-                verify_s = step2d(batch, ctx)
-            elif cost.is_2d:
-                verify_s = float(step_fn(batch))
-            elif batch < n_lut:
-                verify_s = float(lut[batch])
-            else:
-                verify_s = float(cost.step_time(batch))
-            duration = draft_s + sched_s + verify_s
+    def _draft_seconds(self, n: int, k: int) -> float:
+        """Seconds of drafting ``k`` tokens for ``n`` requests, before the context term: the
+        one rule a step's cost, a walk and a policy's ``draft_time`` all read (a full block
+        from the engine's terms, fewer tokens from the cost model's curve)."""
+        if k <= 0:
+            return 0.0
+        return self._draft_s(n) if k >= self.gamma else float(self.cost.draft_ms(n, k)) * 1e-3
+
+    def _loop(self, env: simpy.Environment) -> Generator[simpy.Event, object, None]:
+        """Serving model v1's SimPy process (the module docstring): one timeout per step, the
+        step's phases in order; the drafter always drafts the whole block."""
+        st = StepV1(self)
+        zos = st.zos
+        while (yield from st.start(env)):  # arrivals, BATCH (admissions), idle, ZOS wait, walks
+            st.schedule()  # SCHEDULE: the policy's lengths and the replay rule
+            duration = st.price()  # COST: draft + sched + verify
             if zos:
-                # The decision for the next step runs on the CPU during this one. A scheduler
-                # shorter than the step ends first (now + sched <= now + duration, rounding is
-                # monotone) and the next step never waits for it: only a longer one needs its
-                # process (and an equal one only costs a zero wait), so only those get one.
-                zos_s = cost.sched_s(n_run)
-                zos_proc = env.process(self._zos_sched(env, zos_s)) if zos_s >= duration else None
+                st.run_ahead(env, duration)  # the next step's decision, during this one
             yield env.timeout(duration)
-            end = env.now
-            # -- advance
-            if n_dec:
-                S[_N : _ACC + 1, :n_dec] += upd
-                if need_lag:
-                    S[_H2, :n_dec] = S[_H1, :n_dec]
-                    S[_H1, :n_dec] = rows
-            else:
-                emitted = 0
-            if n_new:
-                S[_N, n_dec:] = 1
-                jobs.first[S[_JOB, n_dec:]] = end
-                emitted += n_new
-            if record:
-                self.tok_job.append(S[_JOB].copy())
-                self.tok_cnt.append(
-                    np.concatenate((emit, np.ones(n_new, np.int64)))
-                    if n_dec
-                    else np.ones(n_run, np.int64)
-                )
-                self.tok_time.append(end)
-                self.tok_len.append(n_run)
-            done = S[_N] >= S[_OUT]
-            n_fin = int(np.count_nonzero(done))  # (cheaper than done.any())
-            if n_fin:
-                fin = S[:, done]
-                fj = fin[_JOB]
-                jobs.finish[fj] = end
-                # a running request takes part in every step from its first decode step on
-                fin[_STEPS] = self.n_steps + 1 - fin[_STEPS]
-                jobs.cols[:, fj] = fin  # the counters, read back by _raw
-                if sink is not None:
-                    sink.finished(jobs, fj)
-                kv_used -= int(fin[_RES].sum())
-                S = S[:, ~done]
-                self.n_done += n_fin
-                if progress is not None:
-                    progress.update(n_fin)
-                if not open_loop:
-                    for _ in range(n_fin):
-                        self._spawn(end)
-            if sums is None:
-                log_step(
-                    (
-                        now,
-                        duration,
-                        batch,
-                        n_run,
-                        n_dec,
-                        n_new,
-                        n_queued,
-                        prefill_tokens,
-                        n_ver,
-                        n_acc,
-                        emitted,
-                        wait,
-                        n_fin,
-                    )
-                )
-            else:
-                self.n_steps += 1
-                sums.step(
-                    now, duration + wait, n_run + n_queued, n_dec, n_new, n_ver, n_acc, emitted,
-                    batch,
-                )  # fmt: skip
-                # the steady window starts at the C-th completion
-                if closed_c is not None and sums.t0 is None and self.n_done >= closed_c:
-                    sums.t0 = sums.before(end)
+            st.account(env.now, duration)  # ACCOUNT: advance, record, finish, log
 
     # ------------------------------------------------------------------ output
 
@@ -582,10 +269,10 @@ class Engine(Walks, History, ServingV2):
             finish_s=j.finish[:n].copy(),
             prompt_len=j.prompt[:n].copy(),
             output_len=j.out[:n].copy(),
-            emitted=j.result(_OUT)[:n],
-            steps=j.result(_STEPS)[:n],
-            verified=j.result(_VER)[:n],
-            accepted=j.result(_ACC)[:n],
+            emitted=j.result(OUT)[:n],
+            steps=j.result(STEPS)[:n],
+            verified=j.result(VER)[:n],
+            accepted=j.result(ACC)[:n],
             step_log=log,
             token_job=tj,
             token_time=tt,
@@ -597,3 +284,169 @@ class Engine(Walks, History, ServingV2):
             recomputed_tokens=int(getattr(self, "recomputed", 0)),
             stall_s=j.stall[:n].copy(),
         )
+
+
+class StepV1(Step):
+    """Serving model v1's step (see the module docstring): the phases :meth:`Engine._loop`
+    calls in order; the shared ones are :class:`specsim.sim.step.Step`'s."""
+
+    __slots__ = (
+        "step_fn", "step2d", "ctx", "is2d", "solo", "rowwise", "kv_cap", "max_run",
+        "prefill_budget", "kv_used", "n_new",
+    )  # fmt: skip
+
+    def __init__(self, eng) -> None:  # noqa: ANN001 - the Engine
+        super().__init__(eng, tracks_kv=False)
+        cost, pol, gamma = self.cost, eng.policy, self.gamma
+        lut = self.lut
+        # Python floats for the walks, which index it per step; they never batch more than
+        # _ROWWISE_MAX_R x (1 + gamma) tokens (beyond, they ask the cost model: same numbers)
+        eng.lut = lut[: (_ROWWISE_MAX_R + 1) * (gamma + 1) + 1].tolist()
+        self.is2d = cost.is_2d
+        step_fn = cost.step_time_fn(None)
+        if not self.is2d:  # policies may read runs of batch sizes as table slices
+            step_fn = TableStepTime(step_fn, lut)
+        self.step_fn = step_fn  # a 2-D profile's: set by each step that decodes, as ctx is
+        self.ctx = None
+        s2d = step2d(cost) if self.is2d and not self.engine_terms else None
+        self.step2d = s2d if s2d is not None and s2d.ok else None
+        # the walks need a step time that does not move with the context (1-D profile)
+        self.solo = pol.solo is not None and not self.is2d and not self.engine_terms
+        self.rowwise = self.solo and pol.rowwise and not self.zos
+        lim = eng.limits
+        self.kv_cap = lim.kv_tokens
+        self.max_run = lim.max_running
+        self.prefill_budget = lim.prefill_budget
+        self.kv_used = 0
+        self.n_new = 0
+
+    def admit_at_start(self, now: float) -> None:
+        """BATCH (v1: at the step's start): queued requests are admitted head first while a
+        slot is free, the reservation fits and the prompt fits the step's prefill budget (the
+        first always goes); one that does not fit blocks the queue. The admitted prefill in
+        this step, after the running requests (which decode)."""
+        queue, S = self.queue, self.S
+        n_new = 0
+        if queue and S.shape[1] < self.max_run:
+            jobs, gamma, kv_cap, kv_used = self.jobs, self.gamma, self.kv_cap, self.kv_used
+            adm = []
+            room = self.max_run - S.shape[1]
+            budget = self.prefill_budget
+            while queue and room:
+                j = queue[0]
+                p = int(jobs.prompt[j])
+                res = reservation(p, int(jobs.out[j]), gamma)
+                if not fits(kv_used, res, kv_cap, bool(adm), p, budget):
+                    break
+                queue.popleft()
+                kv_used += res
+                budget -= p
+                adm.append(j)
+                room -= 1
+            self.kv_used = kv_used
+            if adm:
+                a = np.asarray(adm, dtype=np.int64)
+                n_new = a.shape[0]
+                jobs.admitted[a] = now
+                block = jobs.cols[:, a]
+                block[STEPS] = self.eng.n_steps + 1  # first decode step index (after prefill)
+                self.S = S = np.concatenate((S, block), axis=1)
+                if self.sums is not None:  # the steady window ends at the last admission
+                    self.sums.t1 = self.sums.before(now)
+        n_run = S.shape[1]
+        self.n_run, self.n_new, self.n_first, self.n_dec = n_run, n_new, n_new, n_run - n_new
+        self.n_queued = len(queue)
+        if not n_run and queue:  # cannot happen: _check_capacity guarantees a lone one fits
+            raise SpecsimError("internal: queue blocked with an empty engine")
+
+    def walk(self, now: float, wait: float) -> tuple | None:
+        """Nothing admitted and one request running (or a few, under a rowwise policy): its
+        steps up to the next event, walked without SimPy (:mod:`specsim.sim.walks`). None
+        when no step could be walked."""
+        n_run = self.n_run
+        if not self.solo or self.n_new:
+            return None
+        if n_run == 1:
+            walked = self.eng._solo_stretch(self.S, now, wait, self.n_queued, self.step_fn)
+        elif self.rowwise and n_run <= _ROWWISE_MAX_R:
+            walked = self.eng._rowwise_stretch(self.S, now, wait, self.n_queued, self.step_fn)
+        else:
+            return None
+        return walked if walked[0] else None
+
+    def schedule(self) -> None:
+        """SCHEDULE: the decoders' lengths from the policy (which sees the step's prefill in
+        its step time) and what the replay rule makes of them."""
+        S, n_dec, n_new = self.S, self.n_dec, self.n_new
+        prefill = int(S[PROMPT, n_dec:].sum()) if n_new else 0
+        self.prefill_tokens = prefill
+        if not n_dec:
+            self.n_ver = self.n_acc = self.emitted = 0
+            return
+        pos = S[N, :n_dec]
+        rows = S[BASE, :n_dec] + pos
+        self.pos, self.rows = pos, rows
+        cost = self.cost
+        if self.is2d:
+            # np.mean's own arithmetic (a float64 sum, then / count) without its Python
+            # wrappers: the same context to the bit
+            ctx = float(np.add.reduce(S[PROMPT] + S[N], dtype=np.float64) / self.n_run)
+            s2d = self.step2d
+            self.step_fn = s2d.fn(ctx) if s2d is not None else cost.step_time_fn(ctx)
+            self.ctx = ctx
+        step_fn = self.step_fn
+        if not n_new:
+            self.pol_fn = step_fn
+        elif self.p_tok:
+            self.pol_fn = cost.policy_step_fn(step_fn, prefill)
+        else:
+            self.pol_fn = shifted(step_fn, prefill)
+        if self.need_lag or self.need_known:
+            self.lagged()
+        self.rate = self.accept_rate() if self.need_rate else None
+        lens = self.decide(None)
+        self.replay(lens, self.acc)
+
+    def price(self) -> float:
+        """COST: drafting a full block for the decoders (and the drafter's context, measured
+        engines), the serial scheduler (not under ZOS) and the target step over every token."""
+        n_dec, cost = self.n_dec, self.cost
+        if n_dec:
+            draft_s = self.draft_seconds(n_dec, self.gamma)
+            if self.engine_terms:  # the drafter's context: up to the anchor (prompt + n - 1)
+                draft_s += cost.draft_context_s(self.S[PROMPT, :n_dec] + self.pos - 1)
+            sched_s = 0.0 if self.zos else cost.sched_s(n_dec)
+        else:
+            draft_s = sched_s = 0.0
+        n_ver, prefill = self.n_ver, self.prefill_tokens
+        batch = self.count_batch(prefill)
+        if self.engine_terms:
+            verify_s = cost.verify_s(n_dec + n_ver, prefill, self.n_run, self.step_fn, n_ver)
+        elif self.step2d is not None:
+            verify_s = self.step2d(batch, self.ctx)
+        elif self.is2d:
+            verify_s = float(self.step_fn(batch))
+        elif batch < self.n_lut:
+            verify_s = float(self.lut[batch])
+        else:
+            verify_s = float(cost.step_time(batch))
+        return draft_s + sched_s + verify_s
+
+    def account(self, end: float, duration: float) -> None:
+        """ACCOUNT: the decoders advance, the admitted requests' prefill emits their first
+        token, the tokens are recorded, finished requests leave (freeing their reservation),
+        and the step is logged."""
+        n_dec, n_new = self.n_dec, self.n_new
+        if n_dec:
+            self.advance(True)
+        if n_new:
+            S = self.S
+            S[N, n_dec:] = 1
+            self.jobs.first[S[JOB, n_dec:]] = end
+            self.emitted += n_new
+        if self.record:
+            self.record_step(end)
+        fin = self.leave(end)
+        if fin is not None:
+            self.kv_used -= int(fin[RES].sum())
+        self.log(duration, end)

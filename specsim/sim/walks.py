@@ -296,11 +296,7 @@ class Walks:
         zos = bool(pol.zos)
         fixed_k = pol.draft_len
         k_full = gamma if fixed_k is None else min(int(fixed_k), gamma)
-        draft_full = (
-            (self._draft_s(1) if k_full == gamma else float(cost.draft_ms(1, k_full)) * 1e-3)
-            if k_full
-            else 0.0
-        )
+        draft_full = self._draft_seconds(1, k_full)
         sched_s = cost.sched_s(1) if (pol.decides and not zos) else 0.0
         zos_s = cost.sched_s(1) if zos else 0.0
         plan_skips = pol.plan is not None and fixed_k is None  # zos: a lagged budget 0 skips

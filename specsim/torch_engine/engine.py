@@ -45,7 +45,7 @@ from specsim.torch_engine.proposers import Proposer
 from specsim.torch_engine.records import EngineResult, JobTable, Req, engine_result
 from specsim.torch_engine.target import FlatTarget
 
-PRIOR_RATE = 0.5  # the simulator's online acceptance prior (specsim.sim.engine)
+PRIOR_RATE = 0.5  # the simulator's online acceptance prior (specsim.sim.step)
 PRIOR_WEIGHT = 2.0
 
 
