@@ -24,17 +24,19 @@ chosen point (``mid`` by default) and the printout shows the range.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from specsim.errors import SpecsimError
+from specsim.sim.cost import calibration as cal
 from specsim.sim.cost.models import ModelArch
 from specsim.sim.cost.operators import WEIGHT_DTYPES, OperatorCurves, curves
 from specsim.sim.cost.profiles import cuda_graph_buckets, distinct_experts
 
 KV_DTYPES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
 POINTS = ("low", "mid", "high")
+FLIP = {"low": "high", "mid": "mid", "high": "low"}  # a term whose high value is the cheap one
 
 
 @dataclass(frozen=True)
@@ -60,33 +62,53 @@ class Engine:
     capture_max_tokens: int  # largest CUDA-graph capture size (default config)
     max_running: int
     max_batched_tokens: int
+    # vLLM: FITTED on its published fig. 2 tables (``calibration``); the others: assumed
+    moe_gemm_eff: Assumed  # routed grouped GEMM's share of published FLOP/s, not overlapped
+    eager_ms: Assumed  # added to a step past the capture size (eager mode)
+    draft_launch_ms: Assumed  # a draft call's fixed cost (launches, CPU, sampling setup)
+    draft_position_us: Assumed  # per drafted position (its sampling and confidence)
+
+
+def _fitted(key: str, why: str, carried: bool = False) -> Assumed:
+    """A term fitted on vLLM's fig. 2 (``calibration``): its fitted mid and stated range; for
+    an engine it was not fitted on (``carried``) the same mid, the range twice as wide."""
+    lo, mid, hi = cal.VLLM[key]
+    if not carried:
+        return Assumed(lo, mid, hi, f"FITTED: {cal.SOURCE} ({why})")
+    if key == "moe_gemm_eff":  # a ratio: widened by factors
+        lo, hi = mid * (lo / mid) ** 2, mid * (hi / mid) ** 2
+    else:
+        lo, hi = max(mid - 2 * (mid - lo), 0.0), mid + 2 * (hi - mid)
+    return Assumed(lo, mid, hi, f"ASSUMED: vLLM's fitted value carried ({why})")
+
+
+def _engine(name: str, step: Assumed, per_request: Assumed) -> Engine:
+    carried = name != "vllm"
+    return Engine(
+        name, step, per_request, 512, 256, 8192,  # capture, max running, batched tokens
+        _fitted("moe_gemm_eff", "MoE grouped GEMM", carried),
+        _fitted("eager_ms", "eager step past the capture size", carried),
+        _fitted("draft_launch_ms", "drafter fixed cost per call", carried),
+        _fitted("draft_position_us", "drafter cost per drafted position", carried),
+    )  # fmt: skip
 
 
 ENGINES = {
-    "vllm": Engine(
+    "vllm": _engine(
         "vllm",
-        Assumed(0.4, 1.0, 2.5, "vLLM V1 CPU loop per step (async scheduling hides part)"),
-        Assumed(3.0, 10.0, 30.0, "vLLM per-request bookkeeping and streaming"),
-        512,
-        256,
-        8192,  # max_cudagraph_capture_size, max_num_seqs, max_num_batched_tokens
-    ),  # fmt: skip
-    "sglang": Engine(
+        Assumed(*cal.VLLM["step_ms"], f"FITTED: {cal.SOURCE} (fixed cost per step)"),
+        Assumed(3.0, 10.0, 30.0, "vLLM per-request bookkeeping (not in fig. 2: assumed)"),
+    ),
+    "sglang": _engine(
         "sglang",
         Assumed(0.3, 0.8, 2.0, "SGLang scheduler loop per step (overlap scheduling)"),
         Assumed(2.0, 8.0, 25.0, "SGLang per-request bookkeeping and streaming"),
-        512,
-        256,
-        8192,  # cuda_graph_max_bs (assumed), max_running_requests, chunked prefill
-    ),  # fmt: skip
-    "trtllm": Engine(
+    ),
+    "trtllm": _engine(
         "trtllm",
         Assumed(0.2, 0.5, 1.5, "TensorRT-LLM C++ executor loop per step"),
         Assumed(1.0, 5.0, 15.0, "TensorRT-LLM per-request bookkeeping"),
-        512,
-        256,
-        8192,  # cuda graph batch sizes, max_batch_size, max_num_tokens (assumed)
-    ),  # fmt: skip
+    ),
 }
 SAMPLING_PASSES = Assumed(
     1.0, 2.0, 6.0, "passes over each verified row's fp32 logits: argmax 1-2, softmax + "
@@ -111,6 +133,9 @@ class Deployment:
     engine: str = "vllm"
     drafter: str = "none"
     point: str = "mid"
+    capture: int = 0  # CUDA-graph capture size in tokens (0: the engine's default)
+    max_running: int = 0  # max running requests per DP rank (0: the engine's default)
+    max_batched_tokens: int = 0  # per step and DP rank (0: the engine's default)
 
     @property
     def gpus(self) -> int:
@@ -131,8 +156,10 @@ class Priced:
     assumed: list[str] = field(default_factory=list)
 
 
-def check(dep: Deployment) -> Priced:
-    """The deployment's constants, or a one-line ``SpecsimError`` naming what is wrong."""
+def check(dep: Deployment, engine: Engine | None = None) -> Priced:
+    """The deployment's constants, or a one-line ``SpecsimError`` naming what is wrong.
+    ``engine``: the engine's terms to use instead of ``ENGINES[dep.engine]`` (the calibration
+    script prices candidate values this way)."""
     m = dep.model
     if dep.engine not in ENGINES:
         raise SpecsimError(f"unknown engine {dep.engine!r}; use one of {', '.join(ENGINES)}")
@@ -169,7 +196,13 @@ def check(dep: Deployment) -> Priced:
     kv_gpu = m.layers * m.kv_elems_per_layer * KV_DTYPES[dep.kv_dtype] / kv_split
     routed = m.routed_params * ebpp / (dep.ep if dep.ep > 1 else dep.tp)
     weights = (m.total_params - m.routed_params) * bpp / dep.tp + routed
-    eng = ENGINES[dep.engine]
+    eng = engine or ENGINES[dep.engine]
+    limits = {"capture_max_tokens": dep.capture, "max_running": dep.max_running,
+              "max_batched_tokens": dep.max_batched_tokens}  # fmt: skip
+    for key, v in limits.items():
+        if not isinstance(v, int) or not 0 <= v <= 10**6:
+            raise SpecsimError(f"{key} {v!r} must be a whole number in [1, 1000000]")
+    eng = replace(eng, **{k: v for k, v in limits.items() if v})
     p = Priced(dep, ops, eng, bpp, ebpp, kv_gpu, weights)
     free = hbm_free(p, dep.point)
     if free <= 0:
@@ -190,7 +223,7 @@ def ops_hbm(gpu: str) -> float:
 
 def hbm_free(p: Priced, point: str = "mid") -> float:
     """Bytes per GPU left for the KV cache (a HIGH activation reserve leaves the least)."""
-    act = ACTIVATION_GIB.at({"low": "high", "mid": "mid", "high": "low"}[point]) * 2**30
+    act = ACTIVATION_GIB.at(FLIP[point]) * 2**30
     return HBM_SHARE * ops_hbm(p.dep.gpu) - p.weights_gpu - act
 
 
@@ -246,6 +279,12 @@ def moe_layer_s(p: Priced, b: np.ndarray, t: np.ndarray) -> np.ndarray:
     split = d.ep if d.ep > 1 else 1
     wbytes = touched / split * m.moe_intermediate * h * p.ebpp / (1 if d.ep > 1 else tp)
     routed = o.gemm_s(per_expert_tokens, 2 * wbytes) + o.gemm_s(per_expert_tokens, wbytes)
+    # its FLOPs at the fitted share of published FLOP/s, on top of the weight stream (small
+    # per-expert tiles: not overlapped); cheapest point = the highest share
+    eff = p.eng.moe_gemm_eff.at(FLIP[d.point])
+    pairs = b * m.top_k / d.ep if d.ep > 1 else t * m.top_k / tp  # token-expert pairs a GPU
+    flop = 2.0 * pairs * 3 * h * m.moe_intermediate
+    routed = routed + flop / (o.flops * eff)
     act = o.elementwise_s("mlp_act", t * m.top_k * m.moe_intermediate / (split * tp))
     a2a = 0 * t
     if d.ep > 1:  # dispatch in the weights' precision-ish (FP8) + combine in BF16, each way
@@ -275,6 +314,19 @@ def prefill_attention_us_per_token(p: Priced, prompt_tokens: float) -> float:
     return float(p.ops.flops_s(flop)) * 1e6
 
 
+def eager_ms(p: Priced, batch) -> np.ndarray:  # type: ignore[no-untyped-def]
+    """The fitted eager-mode penalty: added to a step past the capture size (vLLM's fig. 2:
+    20.6 ms at 1,024 captured tokens, 104 ms at 1,536 eager)."""
+    b = np.asarray(batch, dtype=np.float64)
+    return np.where(b > p.eng.capture_max_tokens * p.dep.dp, p.eng.eager_ms.at(p.dep.point), 0.0)
+
+
+def table_ms(p: Priced, batch) -> np.ndarray:  # type: ignore[no-untyped-def]
+    """The profile's table at ``batch`` tokens before the running maximum: every measured term
+    plus the eager penalty (the engine's per-step and per-request terms stay separate)."""
+    return sum(step_terms(p, batch).values()) + eager_ms(p, batch)
+
+
 def table_points(p: Priced) -> np.ndarray:
     """Captured sizes to the engine's capture limit (a batch pays the next), then eager sizes
     every 64 tokens to 4 x max_batched_tokens x dp (beyond: extrapolated)."""
@@ -294,6 +346,7 @@ def pad_to_table(model, batch) -> np.ndarray:  # type: ignore[no-untyped-def]
 
 
 __all__ = [
-    "ENGINES", "KV_DTYPES", "Assumed", "Deployment", "Engine", "Priced", "check", "hbm_free",
-    "kv_read_us_per_ktoken", "pad_to_table", "sampling_ms", "step_terms", "table_points",
+    "ENGINES", "KV_DTYPES", "Assumed", "Deployment", "Engine", "Priced", "check", "eager_ms",
+    "hbm_free", "kv_read_us_per_ktoken", "pad_to_table", "sampling_ms", "step_terms",
+    "table_ms", "table_points",
 ]  # fmt: skip

@@ -12,21 +12,26 @@ import numpy as np
 from specsim.sim.cost import build as bd
 from specsim.sim.cost.drafters import Drafter, context_us, draft_ms, parse_drafter, prefill_us
 from specsim.sim.cost.model import CostModel
+from specsim.sim.cost.profiles import cuda_graph_buckets
 
 SHOW_TOKENS = (1, 64, 256)
 DRAFT_REQUESTS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 HELDOUT_ERROR = "held-out median 5%, p90 15% (H100); carried H100 -> A100 median 8%, p90 17%"
 
 
-def build(dep: bd.Deployment) -> tuple[CostModel, bd.Priced, Drafter]:
-    """The profile of ``dep`` with every assumed term at ``dep.point``."""
-    p = bd.check(dep)
+def build(dep: bd.Deployment, engine: bd.Engine | None = None
+          ) -> tuple[CostModel, bd.Priced, Drafter]:  # fmt: skip
+    """The profile of ``dep`` with every assumed term at ``dep.point`` (``engine``: terms to use
+    instead of the named engine's, as ``build.check`` takes them)."""
+    p = bd.check(dep, engine)
     m, eng, pt = dep.model, p.eng, dep.point
     drafter = parse_drafter(dep.drafter, m.hidden, m.vocab)
     b = bd.table_points(p)
-    step = np.maximum.accumulate(sum(bd.step_terms(p, b).values()))  # more tokens never cheaper
+    step = np.maximum.accumulate(bd.table_ms(p, b))  # more tokens never cheaper
     max_running = eng.max_running * dep.dp
-    reqs = np.array([r for r in DRAFT_REQUESTS if r < max_running] + [max_running])
+    # the drafter's graphs are captured at the target's sizes (a batch pays the next one)
+    grid = np.union1d(cuda_graph_buckets(min(max_running, 4096)), DRAFT_REQUESTS)
+    reqs = np.append(grid[grid < max_running], max_running)
     dcurve = np.maximum.accumulate(draft_ms(p, drafter, reqs, pt))
     kv_tokens = int(bd.hbm_free(p, pt) * dep.dp / p.kv_bytes_gpu)  # every TP rank: its share
     meta = {

@@ -76,18 +76,21 @@ def parse_drafter(spec: str, hidden: int, vocab: int) -> Drafter:
 
 def draft_ms(p, drafter: Drafter, requests, point: str = "mid"):  # type: ignore[no-untyped-def]
     """Milliseconds of one draft call for ``requests`` requests (array), each proposing the
-    drafter's block, on the deployment ``p`` (``build.Priced``)."""
+    drafter's block, on the deployment ``p`` (``build.Priced``): its operators on the curves
+    plus the engine's per-call and per-position terms (fitted for vLLM on its fig. 2 draft
+    table: the operators alone were 7x too cheap there)."""
     r = np.asarray(requests, dtype=np.float64)
     if drafter.kind == "none":
         return 0 * r
     if drafter.kind == "ngram":
         return r * NGRAM_US[("low", "mid", "high").index(point)] / 1000.0
     o, m, tp = p.ops, p.dep.model, p.dep.tp
+    launch, per_pos = p.eng.draft_launch_ms.at(point), p.eng.draft_position_us.at(point) / 1e3
     if drafter.kind == "mtp":  # K sequential steps of one target-like layer + LM head
         t = np.ceil(r / p.dep.dp)
         layer = _layer_s(o, t, m.hidden, m.attn_layer_params, m.intermediate, p.bpp, tp)
         head = o.gemm_s(t, m.vocab * m.hidden * 2.0 / tp)
-        return drafter.layers * (layer + head) * 1000.0
+        return drafter.layers * ((layer + head) * 1000.0 + launch + per_pos * t)
     t = np.ceil(r / p.dep.dp) * drafter.block  # every request's block of positions
     w = drafter.width
     scale = (w / m.hidden) ** 2  # a layer shaped like the target's, at the drafter's width
@@ -97,7 +100,8 @@ def draft_ms(p, drafter: Drafter, requests, point: str = "mid"):  # type: ignore
     # the target's features of the accepted tokens, projected to the drafter's width
     fc = o.gemm_s(np.ceil(r / p.dep.dp), drafter.features * m.hidden * w * p.bpp / tp)
     reduce = 2 * drafter.layers * o.all_reduce_s(t * w * 2.0, tp) if tp > 1 else 0 * t
-    return (drafter.layers * layer + head + fc + reduce) * 1000.0
+    # plus the engine's fitted fixed cost per call and per drafted position (calibration)
+    return (drafter.layers * layer + head + fc + reduce) * 1000.0 + launch + per_pos * t
 
 
 def _layer_s(o, t, width, attn_params, inter, bpp, tp):  # type: ignore[no-untyped-def]
