@@ -144,12 +144,17 @@ class ReportContext:
             )
         return int(value)
 
-    def positive(self, key: str, default: Any = ...) -> float:
-        """A finite number > 0 (a median length, a sigma, an AUROC)."""
+    def positive(
+        self, key: str, default: Any = ..., most: float = math.inf, least: float = 0.0
+    ) -> float:
+        """A finite number > 0 (and >= ``least`` when that is given), at most ``most``: a
+        median length (in whole tokens: ``least=1``), a sigma, an AUROC."""
         value = self.get(key, default, kind=(int, float))
-        if not value > 0:
+        if not (0 < value <= most and value >= least):
+            low = f"from {least:g}" if least > 0 else "> 0"
+            upto = f" and at most {most:g}" if math.isfinite(most) else ""
             raise SpecsimError(
-                f"{self.folder / 'config.toml'}: {key!r} is {value}; give a number > 0"
+                f"{self.folder / 'config.toml'}: {key!r} is {value}; give a number {low}{upto}"
             )
         return float(value)
 

@@ -38,6 +38,11 @@ ARMS = {"adaptive": "vllm-adaptive", "k1": "static:1", "k3": "static:3", "k5": "
         "k6": "static:6", "k7": "static:7", "none": "ar"}  # fmt: skip
 RANGE = ("low", "primary", "high")
 MODELS = ("v4-flash", "v4-pro")
+# a lognormal length's median and spread: a request is clipped to [median / 16, median x 16]
+# (prompts) or [median / 8, median x 4] (outputs), so the median stays inside what one request
+# may hold; a sigma past 4 puts nearly every request at a clip
+MAX_MEDIAN_TOKENS = 131_072
+MAX_SIGMA = 4.0
 
 
 @dataclass(frozen=True)
@@ -173,10 +178,10 @@ def _auroc(ctx: ReportContext, prefix: str) -> float:
 
 def _workload(ctx: ReportContext, prefix: str) -> Workload:
     return Workload(
-        prompt_median=ctx.positive(f"{prefix}_prompt_median"),
-        prompt_sigma=ctx.positive(f"{prefix}_prompt_sigma"),
-        output_median=ctx.positive(f"{prefix}_output_median"),
-        output_sigma=ctx.positive(f"{prefix}_output_sigma"),
+        prompt_median=ctx.positive(f"{prefix}_prompt_median", most=MAX_MEDIAN_TOKENS, least=1),
+        prompt_sigma=ctx.positive(f"{prefix}_prompt_sigma", most=MAX_SIGMA),
+        output_median=ctx.positive(f"{prefix}_output_median", most=MAX_MEDIAN_TOKENS, least=1),
+        output_sigma=ctx.positive(f"{prefix}_output_sigma", most=MAX_SIGMA),
         trace_requests=ctx.count("trace_requests"),
         seed=ctx.count("seed") if ctx.get("seed", kind=int) != 0 else 0,
     )
@@ -200,7 +205,7 @@ def predict_paper(ctx: ReportContext) -> tuple[pd.DataFrame, pd.DataFrame]:
         raise SpecsimError(f"config.toml: 'paper_mtp1_acceptance' is {mtp1}; give a rate in (0, 1)")
     mtp = wl.trace((mtp1,), _auroc(ctx, "paper"))
     conc = ctx.counts("paper_concurrency")
-    mtp_layers = ctx.positive("paper_mtp_layers")
+    mtp_layers = ctx.positive("paper_mtp_layers", most=16)
     curves, gains = [], []
     for model in ("v4-flash", "v4-pro"):
         dep = DEPLOYMENTS[model]
