@@ -234,8 +234,9 @@ def test_a_resumed_report_states_the_from_scratch_time(tmp_path):
     table.attrs.update(cells_total=3, cells_reused=3)
     count_cells(ctx, table, "results.parquet")
     line = _regeneration_time(ctx, 26.0)[0]
-    # (600 + 840 + 1) / 2 workers + the run's own 26 s = 746.5 s
-    assert "about 12 minutes on 2 worker(s)" in line and "1,441 s" in line, line
+    # 600 + 840 + 1 + the run's own 26 s = 1,467 s; over 2 workers 746.5 s
+    assert "about 24 minutes on one worker, 12 minutes at best on 2 idle" in line, line
+    assert "1,441 s" in line, line
     assert "3 of 3 sweep cells were reused" in ctx.notes[0]
 
 

@@ -379,16 +379,19 @@ def _duration(seconds: float) -> str:
 
 def _regeneration_time(ctx: ReportContext, took_s: float) -> list[str]:
     """What regenerating from scratch costs, when this run reused cells: their replays' own
-    seconds (measured when each cell ran) over the workers, plus what this run did besides."""
+    seconds (measured when each cell ran) one after another, and the floor that many idle
+    workers would reach (a busy machine, or a worker's start-up, lands between the two)."""
     if not ctx.cells_reused:
         return []
     workers = max(1, int(ctx.workers or os.cpu_count() or 1))
-    scratch = ctx.cell_seconds / workers + took_s
+    serial = ctx.cell_seconds + took_s
+    floor = ctx.cell_seconds / workers + took_s
     return [
-        f"From scratch (no `--resume`, or a changed cell): about {_duration(scratch)} on "
-        f"{workers} worker(s): the {ctx.cells_total:,} cells' replays took "
-        f"{ctx.cell_seconds:,.0f} s when they were computed. `--resume` reuses the unchanged "
-        "cells of this folder's tables, as this run did.",
+        f"From scratch (no `--resume`, or a changed cell): about {_duration(serial)} on one "
+        f"worker, {_duration(floor)} at best on {workers} idle workers: the "
+        f"{ctx.cells_total:,} cells' replays took {ctx.cell_seconds:,.0f} s when they were "
+        "computed. `--resume` reuses the unchanged cells of this folder's tables, as this run "
+        "did.",
         "",
     ]
 
