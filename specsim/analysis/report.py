@@ -66,6 +66,7 @@ class ReportContext:
     cells_total: int = 0
     cells_reused: int = 0
     cell_seconds: float = 0.0  # replay wall seconds of every cell, as computed
+    load_before: float = 0.0  # the 1-minute load when the run began (the footer states it)
 
     # ---- config access with one-line errors
     def get(self, key: str, default: Any = ..., kind: type | tuple[type, ...] | None = None) -> Any:
@@ -365,6 +366,7 @@ def run_report(
     if "summary" in config:
         ctx.md(str(config["summary"]).strip(), "")
     started = _dt.datetime.now(_dt.UTC)
+    ctx.load_before = os.getloadavg()[0]
     builder(kind)(ctx)
     took = (_dt.datetime.now(_dt.UTC) - started).total_seconds()
     _footer(ctx, took)
@@ -411,7 +413,8 @@ def _footer(ctx: ReportContext, took_s: float) -> None:
         "```",
         "",
         f"from `config.toml` beside this file (run from the repository root; {took_s:.0f} s "
-        f"on {os.cpu_count()} CPU cores here" + "".join(f"; {n}" for n in ctx.notes) + ").",
+        f"on {os.cpu_count()} CPU cores here, 1-minute load {ctx.load_before:.2f} before and "
+        f"{os.getloadavg()[0]:.2f} after" + "".join(f"; {n}" for n in ctx.notes) + ").",
         "",
         *_regeneration_time(ctx, took_s),
         "Versions: " + ", ".join(f"{k} {val}" for k, val in v.items()) + ".",
