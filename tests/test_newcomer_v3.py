@@ -150,6 +150,7 @@ def _png_size(path: Path) -> tuple[int, int]:
     return width, height
 
 
+@pytest.mark.slow  # fast suite under 5 min: over 2.5 s alone (CI runs it)
 @pytest.mark.parametrize(("kind", "extra"), [("pareto", []), ("sla", ["--sla", "100,200"])])
 def test_a_plot_of_twenty_one_traces_fits_one_page(many_traces, tmp_path, kind, extra, capsys):
     out = tmp_path / f"{kind}.png"

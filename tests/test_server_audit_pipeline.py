@@ -148,6 +148,7 @@ def test_reference_concurrency_is_checked_and_kept_out_of_the_state() -> None:
 from test_hostile_audit_v3 import BASE, fake, ref_url  # noqa: E402
 
 
+@pytest.mark.slow  # fast suite under 5 min: over 2.5 s alone (CI runs it)
 def test_the_audit_prints_its_rate_and_where_the_time_went(capsys) -> None:
     from specsim.cli import main
 

@@ -250,6 +250,7 @@ def test_json_parses_and_names_best_default_and_config(capsys):
     assert lr["best"]["best"] is True and lr["engine_config"]["text"].startswith("--speculative")
 
 
+@pytest.mark.slow  # fast suite under 5 min: over 2.5 s alone (CI runs it)
 def test_text_output_has_the_table_the_best_and_the_config(capsys):
     code, out, _ = _cli([*BASE, "--concurrency", "2,8"], capsys)
     assert code == 0
@@ -257,6 +258,7 @@ def test_text_output_has_the_table_the_best_and_the_config(capsys):
     assert "config to paste (SGLang):" in out and "best:" in out
 
 
+@pytest.mark.slow  # fast suite under 5 min: over 2.5 s alone (CI runs it)
 def test_deterministic_for_a_seed(trace):
     cfg = TuneConfig(engine="trtllm", concurrency=(8,), requests=40, draft_lens=(2, 7),
                      gains=(0.04,), seed=3)  # fmt: skip
@@ -323,6 +325,7 @@ def test_help_imports_neither_pandas_nor_numpy():
     assert out.stdout.strip().splitlines()[-1] == "[]"
 
 
+@pytest.mark.slow  # fast suite under 5 min: over 2.5 s alone (CI runs it)
 def test_trtllm_across_loads_gives_one_draft_len_schedule(trace, capsys):
     from specsim.analysis.tune.run import tuned_schedule
 

@@ -65,6 +65,7 @@ def _one_line_error(code: int, err: str) -> str:
 
 
 # ------------------------------------------------------------------ one answer for every seed
+@pytest.mark.slow  # fast suite under 5 min: over 2.5 s alone (CI runs it)
 def test_one_seed_moves_the_best_five_paired_seeds_do_not(synth):
     """SGLang's block size at 64 in flight on the B300 profile: with one seed per setting (the
     old tune) the best moves with --seed (G=3 / G=2); with five common seeds the recommendation
