@@ -135,13 +135,13 @@ class ReportContext:
             )
         return [int(v) for v in values]
 
-    def count(self, key: str, default: Any = ...) -> int:
-        """A whole number >= 1 (requests, GPUs, a block size)."""
+    def count(self, key: str, default: Any = ..., least: int = 1) -> int:
+        """A whole number from ``least`` (1: requests, GPUs, a block size; 0: a seed)."""
         value = self.get(key, default, kind=int)
-        if not 1 <= value <= 2**31:
+        if not least <= value <= 2**31:
             raise SpecsimError(
                 f"{self.folder / 'config.toml'}: {key!r} is {value}; give a whole number from "
-                "1 to 2**31"
+                f"{least} to 2**31"
             )
         return int(value)
 

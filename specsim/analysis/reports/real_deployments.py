@@ -183,7 +183,7 @@ def _workload(ctx: ReportContext, prefix: str) -> Workload:
         output_median=ctx.positive(f"{prefix}_output_median", most=MAX_MEDIAN_TOKENS, least=1),
         output_sigma=ctx.positive(f"{prefix}_output_sigma", most=MAX_SIGMA),
         trace_requests=ctx.count("trace_requests"),
-        seed=ctx.count("seed") if ctx.get("seed", kind=int) != 0 else 0,
+        seed=ctx.count("seed", least=0),
     )
 
 
