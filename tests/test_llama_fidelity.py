@@ -223,19 +223,11 @@ def test_fit_drops_a_term_that_comes_out_negative():
 
 
 @pytest.mark.slow
+@pytest.mark.real_server
 def test_a_tiny_grid_runs_end_to_end_against_llama_server(tmp_path):
     """One closed loop and one Poisson rate, no drafting and ngram:3, T = 0, one repeat (about
     a minute): every report file, the issue's columns, and the n-gram reconstruction exact on
     the calibration requests (the steps the profile is fitted on are the server's)."""
-    from specsim.serve.llama_server import find_llama_server
-
-    try:
-        find_llama_server()
-        from specsim.record.models import smollm2_gguf
-
-        smollm2_gguf()
-    except SpecsimError as exc:
-        pytest.skip(f"needs llama-server and the SmolLM2 GGUF: {exc}")
     out = tmp_path / "llama"
     argv = ["validate", "--engine", "llama-server", "--prompts", "mt-bench[0:4]",
             "--specs", "none,ngram:3", "--concurrency", "2", "--rates", "2", "--repeats", "1",

@@ -109,19 +109,15 @@ def test_trace_replays_the_server_path():
 
 
 @pytest.mark.slow
+@pytest.mark.real_server
 def test_reconstruction_equals_llama_server_counts_per_request():
     """Against a running llama-server (ngram-simple n=2 m=3): every request's draft_n and
     draft_n_accepted, at T=0 and at T=1 (seeded), equal the walk over its own output."""
-    from specsim.serve.llama_server import LlamaServer, ServerSpec, find_llama_server
+    from specsim.record.models import smollm2_gguf
+    from specsim.serve.llama_server import LlamaServer, ServerSpec
     from specsim.serve.llama_tokens import chat_prompt_ids
 
-    try:
-        find_llama_server()
-        from specsim.record.models import smollm2_gguf
-
-        model = smollm2_gguf()
-    except SpecsimError as exc:
-        pytest.skip(f"needs llama-server and the SmolLM2 GGUF: {exc}")
+    model = smollm2_gguf()
     d = NgramSimple(2, 3)
     args = ("-np", "2", "-c", "4096", "-t", "1", *d.server_args())
     texts = ["List the days of the week, twice.", "Count from 1 to 20.", "Write a haiku."]
