@@ -125,7 +125,7 @@ def render(
     prompts = " ".join(cfg.prompts)
     rank_cols = ["temperature", "concurrency", "rate", "real_order", "sim_order",
                  "pairs_beyond_spread", "pairs_agree", "metric"]  # fmt: skip
-    rk = ranks[rank_cols].fillna("").astype(str)
+    rk = ranks[rank_cols].astype(object).fillna("").astype(str)  # object: "" fills a float
     rank_md = "| " + " | ".join(rank_cols) + " |\n|" + "---|" * len(rank_cols) + "\n"
     rank_md += "\n".join("| " + " | ".join(r) + " |" for r in rk.itertuples(index=False))
     note = (
