@@ -107,21 +107,28 @@ def _is_list(f: Field) -> bool:
     ) and not f.metadata.get("nargs")
 
 
+def split_items(value: str, what: str) -> list[str]:
+    """A comma-separated list's items, stripped. Every list flag reads through here, so one rule
+    holds everywhere: an empty item ("4,,8", "4,", ",4" or "") is refused, since it is a typo
+    whose silent drop would search another grid than the user wrote."""
+    items = [x.strip() for x in str(value).split(",")]
+    if "" in items:
+        from specsim.errors import SpecsimError
+
+        what_empty = "is empty" if items == [""] else f"has an empty item in {value!r}"
+        raise SpecsimError(f"{what} {what_empty}; give comma-separated values, e.g. 1,2,4")
+    return items
+
+
 def _parse_list(f: Field, value: Any) -> Any:
     """A comma-separated flag value as the field's tuple (defaults pass through)."""
     if not isinstance(value, str):
         return value
     d = f.default
     elem = f.metadata.get("type") or (type(d[0]) if isinstance(d, tuple) and d else str)
-    items = [x.strip() for x in value.split(",")]
-    if "" in items[:-1] or (items == [""]):  # "0,,1" or "": one trailing comma is forgiven
-        from specsim.errors import SpecsimError
-
-        raise SpecsimError(
-            f"{_flag(f)} has an empty item in {value!r}; give comma-separated values, e.g. 1,2"
-        )
+    items = split_items(value, _flag(f))
     try:
-        return tuple(elem(x) for x in items if x)
+        return tuple(elem(x) for x in items)
     except ValueError:
         from specsim.errors import SpecsimError
 

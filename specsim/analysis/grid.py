@@ -212,9 +212,9 @@ def parse_numbers(text: str, what: str = "list") -> list[float]:
     """``"1,2,4"`` -> [1, 2, 4]; ``"1,2,4,...,64"`` continues the progression up to and
     including the last number: geometric when the three numbers before ``...`` have a constant
     ratio (1,2,4), else arithmetic from the last two (10,20,...,100)."""
-    parts = [p.strip() for p in str(text).split(",") if p.strip()]
-    if not parts:
-        raise SpecsimError(f"{what} {text!r} is empty; give numbers such as 1,2,4")
+    from specsim.options import split_items
+
+    parts = split_items(text, what)
     out: list[float] = []
     i = 0
     while i < len(parts):
