@@ -138,7 +138,8 @@ def test_multi_draft_verifiers_are_lossless(seed, vocab, k):
     st.sampled_from(
         [
             "full", "static:1", "static:2", "threshold:0.5", "cum-threshold:0.3", "hw-aware",
-            "zos", "calibrated-zos", "vllm-adaptive", "llama-dspark:0.5", "llama-dspark:0.3:1",
+            "zos", "calibrated-zos", "vllm-adaptive", "vllm-adaptive:1", "llama-dspark:0.5",
+            "llama-dspark:0.3:1",
         ]
     ),
 )  # fmt: skip

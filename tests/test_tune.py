@@ -83,7 +83,8 @@ def test_grids_hold_each_engines_knobs(trace):
     cfg = TuneConfig(engine="vllm", concurrency=(8,))
     vllm = candidates(cfg, block)
     assert {c.label for c in vllm} >= {f"k={k} adaptive" for k in range(1, block + 1)}
-    assert next(c for c in vllm if c.label == "k=3 adaptive").block == 3
+    k3 = next(c for c in vllm if c.label == "k=3 adaptive")  # what replay takes, as is
+    assert k3.policy == "vllm-adaptive:3" and k3.block is None
     trt = candidates(TuneConfig(engine="trtllm", concurrency=(8,)), block)
     gains = {dict(c.knobs).get("confidence_min_predicted_gain") for c in trt}
     assert {0.0, 0.02, 0.04, 0.08} <= gains

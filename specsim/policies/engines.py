@@ -75,19 +75,43 @@ def vllm_adaptive_lengths(inp: StepInput) -> np.ndarray:
     return top_k_lengths(survival(inp.conf, inp.survival), budget, r, inp.gamma)
 
 
+def vllm_adaptive_first(inp: StepInput, k: int) -> np.ndarray:
+    """vLLM's adaptive verification with ``num_speculative_tokens`` k below the block: the
+    drafter drafts k, so the budget and the allocation see the block's first k drafts only."""
+    if k >= inp.gamma:
+        return vllm_adaptive_lengths(inp)
+    cut = lambda a: None if a is None else a[:, :k]  # noqa: E731
+    return vllm_adaptive_lengths(replace(
+        inp, conf=inp.conf[:, :k], lagged_conf=cut(inp.lagged_conf),
+        survival=cut(inp.survival), lagged_survival=cut(inp.lagged_survival),
+    ))  # fmt: skip
+
+
 @POLICIES.register(
-    "vllm-adaptive", help="vLLM's adaptive verification (PR #47808): lagged budget, drafting priced"
+    "vllm-adaptive",
+    help="vllm-adaptive[:K]: vLLM's adaptive verification (PR #47808): lagged budget, drafting "
+    "priced, over the first K drafts (num_speculative_tokens; default the block)",
 )
 def vllm_adaptive(arg: str | None = None) -> Policy:
-    if arg is not None:
-        raise SpecsimError(f"policy 'vllm-adaptive' takes no argument (got vllm-adaptive:{arg})")
-    return Policy(
-        name="vllm-adaptive",
-        schedule=vllm_adaptive_lengths,
-        zos=True,  # the budget is computed ahead, overlapped with the previous step
-        needs=frozenset({"lagged_conf", "survival", "lagged_survival", "lag_known", "draft_time"}),
-        doc=VLLM_DOC,
-    )
+    if arg is None:
+        return Policy(
+            name="vllm-adaptive",
+            schedule=vllm_adaptive_lengths,
+            zos=True,  # the budget is computed ahead, overlapped with the previous step
+            needs=frozenset(
+                {"lagged_conf", "survival", "lagged_survival", "lag_known", "draft_time"}
+            ),  # fmt: skip
+            doc=VLLM_DOC,
+        )
+    k = int(arg) if arg.isascii() and arg.isdigit() else 0
+    if not 1 <= k <= 1024:
+        raise SpecsimError(
+            f"vllm-adaptive:{arg}: K (num_speculative_tokens) must be a whole number 1..1024"
+        )
+    return replace(
+        vllm_adaptive(), name=f"vllm-adaptive:{k}", draft_len=k,
+        schedule=lambda inp: vllm_adaptive_first(inp, k),
+    )  # fmt: skip
 
 
 # ---------------------------------------------------------------- TensorRT-LLM
@@ -130,6 +154,17 @@ candidates ranked before it.
 """
 
 TRTLLM_MIN_GAIN = 0.04  # DSparkDecodingConfig.confidence_min_predicted_gain (1.4.0rc4 docs)
+# The largest G taken: a trim must predict (1 + G)x the block's throughput, and no trim of a
+# block predicts 11x, so a larger G is the same "never trim" (and 1e308 overflowed).
+MAX_MIN_GAIN = 10.0
+
+
+def valid_min_gain(gain: float) -> bool:
+    """G as TensorRT-LLM's confidence scheduling reads it: a finite share in [0, 10]; the one
+    rule for the policy's argument and ``tune --gains``."""
+    return bool(np.isfinite(gain)) and 0.0 <= gain <= MAX_MIN_GAIN
+
+
 TRTLLM_MIN_VERIFY = 1  # DSparkScheduleConfig.min_verify_len
 TRTLLM_SURVIVAL_EPS = 1e-6  # DSparkScheduleConfig.survival_eps
 
@@ -178,7 +213,7 @@ def trtllm_confidence_lengths(inp: StepInput, min_gain: float, floor: int) -> np
 def _trtllm_confidence_args(arg: str | None) -> tuple[float, int]:
     usage = (
         f"trtllm-confidence:{arg}: use trtllm-confidence[:G[:F]] (G, the minimum predicted gain, "
-        ">= 0; F, the drafts always verified, >= 1)"
+        f"0..{MAX_MIN_GAIN:g}; F, the drafts always verified, >= 1)"
     )
     parts = [] if arg is None else arg.split(":")
     try:
@@ -186,7 +221,7 @@ def _trtllm_confidence_args(arg: str | None) -> tuple[float, int]:
         floor = int(parts[1]) if len(parts) > 1 else TRTLLM_MIN_VERIFY
     except ValueError:
         raise SpecsimError(usage) from None
-    if len(parts) > 2 or not np.isfinite(gain) or gain < 0 or floor < 1:
+    if len(parts) > 2 or not valid_min_gain(gain) or floor < 1:
         raise SpecsimError(usage)
     return gain, floor
 

@@ -20,6 +20,16 @@ class Candidate:
     knobs: tuple[tuple[str, Any], ...] = ()
     block: int | None = None
     role: str = "grid"  # "no-spec", "default" or "grid"
+    max_batched_tokens: int | None = None  # the engine's token limit a step (None: profile's)
+
+    def with_batched_tokens(self, n: int) -> Candidate:
+        """This setting at the engine's batched-token limit ``n`` (a grid row of its own)."""
+        from dataclasses import replace
+
+        return replace(
+            self, label=f"{self.label}, {n} tok/step", role="grid", max_batched_tokens=int(n),
+            knobs=(*self.knobs, (BATCHED_TOKENS, int(n))),
+        )  # fmt: skip
 
     def knob_dict(self) -> dict[str, Any]:
         return dict(self.knobs)
@@ -35,6 +45,14 @@ def _knob_value(v: Any) -> str:
         return "{" + ", ".join(f"{b}: {k}" for b, k in v) + "}"
     return f"{v:g}" if isinstance(v, float) else str(v)
 
+
+# The engine's limit on the tokens one step holds (prompt chunks and verified drafts): vLLM's
+# --max-num-batched-tokens, SGLang's --chunked-prefill-size, TensorRT-LLM's max_num_tokens,
+# llama.cpp's -b. A knob of its own where it decides whether an SLA is met (prompt chunks
+# lengthen the decode steps they share). BATCHED_LADDER: what tune tries when nothing meets
+# the SLA at the profile's limit and --max-batched-tokens is not given.
+BATCHED_TOKENS = "max_batched_tokens"
+BATCHED_LADDER = (256, 512, 1024, 2048, 4096, 8192, 16384)
 
 # ------------------------------------------------------------------ the grid per engine
 NO_SPEC = Candidate("no speculation", "ar", (), None, "no-spec")
@@ -66,7 +84,8 @@ def vllm_grid(block: int, lens: list[int]) -> list[Candidate]:
     out = [Candidate(f"k={block} static", f"static:{block}", knobs(block, False), None, "default")]
     for k in lens:
         out.append(Candidate(f"k={k} static", f"static:{k}", knobs(k, False)))
-        out.append(Candidate(f"k={k} adaptive", "vllm-adaptive", knobs(k, True), _trunc(k, block)))
+        adaptive = "vllm-adaptive" if k >= block else f"vllm-adaptive:{k}"  # what replay takes
+        out.append(Candidate(f"k={k} adaptive", adaptive, knobs(k, True)))
     return out
 
 
