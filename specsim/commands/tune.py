@@ -132,12 +132,13 @@ def _write_cost_table(profile: str, path: Path, force: bool) -> None:
     to_trtllm(get_profile(profile), path, force=force)
 
 
-def _config_for(res: Any, row: dict | None, cost_table: str | None):  # noqa: ANN202
+def _config_for(res: Any, row: dict | None, cost_table: str | None, lr: Any = None):  # noqa: ANN202
     from specsim.analysis.tune.configs import render
 
     if row is None:
         return None
-    cand = next(c for c in res.candidates if c.label == row["candidate"])
+    pool = (lr.candidates if lr is not None and lr.candidates else None) or res.candidates
+    cand = next(c for c in pool if c.label == row["candidate"])
     return render(
         res.config.engine,
         cand.knob_dict(),
@@ -153,7 +154,7 @@ def as_json(res: Any, cost_table: str | None = None) -> dict[str, Any]:
     speculation, the verdict and the config to paste (the recommended setting's)."""
     loads = []
     for lr in res.loads:
-        ec = _config_for(res, lr.recommended_row, cost_table)
+        ec = _config_for(res, lr.recommended_row, cost_table, lr)
         loads.append(
             {
                 "load_kind": lr.load.kind,
@@ -310,7 +311,7 @@ def report(res: Any, cost_table: str | None = None) -> str:
         how = "the best" if rec is best else "by the tie rule"
         lines.append(f"recommended: {rec['candidate']} ({rec['knobs']}), {how}")
         lines.append(f"why: {lr.verdict}")
-        ec = _config_for(res, rec, cost_table)
+        ec = _config_for(res, rec, cost_table, lr)
         lines.append(f"config to paste ({name}):")
         lines += ["  " + x for x in ec.text.splitlines()]
         lines += [f"  note: {n}" for n in ec.notes]

@@ -30,6 +30,8 @@ import shlex
 from dataclasses import dataclass, replace
 from typing import Any
 
+from specsim.analysis.tune.grid import BATCHED_TOKENS
+
 ENGINE_NAMES = {
     "vllm": "vLLM",
     "trtllm": "TensorRT-LLM",
@@ -85,10 +87,13 @@ def render(
     """The config for ``knobs`` (the engine's own names; empty: no speculation); ``block``: the
     drafter's block size, so a shorter setting carries its caveat."""
     path = drafter or DEFAULT_DRAFTER[engine]
+    knobs = dict(knobs)
+    batched = knobs.pop(BATCHED_TOKENS, None)
     if engine == "trtllm":
         ec = trtllm(knobs, path, cost_table or TRTLLM_COST_TABLE, block)
     else:
         ec = {"vllm": vllm, "sglang": sglang, "llama": llama}[engine](knobs, path, block)
+    ec = _with_batched_tokens(ec, batched)
     if not knobs:  # speculation off: nothing to paste, nothing to replace
         return ec
     notes = [f"keys as in {KEYS_FROM[engine]}"]
@@ -99,6 +104,23 @@ def render(
             "--drafter PATH)",
         )
     return replace(ec, notes=(*notes, *ec.notes))
+
+
+# each engine's name for the tokens one step may hold, as the pasted text spells it
+BATCHED_FLAG = {"vllm": "--max-num-batched-tokens", "sglang": "--chunked-prefill-size",
+                "llama": "-b", "trtllm": "max_num_tokens"}  # fmt: skip
+
+
+def _with_batched_tokens(ec: EngineConfig, n: int | None) -> EngineConfig:
+    """The pasted text with the engine's batched-token limit ``n`` beside it (None: as is)."""
+    if n is None:
+        return ec
+    flag = BATCHED_FLAG[ec.engine]
+    line = f"{flag}: {int(n)}" if ec.engine == "trtllm" else f"{flag} {int(n)}"
+    note = (f"{flag} {int(n)}: a setting of the engine's server, beside the speculative "
+            "config (tune searched it)")  # fmt: skip
+    return replace(ec, text=f"{ec.text}\n{line}", data={**ec.data, flag.lstrip("-"): int(n)},
+                   notes=(*ec.notes, note))  # fmt: skip
 
 
 def vllm(knobs: dict[str, Any], drafter: str, block: int | None = None) -> EngineConfig:

@@ -16,7 +16,7 @@ Knobs, in specsim terms (``k`` ranges over ``draft_lens``, 1..the trace's block 
 a length past the block is left out, with a note):
 
 - vllm: ``num_speculative_tokens`` k, each with ``enable_adaptive_verification`` off
-  (``static:k``) and on (``vllm-adaptive`` on the block's first k drafts). Default: k = the
+  (``static:k``) and on (``vllm-adaptive:k``: on the block's first k drafts). Default: k = the
   block (docs/vllm.md serves the drafter so), adaptive off (vLLM's default).
 - trtllm: ``max_draft_len`` k with confidence scheduling off (``static:k``) and on at each
   ``confidence_min_predicted_gain`` G of ``gains`` (``trtllm-confidence:G`` on the first k
@@ -44,11 +44,23 @@ speed at least ``--sla-tps`` (the rule of :func:`specsim.analysis.maxload.find_m
 
 from __future__ import annotations
 
-import math
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from specsim.analysis.tune.tune_config import (  # noqa: F401 - TuneConfig's home; re-exported
+    DEFAULT_GAINS,
+    DEFAULT_P_MINS,
+    DEFAULT_SEEDS,
+    ENGINES,
+    MAX_SEEDS,
+    MIN_REQUESTS,
+    OBJECTIVES,
+    OPEN_LOOP_REQUESTS,
+    QUANTILES,
+    REQUESTS_PER_CONCURRENCY,
+    TuneConfig,
+)
 from specsim.analysis.tune.grid import (
     Candidate,
     candidates,
@@ -70,140 +82,6 @@ from specsim.analysis.tune.score import (
     recommend,
 )
 from specsim.errors import SpecsimError
-from specsim.options import option as _f
-
-ENGINES = ("vllm", "trtllm", "sglang", "llama")
-OBJECTIVES = ("throughput", "goodput", "tpot", "ttft")
-QUANTILES = (50, 90, 95, 99)
-DEFAULT_GAINS = (0.0, 0.02, 0.04, 0.08)
-DEFAULT_P_MINS = (0.0, 0.1, 0.2, 0.3, 0.5, 0.7)
-# Requests per replay when --requests is not given. A replay costs about one policy call per
-# engine step, and a closed loop at C takes requests x output / (C x tau) steps: a multiple of
-# C keeps that flat across loads; the floor keeps a P90 over at least 100 requests at low
-# concurrency. 8C, not the 3C replay accepts: warm-up and drain take C each, so the steady
-# window holds ~6C. At 4C (a 2C window) the paired intervals at C = 64 on synthetic-chat were
-# +-5-10% and SGLang's recommendation moved with --seed; at 8C they are +-2-4% and it held.
-MIN_REQUESTS, REQUESTS_PER_CONCURRENCY, OPEN_LOOP_REQUESTS = 100, 8, 200
-# Seeds per setting: 5 gives a paired t-interval (4 degrees of freedom) that separates the
-# settings a seed change reorders from those it does not, at 5x one replay's cost.
-DEFAULT_SEEDS, MAX_SEEDS = 5, 100
-
-
-@dataclass(frozen=True)
-class TuneConfig:
-    """What ``tune`` searches and how it scores; also the ``config`` of ``--json``."""
-
-    engine: str = _f("vllm", "the engine whose knobs are searched", choices=ENGINES)
-    # -- the load: one of these (tuples: one search per load)
-    concurrency: tuple[int, ...] | None = _f(None, "closed-loop loads", cli=False)
-    rate: tuple[float, ...] | None = _f(None, "open-loop loads, requests/s", cli=False)
-    arrivals: str | None = _f(None, "arrival times from a CSV or azure-conv/azure-code", cli=False)
-    cv: float | None = _f(None, "with rate: Gamma gaps of this CV", cli=False)
-    requests: int | None = _f(
-        None,
-        f"requests per replay (default: closed loop max({MIN_REQUESTS}, "
-        f"{REQUESTS_PER_CONCURRENCY}C), open loop {OPEN_LOOP_REQUESTS})",
-        type=int,
-    )
-    profile: str = _f("h100-dense-8b", "cost profile", cli=False)
-    seed: int = _f(0, "random seed, the same for every candidate", cli=False)
-    seeds: int = _f(
-        DEFAULT_SEEDS,
-        "replays per setting, seeds --seed x N .. --seed x N + N-1, the same for every setting "
-        "(common random numbers): each number is their mean, each setting's difference to the "
-        "best gets a 95% interval, and settings within noise of the best tie",
-        type=int,
-    )
-    # -- the SLA and the objective
-    slo: str | None = _f(
-        None, "SLA latencies in ms, e.g. ttft=200,tpot=50 (e2e= too): each one's "
-        "--sla-quantile percentile must be at most its bound", metavar="ttft=MS,tpot=MS",
-    )  # fmt: skip
-    sla_tps: float | None = _f(None, "SLA: mean per-user speed at least this, tok/s", type=float)
-    sla_quantile: int = _f(90, "the percentile the --slo bounds hold at", choices=QUANTILES)
-    objective: str | None = _f(
-        None,
-        "what the best setting maximises among those meeting the SLA: throughput (tok/s), "
-        "goodput (req/s meeting --slo), tpot or ttft (lowest percentile); default: throughput "
-        "for --concurrency, tpot for --rate/--arrivals",
-        choices=OBJECTIVES,
-    )
-    # -- the grid
-    draft_lens: tuple[int, ...] | None = _f(
-        None, "draft lengths tried (k, max_draft_len, G, N; default: 1..the block)",
-        type=int, sequence=True,
-    )  # fmt: skip
-    gains: tuple[float, ...] = _f(DEFAULT_GAINS, "trtllm: confidence_min_predicted_gain grid")
-    p_mins: tuple[float, ...] = _f(DEFAULT_P_MINS, "llama: --spec-draft-p-min grid")
-    # -- what the printed config names
-    drafter: str | None = _f(
-        None, "the drafter path the printed config names (default: a placeholder per engine)"
-    )
-    workers: int = _f(1, "local processes replaying candidates (1: this process)")
-
-    def __post_init__(self) -> None:
-        if self.engine not in ENGINES:
-            raise SpecsimError(
-                f"unknown engine {self.engine!r}; choose one of {', '.join(ENGINES)}"
-            )
-        loads = [n for n in ("concurrency", "rate", "arrivals") if getattr(self, n) is not None]
-        if len(loads) != 1:
-            raise SpecsimError(
-                "give one load: --concurrency C[,C...], --rate R[,R...] or --arrivals CSV"
-                + (f", not {' and '.join(loads)}" if loads else "")
-            )
-        if self.objective is not None and self.objective not in OBJECTIVES:
-            raise SpecsimError(f"--objective must be one of {', '.join(OBJECTIVES)}")
-        if self.objective == "goodput" and not self.slo:
-            raise SpecsimError("--objective goodput counts requests meeting --slo: give --slo")
-        if self.sla_quantile not in QUANTILES:
-            raise SpecsimError(f"--sla-quantile must be one of {QUANTILES}")
-        if self.draft_lens is not None and (not self.draft_lens or min(self.draft_lens) < 1):
-            raise SpecsimError("--draft-lens takes draft lengths of at least 1, e.g. 1,2,4,7")
-        if any(not (math.isfinite(g) and g >= 0) for g in self.gains):
-            raise SpecsimError("--gains takes numbers >= 0, e.g. 0,0.02,0.04,0.08")
-        if any(not (0.0 <= p <= 1.0) for p in self.p_mins):
-            raise SpecsimError("--p-mins takes confidences in [0, 1], e.g. 0,0.1,0.3,0.5")
-        if isinstance(self.workers, bool) or int(self.workers) != self.workers or self.workers < 1:
-            raise SpecsimError(f"--workers must be a whole number >= 1, got {self.workers}")
-        n = self.seeds
-        if isinstance(n, bool) or int(n) != n or not 1 <= n <= MAX_SEEDS:
-            raise SpecsimError(f"--seeds must be a whole number in [1, {MAX_SEEDS}], got {n}")
-        s = self.seed
-        if isinstance(s, bool) or not hasattr(s, "__index__") or not 0 <= int(s) < 2**63:
-            raise SpecsimError(f"--seed must be a whole number in [0, 2^63), got {s!r}")
-        s = int(s)
-        if s * n + n > 2**63:
-            raise SpecsimError(
-                f"--seed {s} with --seeds {n} replays seeds up to {s * n + n - 1}, past 2^63: "
-                "use a smaller --seed"
-            )
-
-    @property
-    def seed_list(self) -> tuple[int, ...]:
-        """The seeds every setting is replayed with: ``seed x seeds`` + 0 .. seeds-1, so two
-        ``--seed`` values share no seed and ``--seeds 1`` is ``--seed`` itself."""
-        return tuple(int(self.seed) * int(self.seeds) + i for i in range(int(self.seeds)))
-
-    @property
-    def load_kind(self) -> str:
-        return next(n for n in ("concurrency", "rate", "arrivals") if getattr(self, n) is not None)
-
-    @property
-    def loads(self) -> tuple[Any, ...]:
-        """The loads searched, one search each."""
-        v = getattr(self, self.load_kind)
-        return (v,) if isinstance(v, str) else tuple(v)
-
-    @property
-    def closed(self) -> bool:
-        return self.load_kind == "concurrency"
-
-    def objective_name(self) -> str:
-        return self.objective or ("throughput" if self.closed else "tpot")
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -273,6 +151,7 @@ def replay_candidate(trace: Any, cand: Candidate, load: Load, cfg: TuneConfig, p
             require_steady=True,
             record_steps=False,
             record_tokens=False,
+            max_batched_tokens=cand.max_batched_tokens,
             **load.replay_kwargs(cfg),
         )
     return res.summary, [str(w.message) for w in caught]
@@ -292,6 +171,7 @@ class LoadResult:
     warnings: tuple[str, ...] = ()
     recommended: int | None = None
     samples: list[list[float]] = field(default_factory=list)
+    candidates: list[Candidate] | None = None  # this load's, where it adds rows of its own
 
     @property
     def best_row(self) -> dict | None:
@@ -382,6 +262,11 @@ def tune(trace: Any, cfg: TuneConfig, progress: Any = None) -> TuneResult:
     block = tr.block_size
     notes = _draft_len_notes(cfg, block)
     cands = candidates(cfg, block)
+    if cfg.max_batched_tokens is not None:  # every grid setting at every limit asked for
+        grid = [c for c in cands if c.role == "grid"]
+        cands = [*(c for c in cands if c.role != "grid"),
+                 *(c.with_batched_tokens(n) for n in cfg.max_batched_tokens
+                   for c in grid)]  # fmt: skip
     obj, q = cfg.objective_name(), cfg.sla_quantile
     gpus = int(getattr(profile, "gpus", 1) or 1)
     if progress is not None and not getattr(progress, "total", 1):
@@ -393,7 +278,10 @@ def tune(trace: Any, cfg: TuneConfig, progress: Any = None) -> TuneResult:
         scored = [
             make_row(c, load, s, cfg, sla, gpus) for c, s in zip(cands, summaries, strict=True)
         ]
-        results.append(_score(scored, cands, load, obj, q, cfg.engine, tuple(warns)))
+        lr = _score(scored, cands, load, obj, q, cfg.engine, tuple(warns))
+        if lr.best is None and cfg.max_batched_tokens is None and sla.slo_ms:
+            lr = _batched_rescue(tr, cands, lr, cfg, profile, sla, gpus, progress)
+        results.append(lr)
     extra: dict[str, Any] = {}
     sched = tuned_schedule(results, obj) if cfg.engine == "trtllm" and cfg.closed else None
     if sched is not None and len(cfg.loads) > 1:
@@ -418,9 +306,36 @@ def tune(trace: Any, cfg: TuneConfig, progress: Any = None) -> TuneResult:
         extra=extra,
         seeds=cfg.seed_list,
         gpus=gpus,
-        acceptance=acceptance_check(tr, str(profile.name)),
+        acceptance=acceptance_check(tr, profile),
         notes=notes,
     )
+
+
+def _batched_rescue(tr: Any, cands: list[Candidate], lr: LoadResult, cfg: TuneConfig,
+                    profile: Any, sla: Sla, gpus: int, progress: Any) -> LoadResult:  # fmt: skip
+    """Nothing met the SLA at the profile's batched-token limit: the least-bad setting and the
+    default replayed at the other limits of ``BATCHED_LADDER`` (prompt chunks share the decode
+    steps, so the limit decides TPOT at a load), as rows of this load's table."""
+    from specsim.analysis.tune.grid import BATCHED_LADDER
+    from specsim.analysis.tune.score import least_bad
+
+    own = int(getattr(profile, "max_batched_tokens", 0) or 0)
+    picks = dict.fromkeys([least_bad(lr.rows), lr.default])
+    extra = [cands[i].with_batched_tokens(n) for i in picks for n in BATCHED_LADDER if n != own]
+    if progress is not None and getattr(progress, "total", None):
+        progress.total += float(len(extra) * len(cfg.seed_list))
+    summaries, warns = _run_rows(tr, extra, lr.load, cfg, profile, progress)
+    new = [make_row(c, lr.load, x, cfg, sla, gpus) for c, x in zip(extra, summaries, strict=True)]
+    scored = [*zip(lr.rows, lr.samples, strict=True), *new]
+    obj = cfg.objective_name()
+    out = _score(scored, [*cands, *extra], lr.load, obj, cfg.sla_quantile, cfg.engine,
+                 tuple(dict.fromkeys([*lr.warnings, *warns])))  # fmt: skip
+    what = "the least-bad setting and the default" if len(picks) > 1 else "the default"
+    why = (
+        f"nothing met the SLA at the profile's limit of {own:,} tokens a step, so {what} "
+        f"were replayed at {BATCHED_LADDER[0]}-{BATCHED_LADDER[-1]:,} tokens a step; "
+    )
+    return replace(out, candidates=[*cands, *extra], verdict=why + out.verdict)
 
 
 def _draft_len_notes(cfg: TuneConfig, block: int) -> tuple[str, ...]:

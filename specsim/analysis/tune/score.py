@@ -69,6 +69,21 @@ class Sla:
                 out.append(f"mean per-user speed {_num(v, '.1f')} tok/s < {self.tps:g}")
         return out
 
+    def shortfall(self, s: dict[str, Any]) -> float:
+        """How far a summary is from the SLA: the largest of each latency over its bound and
+        the per-user speed's bound over the speed (at most 1: it meets it; inf: unmeasured).
+        What ranks the least-bad setting when none meets the SLA."""
+        ratios = [0.0]
+        for key, bound in self.slo_ms:
+            v = s.get(f"{key}_ms_p{self.quantile}")
+            ok = v is not None and math.isfinite(v)
+            ratios.append(float(v) / bound if ok else math.inf)
+        if self.tps is not None:
+            v = s.get("per_user_tps_mean")
+            ok = v is not None and math.isfinite(v) and v > 0
+            ratios.append(self.tps / float(v) if ok else math.inf)
+        return max(ratios)
+
     def describe(self) -> str:
         parts = [f"P{self.quantile} {k.upper()} <= {v:g} ms" for k, v in self.slo_ms]
         if self.tps is not None:
@@ -160,15 +175,23 @@ def make_row(cand: Any, load: Any, sums: list[dict], cfg: Any, sla: Sla,
         "goodput_req_s": s.get("goodput_req_s"),
         "tau": tau,
         "verified_per_step": verified,
-        "step_ms": sum(steps) / len(steps),
+        "step_ms": sum(steps) / len(steps),  # sim time / steps: prompt chunks included
+        "step_tokens": float(s["mean_batch_tokens"]),  # tokens a step, prompt chunks included
         "sla_met": not misses,
         "sla_misses": "; ".join(misses),
+        "sla_shortfall": sla.shortfall(s),  # <= 1: met; else how far over (least-bad ranks)
         "sla_seeds_met": sum(not sla.misses(x) for x in sums),
         "objective": sum(per_seed) / len(per_seed),
         "best": False,
         "recommended": False,
     }
     return row, per_seed
+
+
+def least_bad(rows: list[dict]) -> int:
+    """Where no setting meets the SLA, the one nearest it (the smallest shortfall; the first on
+    a tie: no speculation, then the default, come first)."""
+    return min(range(len(rows)), key=lambda i: (rows[i].get("sla_shortfall", math.inf), i))
 
 
 def pick_best(rows: list[dict], objective: str) -> int | None:
@@ -265,21 +288,42 @@ DEPLOYMENTS = {
 }
 
 
-def acceptance_check(trace: Any, profile: str) -> dict[str, Any]:
+BUILT = "specsim profile build: "  # how a built profile's source line starts
+
+
+def deployment_of(profile: Any) -> tuple[str, str] | None:
+    """(the profile's name, the GPU deployment it models) when it models one that would serve a
+    DSpark drafter: the built-in GPU profiles, and every ``specsim profile build`` profile (a
+    named model on named GPUs; its source line says which). None for the CPU profile, imported
+    tables and hand-made CSVs, which say nothing of the drafter."""
+    name = str(getattr(profile, "name", profile)).split("@")[0]
+    if name in DEPLOYMENTS:
+        return name, DEPLOYMENTS[name]
+    meta = getattr(profile, "meta", None) or {}
+    source = str(meta.get("source", ""))
+    if source.startswith(BUILT):
+        what = source.removeprefix(BUILT).split(", drafter ")[0]
+        return str(meta.get("name") or name), what
+    return None
+
+
+def acceptance_check(trace: Any, profile: Any) -> dict[str, Any]:
     """The trace's tau (full verification, bonus token counted: ``specsim traces info``'s
     tau_replay) against the range the profile's deployment would see; ``warning`` is one line
-    when it is far outside (None otherwise, or when the profile does not say)."""
+    when it is far outside (None otherwise, or when the profile does not say). ``profile``: a
+    profile's name or the CostModel (whose source line says whether ``profile build`` made it)."""
     from specsim.trace.stats import replay_full
 
     visited, _ = replay_full(trace)
     tau = float(trace.accept_len[visited].mean() + 1) if visited.size else float("nan")
-    base = str(profile).split("@")[0]
     out: dict[str, Any] = {"trace_tau": tau, "expected_tau": None, "deployment": None,
                            "warning": None}  # fmt: skip
-    if base not in DEPLOYMENTS:
+    found = deployment_of(profile)
+    if found is None:
         return out
+    base, deployment = found
     lo, hi = DEPLOYMENT_TAU
-    out.update(expected_tau=[lo, hi], deployment=DEPLOYMENTS[base])
+    out.update(expected_tau=[lo, hi], deployment=deployment)
     if math.isfinite(tau) and lo - TAU_SLACK <= tau <= hi + TAU_SLACK:
         return out
     path = getattr(trace, "path", None)
@@ -287,7 +331,7 @@ def acceptance_check(trace: Any, profile: str) -> dict[str, Any]:
     who = ", ".join(f"{k} {trace.meta[k]}" for k in ("target", "drafter") if trace.meta.get(k))
     out["warning"] = (
         f"trace {name} accepts tau {tau:.2f}{f' ({who})' if who else ''}, far from the tau "
-        f"{lo:g}-{hi:g} that profile {base}'s deployment ({DEPLOYMENTS[base]}) would see with a "
+        f"{lo:g}-{hi:g} that profile {base}'s deployment ({deployment}) would see with a "
         "DSpark drafter (the DSpark paper: 3.2-3.7 on chat, 5.2-6.2 on code and math), so this "
         "answer is for the trace's drafter, not that deployment's: tune a trace with "
         "paper-like acceptance (synthetic-chat tau 3.3, synthetic-code 5.3, synthetic-math 6.0) "
@@ -333,7 +377,7 @@ def explain(rows: list[dict], best: int | None, default: int, load: Any, objecti
     recommendation is not the highest mean, that it is within noise of it; and whether no
     speculation is within noise too, or the ties are loose."""
     text = _explain(rows, best, default, load, objective, recommended)
-    if best is not None and not text.endswith("."):
+    if best is not None and not text.endswith((".", ".)")):
         text += "."
     spec_off = next((r for r in rows if r.get("role") == "no-spec"), None)
     if spec_off is not None and spec_off.get("within_noise"):
@@ -354,9 +398,18 @@ def _explain(rows: list[dict], best: int | None, default: int, load: Any, object
              recommended: int | None) -> str:  # fmt: skip
     d = rows[default]
     if best is None:
+        lb = rows[least_bad(rows)]
+        over = 100.0 * (lb.get("sla_shortfall", math.inf) - 1.0)
+        nearest = (
+            f"the least-bad is {lb['candidate']} ({lb['knobs']}: {lb['sla_misses']}, "
+            f"{_num(over, '.0f')}% over the SLA)"
+        )
+        if lb is not d:
+            nearest += f"; the default misses it by {d['sla_misses'] or 'nothing'}"
         return (
-            f"no setting meets the SLA at {load.describe()}; the default misses it by "
-            f"{d['sla_misses'] or 'nothing'}: lower the load or relax the SLA"
+            f"no setting meets the SLA at {load.describe()}; {nearest}: lower the load, relax "
+            "the SLA, or give the engine another batched-token limit (tune "
+            "--max-batched-tokens searches it)"
         )
     rec = best if recommended is None else recommended
     b, r = rows[best], rows[rec]
@@ -396,6 +449,17 @@ def _explain(rows: list[dict], best: int | None, default: int, load: Any, object
     return f"at {load.describe()}, {how}. {_mechanism(d, r)}{tail}"
 
 
+def step_note(d: dict, b: dict) -> str:
+    """What a "step" of the explanation is: the replay's mean, not ``profile show``'s price of
+    one step at a token count (the two differ by the prompt chunks a step carries)."""
+    tok = [r.get("step_tokens", math.nan) for r in (d, b)]
+    held = " and ".join(_num(t, ",.0f") for t in tok)
+    return (
+        f"(Steps: the replay's mean, simulated time over engine steps, prompt chunks included; "
+        f"they hold {held} tokens on average, the tokens profile show prices a step at.)"
+    )
+
+
 def _mechanism(d: dict, b: dict) -> str:
     """Why, in the terms throughput is made of: tokens a request-step and seconds a step."""
     if b["role"] == "no-spec":
@@ -403,7 +467,7 @@ def _mechanism(d: dict, b: dict) -> str:
             f"Speculation does not pay here: the default verifies {d['verified_per_step']:.1f} "
             f"drafts a request each step and gains {d['tau'] - 1:.2f} tokens a step for it, "
             f"while its steps take {d['step_ms']:.2f} ms against {b['step_ms']:.2f} ms "
-            f"({_change(d['step_ms'], b['step_ms'])})."
+            f"({_change(d['step_ms'], b['step_ms'])}). {step_note(d, b)}"
         )
     dv = d["verified_per_step"] - b["verified_per_step"]
     step = _change(d["step_ms"], b["step_ms"])
@@ -414,16 +478,17 @@ def _mechanism(d: dict, b: dict) -> str:
             f"instead of {b['verified_per_step']:.1f} makes a step {d['step_ms']:.2f} ms against "
             f"{b['step_ms']:.2f} ms ({step}), more than the {d['tau'] - b['tau']:+.2f} tokens a "
             f"step it accepts beyond {b['candidate']}'s pay for ({d['tau']:.2f} vs "
-            f"{b['tau']:.2f} tokens per request-step)."
+            f"{b['tau']:.2f} tokens per request-step). {step_note(d, b)}"
         )
     if dv < -close:
         return (
             f"The default verifies too few: {b['verified_per_step']:.1f} drafts a request each "
             f"step accept {b['tau'] - d['tau']:+.2f} tokens a step more ({b['tau']:.2f} vs "
-            f"{d['tau']:.2f}) for steps of {b['step_ms']:.2f} ms against {d['step_ms']:.2f} ms."
+            f"{d['tau']:.2f}) for steps of {b['step_ms']:.2f} ms against {d['step_ms']:.2f} ms. "
+            + step_note(d, b)
         )
     return (
         f"Both verify about {b['verified_per_step']:.1f} drafts a request each step; "
         f"{b['candidate']} picks which ones better: {b['tau']:.2f} vs {d['tau']:.2f} tokens per "
-        f"request-step, steps of {b['step_ms']:.2f} ms vs {d['step_ms']:.2f} ms."
+        f"request-step, steps of {b['step_ms']:.2f} ms vs {d['step_ms']:.2f} ms. {step_note(d, b)}"
     )
