@@ -83,7 +83,7 @@ def test_readable_table(trace_file, capsys):
         (["--profile", "missing.csv"], "does not exist"),
         (["--arrivals", "missing.csv"], "does not exist"),
         (["--concurrency", "2", "--cv", "2"], "--cv"),
-        (["--kv-tokens", "5"], "raise --kv-tokens"),
+        (["--kv-tokens", "5"], "give a larger --kv-tokens"),
         (["--max-running", "0"], "--max-running"),
         (["--sla-tps", "-1"], "--sla-tps"),
         (["--requests", "3", "--duration", "2"], "not allowed with argument"),

@@ -125,5 +125,5 @@ def test_bad_arrivals_csv(tmp_path):
 
 def test_kv_too_small_for_one_request():
     tr = iid_trace(3, 100, prompt_len=50)
-    with pytest.raises(SpecsimError, match="raise --kv-tokens"):
+    with pytest.raises(SpecsimError, match="give a larger --kv-tokens"):
         replay(tr, "ar", concurrency=1, kv_tokens=100)

@@ -82,6 +82,14 @@ def _sizes(text: str) -> list[int]:
     return out
 
 
+def _degree(text: str) -> int:
+    """``--tp``/``--ep``/``--dp``: the build's own rule (``build.degree``); argparse names
+    the flag."""
+    from specsim.sim.cost.build import degree
+
+    return _arg(degree)(text)
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     from specsim.commands.record import add_measure_args
 
@@ -208,11 +216,13 @@ def add_build_args(acts: argparse._SubParsersAction) -> None:
         "printed with a low-high range. docs/simulator.md, 'Build a profile for your "
         "deployment'.",
     )
-    b.add_argument("--model", required=True, help="a built-in model name or a HF config.json")
+    b.add_argument("--model", required=True, help="a built-in model name (or its HF repo id, "
+                   "e.g. meta-llama/Llama-3.3-70B-Instruct) or a HF config.json")  # fmt: skip
     b.add_argument("--gpu", default="H100", help="H100, H200, H20, H800, B200, B300, GB200, "
-                   "GB300, MI300X, MI355X or A100 (default H100)")  # fmt: skip
+                   "GB300, MI300X, MI355X or A100, the SXM/OAM parts (default H100)")  # fmt: skip
     for key in ("tp", "ep", "dp"):
-        b.add_argument(f"--{key}", type=_positive_int, default=1, help=f"{key.upper()} degree")
+        b.add_argument(f"--{key}", type=_degree, default=1,
+                       help=f"{key.upper()} degree, 1 to 1024")  # fmt: skip
     b.add_argument("--weight-dtype", choices=("bf16", "fp16", "fp8", "fp4"),
                    help="weights' precision (default: the checkpoint's)")  # fmt: skip
     b.add_argument("--kv-dtype", choices=("bf16", "fp16", "fp8"), default="bf16")

@@ -138,8 +138,9 @@ class Engine(Walks, History, ServingV2):
                 raise SpecsimError("--kv-block and --max-batched-tokens must be positive")
         if worst > self.limits.kv_tokens:
             raise SpecsimError(
-                f"a request needs {worst} KV tokens but --kv-tokens is {self.limits.kv_tokens}; "
-                "raise --kv-tokens"
+                f"a request needs {worst} KV tokens but the KV cache holds "
+                f"{self.limits.kv_tokens} (--kv-tokens if given, else the profile's kv_tokens): "
+                "give a larger --kv-tokens, or a profile of a deployment with more KV room"
             )
 
     # ------------------------------------------------------------------ run

@@ -236,7 +236,7 @@ def _replay(trace, policy, cfg: ReplayConfig, progress) -> ReplayResult:  # noqa
     if raw.max_batch_tokens > cost.b_max:
         warnings.warn(
             f"profile {cost.name!r} covers token batches up to {cost.b_max}; this run reached "
-            f"{raw.max_batch_tokens}, extrapolated linearly from the last two points",
+            f"{raw.max_batch_tokens}, {cost.beyond_table()}",
             stacklevel=2,
         )
     config = {

@@ -18,6 +18,8 @@ simulator.
 
 from __future__ import annotations
 
+import difflib
+import re
 from dataclasses import dataclass
 
 from specsim.sim.cost.deployments import Fact, GpuFacts
@@ -211,15 +213,60 @@ ACCELERATORS: dict[str, Accelerator] = {
 }
 
 
+# Other spellings of the GPUs above, separators and case ignored (:func:`gpu_key`): every
+# figure above is the SXM (or OAM) part's, so naming the form changes nothing. An "80GB"
+# without the form is no alias: the H100 and A100 PCIe cards have 80 GB too.
+GPU_ALIASES = {
+    "H100SXM": "H100", "H100SXM5": "H100", "H100SXM580GB": "H100", "H100SXM80GB": "H100",
+    "H200SXM": "H200", "H200SXM141GB": "H200", "H800SXM": "H800", "A100SXM": "A100",
+    "A100SXM4": "A100", "A100SXM480GB": "A100", "A100SXM80GB": "A100",
+}  # fmt: skip
+A100_40GB = "the 40 GB A100 (1.6 TB/s) has half the memory of the 80 GB A100 SXM Vidur measured"
+# GPUs users name that specsim has no figures for, and why the nearest named one is not them
+NOT_MODELLED = {
+    "H100PCIE": "the H100 PCIe (80 GB HBM2e at 2.0 TB/s, 114 SMs, NVLink only over a 2-GPU "
+    "bridge) is slower than the H100 SXM whose figures specsim has",
+    "H100NVL": "the H100 NVL (94 GB at 3.9 TB/s, NVLink over a 2-GPU bridge) is neither the "
+    "H100 SXM nor the H200",
+    "A100PCIE": "the A100 PCIe (1.9 TB/s or less) is slower than the A100 SXM Vidur measured",
+    "A10040GB": A100_40GB,
+    "A100SXM40GB": A100_40GB,
+    "A100SXM440GB": A100_40GB,
+}
+
+
+def gpu_key(name: str) -> str:
+    """``name`` compared as the tables key it: upper case, a leading NVIDIA / AMD and every
+    space, dash, underscore and dot dropped (``nvidia h100-sxm5`` -> ``H100SXM5``)."""
+    key = re.sub(r"[\s\-_.]+", "", str(name).upper())
+    return re.sub(r"^(NVIDIA|AMD)", "", key)
+
+
+def gpu_name(name: str, known: tuple[str, ...] | None = None) -> str:
+    """The table name of GPU ``name`` (one of ``known``, by default :data:`ACCELERATORS`;
+    case and separators ignored, SXM spellings accepted), or a one-line refusal saying why
+    and listing the nearest names: a GPU without figures is refused, never priced as another."""
+    known = tuple(known or ACCELERATORS)
+    by_key = {gpu_key(k): k for k in known}
+    key = gpu_key(name)
+    key = gpu_key(GPU_ALIASES.get(key, key))
+    if key in by_key:
+        return by_key[key]
+    from specsim.errors import SpecsimError
+
+    why = f": {NOT_MODELLED[key]}" if key in NOT_MODELLED else ""
+    near = [by_key[k] for k in difflib.get_close_matches(key, list(by_key), n=3, cutoff=0.5)]
+    hint = f"; the nearest: {', '.join(near)}" if near else ""
+    raise SpecsimError(
+        f"unknown GPU {name!r}{why}{hint}; use one of {', '.join(known)}, or import a profile "
+        "measured on it (specsim profile import)"
+    )
+
+
 def accelerator(name: str) -> Accelerator:
     """A GPU by name (case-insensitive; ``H100``, ``H200``, ``H20``, ``H800``, ``B200``,
-    ``B300``, ``GB200``, ``GB300``, ``MI300X``, ``MI355X``)."""
-    key = name.strip().upper()
-    if key not in ACCELERATORS:
-        from specsim.errors import SpecsimError
-
-        raise SpecsimError(f"unknown GPU {name!r}; use one of {', '.join(ACCELERATORS)}")
-    return ACCELERATORS[key]
+    ``B300``, ``GB200``, ``GB300``, ``MI300X``, ``MI355X``; SXM spellings: :func:`gpu_name`)."""
+    return ACCELERATORS[gpu_name(name)]
 
 
-__all__ = ["ACCELERATORS", "Accelerator", "accelerator"]
+__all__ = ["ACCELERATORS", "Accelerator", "accelerator", "gpu_key", "gpu_name"]

@@ -30,8 +30,11 @@ import numpy as np
 
 from specsim.errors import SpecsimError
 from specsim.sim.cost import calibration as cal
-from specsim.sim.cost.models import ModelArch
-from specsim.sim.cost.operators import WEIGHT_DTYPES, OperatorCurves, curves
+from specsim.sim.cost.drafters import Drafter, parse_drafter, weight_params
+from specsim.sim.cost.model import MAX_PROFILE_BATCH
+from specsim.sim.cost.models import ModelArch, check_arch
+from specsim.sim.cost.operators import WEIGHT_DTYPES, OperatorCurves, curves, gpu_name
+from specsim.sim.cost.profile_csv import count
 from specsim.sim.cost.profiles import cuda_graph_buckets, distinct_experts
 
 KV_DTYPES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
@@ -117,6 +120,21 @@ SAMPLING_PASSES = Assumed(
 ACTIVATION_GIB = Assumed(1.0, 2.0, 4.0, "GiB per GPU kept for activations and graphs")
 HBM_SHARE = 0.90  # vLLM's gpu_memory_utilization default: the share of HBM the engine uses
 ACT_BYTES = 2.0  # activations travel in BF16
+# --tp, --ep and --dp: each a whole number to 1,024 (past the largest deployments served), and
+# tp x dp GPUs to 65,536; a profile's own limits (``CostModel``) then hold at the engines'
+# defaults (512 captured tokens x 1,024 DP ranks is inside a step table's million tokens)
+MAX_DEGREE = 1024
+MAX_GPUS = 65_536
+# what a profile holds at most, per key (``CostModel``): a DP rank's limit times the ranks
+PROFILE_LIMITS = {"capture_max_tokens": MAX_PROFILE_BATCH, "max_running": 10**7,
+                  "max_batched_tokens": 10**9}  # fmt: skip
+
+
+def degree(value, flag: str) -> int:  # type: ignore[no-untyped-def]
+    """A parallel degree (``--tp``, ``--ep``, ``--dp``): the shared whole-number rule in
+    [1, :data:`MAX_DEGREE`], naming the flag. Used where the flag is parsed and by
+    :func:`check`, so a Deployment made in code is held to the same rule."""
+    return count(value, flag, 1, MAX_DEGREE)
 
 
 @dataclass(frozen=True)
@@ -153,6 +171,8 @@ class Priced:
     ebpp: float  # routed-expert bytes per parameter
     kv_bytes_gpu: float  # KV bytes one cached token takes on one GPU (all layers)
     weights_gpu: float  # weight bytes per GPU
+    drafter: Drafter = field(default_factory=lambda: Drafter("none"))
+    drafter_weights_gpu: float = 0.0  # the drafter's weight bytes per GPU (beyond the target's)
     assumed: list[str] = field(default_factory=list)
 
 
@@ -160,15 +180,43 @@ def check(dep: Deployment, engine: Engine | None = None) -> Priced:
     """The deployment's constants, or a one-line ``SpecsimError`` naming what is wrong.
     ``engine``: the engine's terms to use instead of ``ENGINES[dep.engine]`` (the calibration
     script prices candidate values this way)."""
-    m = dep.model
+    m = check_arch(dep.model, f"model {dep.model.name!r}")
     if dep.engine not in ENGINES:
         raise SpecsimError(f"unknown engine {dep.engine!r}; use one of {', '.join(ENGINES)}")
     if dep.point not in POINTS:
         raise SpecsimError(f"unknown assumption point {dep.point!r}; use one of {POINTS}")
-    for key in ("tp", "ep", "dp"):
-        v = getattr(dep, key)
-        if not isinstance(v, int) or not 1 <= v <= 4096:
-            raise SpecsimError(f"--{key} {v!r} must be a whole number in [1, 4096]")
+    dep = replace(dep, **{k: degree(getattr(dep, k), f"--{k}") for k in ("tp", "ep", "dp")})
+    if dep.gpus > MAX_GPUS:
+        raise SpecsimError(
+            f"--tp {dep.tp} x --dp {dep.dp} = {dep.gpus:,} GPUs, over {MAX_GPUS:,}; use fewer"
+        )
+    dep = replace(dep, gpu=gpu_name(dep.gpu))
+    _check_layout(dep)
+    if dep.kv_dtype not in KV_DTYPES:
+        raise SpecsimError(
+            f"unknown --kv-dtype {dep.kv_dtype!r}; use one of {', '.join(KV_DTYPES)}"
+        )
+    wd = dep.weight_dtype or m.weight_dtype
+    ops = curves(dep.gpu, wd)
+    bpp = WEIGHT_DTYPES[wd]
+    ebpp = WEIGHT_DTYPES[m.expert_dtype] if m.expert_dtype and not dep.weight_dtype else bpp
+    kv_split = min(dep.tp, m.kv_heads) if m.kv_sharded else 1
+    kv_gpu = m.layers * m.kv_elems_per_layer * KV_DTYPES[dep.kv_dtype] / kv_split
+    routed = m.routed_params * ebpp / (dep.ep if dep.ep > 1 else dep.tp)
+    weights = (m.total_params - m.routed_params) * bpp / dep.tp + routed
+    drafter = parse_drafter(dep.drafter, m.hidden, m.vocab, m.layers)
+    body, head = weight_params(m, drafter)
+    drafter_gpu = (body * bpp + head * 2.0) / dep.tp  # its own head is read in BF16
+    eng = _limits(dep, engine or ENGINES[dep.engine])
+    p = Priced(dep, ops, eng, bpp, ebpp, kv_gpu, weights, drafter, drafter_gpu)
+    if kv_tokens(p, dep.point) < 1:
+        raise SpecsimError(_no_kv_room(p))
+    return p
+
+
+def _check_layout(dep: Deployment) -> None:
+    """TP must split the heads, EP the experts over every GPU (one line naming the flag)."""
+    m = dep.model
     if m.heads % dep.tp:
         raise SpecsimError(
             f"--tp {dep.tp} does not divide {m.name}'s {m.heads} attention heads; use a divisor"
@@ -184,47 +232,63 @@ def check(dep: Deployment, engine: Engine | None = None) -> Priced:
         )
     if m.is_moe and dep.ep > 1 and m.experts % dep.ep:
         raise SpecsimError(f"--ep {dep.ep} does not divide {m.name}'s {m.experts} experts")
-    if dep.kv_dtype not in KV_DTYPES:
-        raise SpecsimError(
-            f"unknown --kv-dtype {dep.kv_dtype!r}; use one of {', '.join(KV_DTYPES)}"
-        )
-    wd = dep.weight_dtype or m.weight_dtype
-    ops = curves(dep.gpu, wd)
-    bpp = WEIGHT_DTYPES[wd]
-    ebpp = WEIGHT_DTYPES[m.expert_dtype] if m.expert_dtype and not dep.weight_dtype else bpp
-    kv_split = min(dep.tp, m.kv_heads) if m.kv_sharded else 1
-    kv_gpu = m.layers * m.kv_elems_per_layer * KV_DTYPES[dep.kv_dtype] / kv_split
-    routed = m.routed_params * ebpp / (dep.ep if dep.ep > 1 else dep.tp)
-    weights = (m.total_params - m.routed_params) * bpp / dep.tp + routed
-    eng = engine or ENGINES[dep.engine]
+
+
+def _limits(dep: Deployment, eng: Engine) -> Engine:
+    """The engine with the deployment's own limits per DP rank, each checked, and checked
+    again times the DP ranks against what a profile holds (naming --dp, not a header key)."""
     limits = {"capture_max_tokens": dep.capture, "max_running": dep.max_running,
               "max_batched_tokens": dep.max_batched_tokens}  # fmt: skip
     for key, v in limits.items():
         if not isinstance(v, int) or not 0 <= v <= 10**6:
             raise SpecsimError(f"{key} {v!r} must be a whole number in [1, 1000000]")
     eng = replace(eng, **{k: v for k, v in limits.items() if v})
-    p = Priced(dep, ops, eng, bpp, ebpp, kv_gpu, weights)
-    free = hbm_free(p, dep.point)
-    if free <= 0:
-        hbm = ops_hbm(dep.gpu)
-        raise SpecsimError(
-            f"{m.name} does not fit: {weights / 1e9:.1f} GB of weights per GPU on "
-            f"{dep.gpus} x {dep.gpu} ({hbm / 1e9:.0f} GB, {HBM_SHARE:.0%} usable); add GPUs "
-            "(--tp / --dp with --ep) or a smaller --weight-dtype"
-        )
-    return p
+    for key, hi in PROFILE_LIMITS.items():
+        per_rank = getattr(eng, key)
+        if per_rank * dep.dp > hi:
+            raise SpecsimError(
+                f"--dp {dep.dp}: {key} {per_rank:,} per DP rank x {dep.dp} ranks is over the "
+                f"{hi:,} a profile holds; use a smaller --dp (or a smaller {key})"
+            )
+    return eng
+
+
+def kv_tokens(p: Priced, point: str = "mid") -> int:
+    """KV cache capacity of the whole deployment in tokens: every GPU's free bytes over what
+    a token takes on it (each TP rank holds its share; DP ranks hold their own)."""
+    return int(hbm_free(p, point) * p.dep.dp / p.kv_bytes_gpu)
+
+
+def _no_kv_room(p: Priced) -> str:
+    """The refusal of a deployment whose weights leave no token of KV cache: a profile with
+    ``kv_tokens`` forced to 1 would replay as a --kv-tokens problem the user never set."""
+    d, m = p.dep, p.dep.model
+    drafter = (f" + {p.drafter_weights_gpu / 1e9:.1f} GB of drafter ({p.drafter.label})"
+               if p.drafter_weights_gpu else "")  # fmt: skip
+    act = ACTIVATION_GIB.at(FLIP[d.point])
+    room = "no room" if hbm_free(p, d.point) <= 0 else "under one token of room"
+    return (
+        f"{m.name} does not fit: {p.weights_gpu / 1e9:.1f} GB of weights{drafter} and a "
+        f"{act:g} GiB activation reserve per GPU leave {room} for the KV cache on "
+        f"{d.gpus} x {p.ops.gpu} ({ops_hbm(d.gpu) / 1e9:.0f} GB, {HBM_SHARE:.0%} usable; TP "
+        f"{d.tp}, DP {d.dp}); add GPUs (--tp, or --dp with --ep), use a smaller --weight-dtype, "
+        "--kv-dtype or --drafter, or a GPU with more memory"
+    )
 
 
 def ops_hbm(gpu: str) -> float:
+    """HBM bytes of one GPU (Vidur's A100: the 80 GB part its curves were measured on)."""
     from specsim.sim.cost.accelerators import accelerator
 
-    return 80e9 if gpu.strip().lower() == "a100" else float(accelerator(gpu).hbm_bytes)
+    name = gpu_name(gpu)
+    return 80e9 if name == "A100" else float(accelerator(name).hbm_bytes)
 
 
 def hbm_free(p: Priced, point: str = "mid") -> float:
-    """Bytes per GPU left for the KV cache (a HIGH activation reserve leaves the least)."""
+    """Bytes per GPU left for the KV cache after the target's and the drafter's weights (a
+    HIGH activation reserve leaves the least)."""
     act = ACTIVATION_GIB.at(FLIP[point]) * 2**30
-    return HBM_SHARE * ops_hbm(p.dep.gpu) - p.weights_gpu - act
+    return HBM_SHARE * ops_hbm(p.dep.gpu) - p.weights_gpu - p.drafter_weights_gpu - act
 
 
 def step_terms(p: Priced, batch) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-def]
@@ -329,10 +393,11 @@ def table_ms(p: Priced, batch) -> np.ndarray:  # type: ignore[no-untyped-def]
 
 def table_points(p: Priced) -> np.ndarray:
     """Captured sizes to the engine's capture limit (a batch pays the next), then eager sizes
-    every 64 tokens to 4 x max_batched_tokens x dp (beyond: extrapolated)."""
+    every 64 tokens to 4 x max_batched_tokens x dp, at most the million tokens a step table
+    covers (beyond: extrapolated, as the eager steps are linear there)."""
     cap = p.eng.capture_max_tokens * p.dep.dp
     graphs = cuda_graph_buckets(p.eng.capture_max_tokens) * p.dep.dp
-    top = 4 * p.eng.max_batched_tokens * p.dep.dp
+    top = min(4 * p.eng.max_batched_tokens * p.dep.dp, MAX_PROFILE_BATCH)
     eager = np.arange(cap + 64, top + 1, 64)
     return np.concatenate([graphs, eager]).astype(np.int64)
 
@@ -346,7 +411,7 @@ def pad_to_table(model, batch) -> np.ndarray:  # type: ignore[no-untyped-def]
 
 
 __all__ = [
-    "ENGINES", "KV_DTYPES", "Assumed", "Deployment", "Engine", "Priced", "check", "eager_ms",
-    "hbm_free", "kv_read_us_per_ktoken", "pad_to_table", "sampling_ms", "step_terms",
-    "table_ms", "table_points",
+    "ENGINES", "KV_DTYPES", "MAX_DEGREE", "Assumed", "Deployment", "Engine", "Priced", "check",
+    "degree", "eager_ms", "hbm_free", "kv_read_us_per_ktoken", "kv_tokens", "pad_to_table",
+    "sampling_ms", "step_terms", "table_ms", "table_points",
 ]  # fmt: skip

@@ -14,11 +14,14 @@ vocabulary, 5 layers, block 7, and the hidden states of 5 target layers (ASSUMED
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
 
 from specsim.errors import SpecsimError
+from specsim.sim.cost.models import MAX_HIDDEN, MAX_LAYERS, MAX_VOCAB
+from specsim.sim.cost.profile_csv import count
 
 KINDS = ("none", "ngram", "mtp", "dspark")
 NGRAM_US = (2.0, 10.0, 50.0)  # ASSUMED CPU lookup per request and step (low, mid, high)
@@ -43,8 +46,33 @@ class Drafter:
         return f"mtp:{self.layers}" if self.kind == "mtp" else self.kind
 
 
-def parse_drafter(spec: str, hidden: int, vocab: int) -> Drafter:
-    """``--drafter`` text -> a Drafter with the target's defaults filled in."""
+# the bounds of a drafter's numbers (the value rule :func:`_number` applies): a block drafter
+# of more than 64 layers or a block of more than 64 positions is no drafter; width and
+# vocabulary are bounded as a target's are (``models``)
+DSPARK_LIMITS = {"layers": (1, 64), "width": (64, MAX_HIDDEN), "block": (1, 64),
+                 "vocab": (1, MAX_VOCAB), "features": (1, MAX_LAYERS)}  # fmt: skip
+MTP_MAX = 16
+WEIGHTS_ASSUMED = (
+    "a drafter's weights are in the target's precision, its LM head and embedding the "
+    "target's where their shapes match (counted against GPU memory otherwise)"
+)
+
+
+def _number(text: str, what: str, lo: int, hi: int, form: str = "key=N") -> int:
+    """A drafter number: ASCII digits only (``str.isdigit`` also passes superscripts and other
+    scripts' digits that ``int`` then refuses or reads differently), in [lo, hi]; ``form``:
+    how the refusal says to write it."""
+    if not re.fullmatch(r"[0-9]{1,12}", text):
+        raise SpecsimError(
+            f"{what} = {text!r}; write {form} with N a whole number in digits 0-9, from {lo} "
+            f"to {hi}"
+        )
+    return count(int(text), what, lo, hi)
+
+
+def parse_drafter(spec: str, hidden: int, vocab: int, layers: int = MAX_LAYERS) -> Drafter:
+    """``--drafter`` text -> a Drafter with the target's defaults filled in (``layers``: the
+    target's, which bounds the hidden-state features a DSpark drafter reads)."""
     kind, _, rest = spec.strip().lower().partition(":")
     kind = "dspark" if kind == "dflash" else kind
     if kind not in KINDS:
@@ -57,21 +85,61 @@ def parse_drafter(spec: str, hidden: int, vocab: int) -> Drafter:
             raise SpecsimError(f"--drafter {kind} takes no parameters (got {spec!r})")
         return Drafter(kind)
     if kind == "mtp":
-        if not rest.isdigit() or not 1 <= int(rest) <= 16:
-            raise SpecsimError(f"--drafter {spec!r}: give mtp:K with K in 1..16 modules")
-        return Drafter("mtp", layers=int(rest), block=int(rest))
-    vals = {"layers": 5, "width": hidden, "block": 7, "vocab": vocab, "features": 5}
-    for part in filter(None, rest.split(",")):
-        key, sep, v = part.partition("=")
-        if key not in vals or not sep or not v.isdigit() or not 1 <= int(v) <= 10**7:
+        k = _number(rest, f"--drafter {spec!r}: K", 1, MTP_MAX, "mtp:N")
+        return Drafter("mtp", layers=k, block=k)
+    return Drafter("dspark", **_dspark_values(spec, rest, hidden, vocab, layers))
+
+
+def _dspark_values(spec: str, rest: str, hidden: int, vocab: int, layers: int) -> dict[str, int]:
+    """``key=N`` parts, each key at most once (a repeated key silently taking the last value
+    hides a typo), each N by :func:`_number` within :data:`DSPARK_LIMITS`."""
+    vals = {"layers": 5, "width": hidden, "block": 7, "vocab": vocab, "features": min(5, layers)}
+    limits = {**DSPARK_LIMITS, "features": (1, min(layers, DSPARK_LIMITS["features"][1]))}
+    seen: set[str] = set()
+    for part in filter(None, (p.strip() for p in rest.split(","))):
+        key, sep, v = (x.strip() for x in part.partition("="))
+        if key not in vals or not sep:
             raise SpecsimError(
                 f"--drafter {spec!r}: each part is key=N with key in {', '.join(vals)} "
                 "and N a whole number >= 1"
             )
-        vals[key] = int(v)
+        if key in seen:
+            raise SpecsimError(f"--drafter {spec!r} gives {key} twice; give it once")
+        seen.add(key)
+        vals[key] = _number(v, f"--drafter {spec!r}: {key}", *limits[key])
     if vals["width"] % 64:
         raise SpecsimError(f"--drafter {spec!r}: width must be a multiple of 64")
-    return Drafter("dspark", **vals)
+    return vals
+
+
+def weight_params(m, drafter: Drafter) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+    """The drafter's parameters beyond its target's: (layers and projection, in the weights'
+    precision; an LM head of its own, BF16 as :func:`draft_ms` reads it). Why: they sit on
+    the same GPUs and take memory the KV cache would have; a drafter shaped like its target's
+    layers at its own width, as :func:`draft_ms` prices it."""
+    if drafter.kind == "mtp":  # DeepSeek-V3's MTP modules share the target's embedding and head
+        return drafter.layers * (m.attn_layer_params + 3 * m.hidden * m.intermediate), 0.0
+    if drafter.kind != "dspark":
+        return 0.0, 0.0
+    return _dspark_body(m, drafter), _own_head(m, drafter)
+
+
+def _dspark_body(m, drafter: Drafter) -> float:  # type: ignore[no-untyped-def]
+    """A DSpark drafter's feature projection and layers (parameters)."""
+    w = drafter.width
+    return (
+        drafter.features * m.hidden * w
+        + drafter.layers
+        * (m.attn_layer_params + 3 * m.hidden * m.intermediate)
+        * (w / m.hidden) ** 2
+    )
+
+
+def _own_head(m, drafter: Drafter) -> float:  # type: ignore[no-untyped-def]
+    """An LM head the target cannot lend (another width or vocabulary): its parameters."""
+    if (drafter.width, drafter.vocab) == (m.hidden, m.vocab):
+        return 0.0
+    return float(drafter.vocab) * drafter.width
 
 
 def draft_ms(p, drafter: Drafter, requests, point: str = "mid"):  # type: ignore[no-untyped-def]
@@ -128,13 +196,7 @@ def prefill_us(p, drafter: Drafter) -> float:  # type: ignore[no-untyped-def]
     """µs a drafter spends per prompt token (its features and KV), compute-bound."""
     m = p.dep.model
     if drafter.kind == "dspark":
-        w = drafter.width
-        params = (
-            drafter.features * m.hidden * w
-            + drafter.layers
-            * (m.attn_layer_params + 3 * m.hidden * m.intermediate)
-            * (w / m.hidden) ** 2
-        )
+        params = _dspark_body(m, drafter)
     elif drafter.kind == "mtp":
         params = drafter.layers * (m.attn_layer_params + 3 * m.hidden * m.intermediate)
     else:
@@ -142,4 +204,6 @@ def prefill_us(p, drafter: Drafter) -> float:  # type: ignore[no-untyped-def]
     return float(p.ops.flops_s(2.0 * params / p.dep.tp)) * 1e6
 
 
-__all__ = ["KINDS", "Drafter", "context_us", "draft_ms", "parse_drafter", "prefill_us"]
+__all__ = [
+    "KINDS", "Drafter", "context_us", "draft_ms", "parse_drafter", "prefill_us", "weight_params",
+]  # fmt: skip

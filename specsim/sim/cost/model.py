@@ -285,6 +285,22 @@ class CostModel:
         """The largest profiled token batch; beyond it step times are extrapolated."""
         return int(self.batch_tokens[-1])
 
+    def beyond_table(self) -> str:
+        """What a step past :attr:`b_max` costs, in words for the warning that says a run went
+        there: the last two points' line, or the last point held flat where the table falls
+        (or is level) at its end, as ``step_time`` reads it. Why: a warning that says
+        "extrapolated linearly" of a table held flat sends the user looking for the wrong
+        cause."""
+        flat = self._slope <= 0
+        if flat.all():
+            return "held flat at the last point (the table does not rise at its end)"
+        if flat.any():
+            return (
+                "extrapolated linearly from the last two points (held flat at the contexts "
+                "where the table does not rise at its end)"
+            )
+        return "extrapolated linearly from the last two points"
+
     def lut_seconds(self, ctx: float | None = None) -> np.ndarray:
         """The dense table: step seconds at every B = 0..b_max (1-D profile, or the smallest
         context of a 2-D one). The engine indexes it directly on its hot path."""

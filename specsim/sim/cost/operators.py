@@ -29,7 +29,8 @@ from importlib import resources
 import numpy as np
 
 from specsim.errors import SpecsimError
-from specsim.sim.cost.accelerators import accelerator
+from specsim.sim.cost.accelerators import ACCELERATORS, accelerator
+from specsim.sim.cost.accelerators import gpu_name as _accelerator_name
 
 # The two GPUs Vidur profiled: published HBM bytes/s, dense BF16 FLOP/s, scale-up link bytes/s
 # per direction (the derive script uses the same figures).
@@ -120,6 +121,12 @@ class OperatorCurves:
         return lat + bus * per
 
 
+def gpu_name(gpu: str) -> str:
+    """A GPU the curves can be carried to: the accelerators' table, or Vidur's own A100
+    (:func:`specsim.sim.cost.accelerators.gpu_name`'s spellings and refusals)."""
+    return _accelerator_name(gpu, (*ACCELERATORS, "A100"))
+
+
 def curves(gpu: str, weight_dtype: str = "bf16", reference: str | None = None) -> OperatorCurves:
     """The curves for ``gpu`` (an ``accelerators`` name, or ``A100`` for Vidur's own) with
     weights in ``weight_dtype`` (bf16, fp16, fp8, fp4), carried by the module's rule from
@@ -131,7 +138,7 @@ def curves(gpu: str, weight_dtype: str = "bf16", reference: str | None = None) -
         )
     bpp = WEIGHT_DTYPES[weight_dtype]
     precision = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "fp4": "fp4"}[weight_dtype]
-    key = gpu.strip().lower()
+    key = gpu_name(gpu).lower()
     if key == "a100":
         bw, flops, link = REFERENCE["a100"]  # no FP8/FP4 units: computes in BF16
         name = "A100-SXM"
@@ -168,4 +175,4 @@ def curves(gpu: str, weight_dtype: str = "bf16", reference: str | None = None) -
     )
 
 
-__all__ = ["REFERENCE", "WEIGHT_DTYPES", "OperatorCurves", "curves"]
+__all__ = ["REFERENCE", "WEIGHT_DTYPES", "OperatorCurves", "curves", "gpu_name"]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import stat
 import unicodedata
 from pathlib import Path
 
@@ -135,19 +136,91 @@ def plain_text(value: str, what: str) -> str:
     return str(value)
 
 
+# --------------------------------------------------------------------------- input files
+
+MAX_PROFILE_BYTES = 256 << 20  # a million-row table is ~15 MB; far beyond it is not a profile
+
+
+def read_text_file(path: str | os.PathLike, what: str, max_bytes: int, missing: str,
+                   folder: str) -> str:  # fmt: skip
+    """A user's input file as UTF-8 text, or one line saying why not. Shared by every reader of
+    a file named on the command line (a profile CSV, a model's config.json).
+
+    Why each check: a folder and a missing file need different fixes (``missing`` / ``folder``
+    end the message); a FIFO or a device blocks forever or never ends, so only a regular file is
+    opened (and non-blocking, then checked again on the open descriptor, in case the name was
+    swapped in between); ``max_bytes`` bounds what is read, so a huge file is refused, not
+    loaded."""
+    p = Path(path)
+    where = f"{what} {str(p)!r}"
+    try:
+        mode = os.stat(p).st_mode
+    except FileNotFoundError:
+        raise SpecsimError(f"{where} does not exist; {missing}") from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the name
+        raise SpecsimError(f"{where} cannot be read ({_reason(exc)}); {missing}") from None
+    if stat.S_ISDIR(mode):
+        raise SpecsimError(f"{where} is a folder, not a file; {folder}")
+    _require_regular(mode, where)
+    try:
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as fh:
+            _require_regular(os.fstat(fh.fileno()).st_mode, where)
+            data = fh.read(max_bytes + 1)
+    except OSError as exc:
+        raise SpecsimError(f"{where} cannot be read ({_reason(exc)})") from None
+    if len(data) > max_bytes:
+        raise SpecsimError(
+            f"{where} is over {max_bytes / 2**20:g} MiB, more than such a file ever holds; give "
+            "the right file"
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecsimError(
+            f"{where} is not UTF-8 text ({exc.reason} at byte {exc.start}); give a text file"
+        ) from None
+
+
+def _require_regular(mode: int, where: str) -> None:
+    """Refuse a FIFO, socket or device: reading one blocks forever or never ends."""
+    if not stat.S_ISREG(mode):
+        raise SpecsimError(
+            f"{where} is not a regular file (a pipe, socket or device); save it to a file first"
+        )
+
+
+def _reason(exc: Exception) -> str:
+    from specsim.outputs import os_reason
+
+    return os_reason(exc) if isinstance(exc, OSError) else str(exc)
+
+
 # --------------------------------------------------------------------------- CSV
 
 
 def read_profile_csv(path: str | os.PathLike, name: str | None = None) -> CostModel:
     """Load a profile CSV (``# key: value`` header + ``batch_tokens,step_ms[,context_tokens]``)."""
     p = Path(path)
-    if not p.is_file():
-        raise SpecsimError(f"profile file {str(p)!r} does not exist; give a CSV path or a name")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (UnicodeDecodeError, OSError) as exc:
-        raise SpecsimError(f"profile {str(p)!r} is not a readable text CSV ({exc})") from None
+    folder = _profile_folder_hint(p) if p.is_dir() else ""
+    text = read_text_file(p, "profile file", MAX_PROFILE_BYTES, "give a CSV path or a name", folder)
     return parse_profile_csv(text, name or p.stem, source=str(p))
+
+
+def _profile_folder_hint(folder: Path) -> str:
+    """What to pass instead of a folder: vLLM's two tables are imported first; otherwise one of
+    the folder's CSV files."""
+    names = sorted(f.name for f in folder.glob("*.csv") if f.is_file())
+    if {"verify_cost.csv", "draft_cost.csv"} <= set(names):
+        return (
+            "it holds vLLM's verify_cost.csv and draft_cost.csv: import them first (specsim "
+            f"profile import vllm-adaptive {folder / 'verify_cost.csv'} "
+            f"{folder / 'draft_cost.csv'} --out my.csv), then pass my.csv"
+        )
+    if names:
+        shown = ", ".join(str(folder / n) for n in names[:3]) + (", ..." if len(names) > 3 else "")
+        return f"pass one profile CSV in it ({shown})"
+    return "pass a profile CSV file (this folder holds none) or a built-in profile name"
 
 
 def parse_profile_csv(text: str, name: str, source: str = "") -> CostModel:

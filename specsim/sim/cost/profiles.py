@@ -454,6 +454,8 @@ def get_profile(spec: str | CostModel | os.PathLike) -> CostModel:
         return read_profile_csv(s)
     if s in PROFILES:
         return PROFILES.get(s)
+    if Path(s).is_dir():  # a folder is a path too: the reader says what to pass instead
+        return read_profile_csv(s)
     close = [n for n in PROFILES.names() if n.startswith(s[:3])]
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     raise SpecsimError(
