@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from specsim.errors import SpecsimError
 from specsim.sim.cost import build as bd
-from specsim.sim.cost.drafters import Drafter, context_us, draft_ms, parse_drafter, prefill_us
+from specsim.sim.cost.drafters import WEIGHTS_ASSUMED, Drafter, context_us, draft_ms, prefill_us
 from specsim.sim.cost.model import CostModel
 from specsim.sim.cost.profiles import cuda_graph_buckets
 
 SHOW_TOKENS = (1, 64, 256)
+KV_CTX = 1024.0  # the context the printed KV read is at
 DRAFT_REQUESTS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 HELDOUT_ERROR = "held-out median 5%, p90 15% (H100); carried H100 -> A100 median 8%, p90 17%"
 
@@ -24,8 +26,8 @@ def build(dep: bd.Deployment, engine: bd.Engine | None = None
     """The profile of ``dep`` with every assumed term at ``dep.point`` (``engine``: terms to use
     instead of the named engine's, as ``build.check`` takes them)."""
     p = bd.check(dep, engine)
+    dep, drafter = p.dep, p.drafter  # the checked deployment (the GPU by its table name)
     m, eng, pt = dep.model, p.eng, dep.point
-    drafter = parse_drafter(dep.drafter, m.hidden, m.vocab)
     b = bd.table_points(p)
     step = np.maximum.accumulate(bd.table_ms(p, b))  # more tokens never cheaper
     max_running = eng.max_running * dep.dp
@@ -33,7 +35,7 @@ def build(dep: bd.Deployment, engine: bd.Engine | None = None
     grid = np.union1d(cuda_graph_buckets(min(max_running, 4096)), DRAFT_REQUESTS)
     reqs = np.append(grid[grid < max_running], max_running)
     dcurve = np.maximum.accumulate(draft_ms(p, drafter, reqs, pt))
-    kv_tokens = int(bd.hbm_free(p, pt) * dep.dp / p.kv_bytes_gpu)  # every TP rank: its share
+    _check_terms(p, b, reqs, dcurve)
     meta = {
         "source": f"specsim profile build: {m.name} on {dep.gpus} x {p.ops.gpu} (TP {dep.tp}, "
         f"EP {dep.ep}, DP {dep.dp}), {dep.engine}, drafter {drafter.label}",
@@ -59,7 +61,7 @@ def build(dep: bd.Deployment, engine: bd.Engine | None = None
         draft_per_context_us=context_us(p, drafter),
         draft_prefill_us_per_token=prefill_us(p, drafter),
         max_running=max_running,
-        kv_tokens=max(kv_tokens, 1),
+        kv_tokens=bd.kv_tokens(p, pt),  # >= 1: check refuses a deployment without room
         max_batched_tokens=eng.max_batched_tokens * dep.dp,
         gpus=dep.gpus,
         interpolation="step",
@@ -67,6 +69,20 @@ def build(dep: bd.Deployment, engine: bd.Engine | None = None
         meta=meta,
     )
     return model, p, drafter
+
+
+def _check_terms(p: bd.Priced, b: np.ndarray, reqs: np.ndarray, dcurve: np.ndarray) -> None:
+    """Every term of the table and the draft curve finite and >= 0, or one line naming it.
+    Why: the model's rules (``models.check_arch``) should make this hold; a term that does
+    not must stop the build, not be clipped into a profile that replays."""
+    named = {**bd.step_terms(p, b), "drafter": np.asarray(dcurve, dtype=np.float64),
+             "kv read": np.array([bd.kv_read_us_per_ktoken(p)])}  # fmt: skip
+    for name, v in named.items():
+        if not np.all(np.isfinite(v)) or np.any(v < 0):
+            raise SpecsimError(
+                f"{p.dep.model.name}: the {name} term comes out negative or not finite on "
+                f"{p.dep.gpus} x {p.ops.gpu}; check the model's numbers (--model)"
+            )
 
 
 def assumptions(p: bd.Priced) -> list[str]:
@@ -82,45 +98,86 @@ def assumptions(p: bd.Priced) -> list[str]:
         f"capture to {e.capture_max_tokens} tokens, max_running {e.max_running}, "
         f"max_batched_tokens {e.max_batched_tokens} per DP rank (engine defaults)",
         "uniform expert routing; attention kernel = one GEMM launch per layer",
+        *([WEIGHTS_ASSUMED] if p.drafter_weights_gpu else []),
     ]
 
 
-def bill(dep: bd.Deployment) -> tuple[CostModel, str]:
-    """The profile and the printed bill: each term at 1, 64 and 256 tokens (decode: one token a
-    request), a low-high range where the term is assumed."""
-    model, p, drafter = build(dep)
-    b = bd.pad_to_table(model, SHOW_TOKENS)
-    terms = bd.step_terms(p, b)
-    r = np.array(SHOW_TOKENS, dtype=np.float64)
+def _target_rows(p: bd.Priced, model: CostModel, tokens, requests) -> list[tuple]:
+    """The target's terms of a step of ``tokens`` tokens over ``requests`` requests (arrays),
+    each (name, mid, (low, high) or None): operators by tokens, the KV read and the engine's
+    per-request overhead by requests, sampling by tokens."""
+    b = bd.pad_to_table(model, tokens)
+    t = np.asarray(tokens, dtype=np.float64)
+    r = np.asarray(requests, dtype=np.float64)
     e = p.eng
-    rows = [(k, v, None) for k, v in terms.items()]
-    ctx = 1024.0
-    rows.append(("kv read @1k ctx", model.kv_read_us_per_ktoken * r * ctx / 1e6, None))
-    samp = [bd.sampling_ms(p, q) * r for q in bd.POINTS]
+    rows: list[tuple] = [(k, v, None) for k, v in bd.step_terms(p, b).items()]
+    rows.append(("kv read @1k ctx", model.kv_read_us_per_ktoken * r * KV_CTX / 1e6, None))
+    samp = [bd.sampling_ms(p, q) * t for q in bd.POINTS]
     rows.append(("sampling", samp[1], (samp[0], samp[2])))
     over = [e.step_ms.at(q) + e.per_request_us.at(q) * r / 1000.0 for q in bd.POINTS]
     rows.append(("engine overhead", over[1], (over[0], over[2])))
+    return rows
+
+
+def _drafter_row(p: bd.Priced, drafter: Drafter, requests) -> tuple:
+    r = np.asarray(requests, dtype=np.float64)
     drafts = [draft_ms(p, drafter, r, q) for q in bd.POINTS]
-    dctx = context_us(p, drafter) * r * ctx / 1000.0
+    dctx = context_us(p, drafter) * r * KV_CTX / 1000.0
     rng = (drafts[0] + dctx, drafts[2] + dctx) if drafter.kind == "ngram" else None
-    rows.append((f"drafter ({drafter.kind})", drafts[1] + dctx, rng))
-    head = f"  {'term (ms)':<22}" + "".join(f"{f'B={t}':>22}" for t in SHOW_TOKENS)
-    lines = [f"{model.name}: {model.meta['source']}", head]
-    total = np.zeros_like(r)
+    return (f"drafter ({drafter.kind})", drafts[1] + dctx, rng)
+
+
+def _table(title: str, heads: list[str], rows: list[tuple], total: str) -> list[str]:
+    """Aligned rows with their low-high ranges, and the sum of the mids."""
+    lines = [f"  {title:<22}" + "".join(f"{h:>22}" for h in heads)]
+    sums = np.zeros(len(heads))
     for name, mid, lohi in rows:
-        total = total + mid
+        sums = sums + mid
         cells = [f"{v:.3f}" if lohi is None else f"{v:.3f} ({lo:.3f}-{hi:.3f})"
                  for v, lo, hi in zip(mid, *(lohi or (mid, mid)), strict=True)]  # fmt: skip
         lines.append(f"  {name:<22}" + "".join(f"{c:>22}" for c in cells))
-    lines.append(f"  {'total (mid)':<22}" + "".join(f"{v:>22.3f}" for v in total))
+    lines.append(f"  {total:<22}" + "".join(f"{v:>22.3f}" for v in sums))
+    return lines
+
+
+def drafts_per_request(drafter: Drafter) -> int:
+    """Draft tokens a request sends for verification each step: the block (DSpark, n-gram), K
+    (MTP); 0 without a drafter."""
+    if drafter.kind == "none":
+        return 0
+    return int(drafter.layers if drafter.kind == "mtp" else drafter.block)
+
+
+def bill(dep: bd.Deployment) -> tuple[CostModel, str]:
+    """The profile and the printed bill, in two tables whose columns count what their rows
+    price: a decode step without speculation at 1, 64 and 256 requests (one token each), and a
+    speculative step of R requests verifying the block (k + 1 tokens each) plus the drafter's
+    call for those R requests; a low-high range where a term is assumed."""
+    model, p, drafter = build(dep)
+    dep = p.dep
+    r = np.array(SHOW_TOKENS, dtype=np.float64)
+    lines = [f"{model.name}: {model.meta['source']}"]
+    lines += _table("decode (ms)", [f"{t} req = {t} tok" for t in SHOW_TOKENS],
+                    _target_rows(p, model, r, r), "decode step (mid)")  # fmt: skip
+    k = drafts_per_request(drafter)
+    if k:
+        reqs = np.array(sorted({max(1, t // (k + 1)) for t in SHOW_TOKENS}), dtype=np.float64)
+        toks = reqs * (k + 1)
+        verify = _target_rows(p, model, toks, reqs)
+        rows = [("target verify", sum(m for _, m, _ in verify), None),
+                _drafter_row(p, drafter, reqs)]  # fmt: skip
+        heads = [f"{int(q)} req x {k + 1} = {int(t)} tok" for q, t in zip(reqs, toks, strict=True)]
+        lines += _table("speculative (ms)", heads, rows, "speculative step (mid)")
     lines.append(
         f"  step table (weights..lm head, padded): 256 vs 1 token x"
         f"{model.step_time(256) / model.step_time(1):.2f}; prefill attention at a 2k prompt "
         f"+{bd.prefill_attention_us_per_token(p, 2048):.2f} us/prompt token (not in the table)"
     )
+    drafter_gb = (f" + {p.drafter_weights_gpu / 1e9:.1f} GB drafter"
+                  if p.drafter_weights_gpu else "")  # fmt: skip
     lines.append(
-        f"  limits: {model.gpus} GPU(s), {p.weights_gpu / 1e9:.1f} GB weights/GPU, kv_tokens "
-        f"{model.kv_tokens:,}, max_running {model.max_running}, max_batched_tokens "
+        f"  limits: {model.gpus} GPU(s), {p.weights_gpu / 1e9:.1f} GB weights/GPU{drafter_gb}, "
+        f"kv_tokens {model.kv_tokens:,}, max_running {model.max_running}, max_batched_tokens "
         f"{model.max_batched_tokens:,}"
     )
     lines.append(f"  measured: {model.meta['operators']}")
