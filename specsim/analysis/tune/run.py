@@ -48,19 +48,6 @@ import warnings
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from specsim.analysis.tune.tune_config import (  # noqa: F401 - TuneConfig's home; re-exported
-    DEFAULT_GAINS,
-    DEFAULT_P_MINS,
-    DEFAULT_SEEDS,
-    ENGINES,
-    MAX_SEEDS,
-    MIN_REQUESTS,
-    OBJECTIVES,
-    OPEN_LOOP_REQUESTS,
-    QUANTILES,
-    REQUESTS_PER_CONCURRENCY,
-    TuneConfig,
-)
 from specsim.analysis.tune.grid import (
     Candidate,
     candidates,
@@ -80,6 +67,19 @@ from specsim.analysis.tune.score import (
     maximize,
     pick_best,
     recommend,
+)
+from specsim.analysis.tune.tune_config import (  # noqa: F401 - TuneConfig's home; re-exported
+    DEFAULT_GAINS,
+    DEFAULT_P_MINS,
+    DEFAULT_SEEDS,
+    ENGINES,
+    MAX_SEEDS,
+    MIN_REQUESTS,
+    OBJECTIVES,
+    OPEN_LOOP_REQUESTS,
+    QUANTILES,
+    REQUESTS_PER_CONCURRENCY,
+    TuneConfig,
 )
 from specsim.errors import SpecsimError
 
