@@ -139,3 +139,19 @@ def test_the_explanation_says_what_a_step_is(capsys):
     out = capsys.readouterr().out
     why = next(ln for ln in out.splitlines() if ln.startswith("why:"))
     assert "prompt chunks included" in why and "tokens on average" in why, why
+
+
+def test_a_smaller_batched_token_limit_says_what_it_costs_in_ttft():
+    lr = _tight()
+    assert "TTFT is" in lr.verdict and "--slo ttft=MS" in lr.verdict, lr.verdict
+    assert "searches it" not in lr.verdict  # the search ran: no advice to run it
+
+
+# ---- profile: an unknown action is refused, not run as `measure`
+@pytest.mark.parametrize("argv", [["profile", "frobnicate"], ["profile", "frobnicate", "--help"]])
+def test_an_unknown_profile_action_is_refused(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "invalid choice: 'frobnicate'" in err and "build" in err

@@ -44,6 +44,7 @@ speed at least ``--sla-tps`` (the rule of :func:`specsim.analysis.maxload.find_m
 
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -56,6 +57,7 @@ from specsim.analysis.tune.grid import (
     tuned_schedule,
 )
 from specsim.analysis.tune.score import (
+    BATCHED_HINT,
     TIE_RULE,
     TIE_SHARE,
     Sla,
@@ -335,7 +337,25 @@ def _batched_rescue(tr: Any, cands: list[Candidate], lr: LoadResult, cfg: TuneCo
         f"nothing met the SLA at the profile's limit of {own:,} tokens a step, so {what} "
         f"were replayed at {BATCHED_LADDER[0]}-{BATCHED_LADDER[-1]:,} tokens a step; "
     )
-    return replace(out, candidates=[*cands, *extra], verdict=why + out.verdict)
+    verdict = why + out.verdict.replace(BATCHED_HINT, "") + _ttft_cost(out, cfg)
+    return replace(out, candidates=[*cands, *extra], verdict=verdict)
+
+
+def _ttft_cost(lr: LoadResult, cfg: TuneConfig) -> str:
+    """A smaller batched-token limit shortens decode steps by making prompts wait: where the
+    pick's TTFT grew, say by how much, and how to bound it (the SLA may not)."""
+    rec, d = lr.recommended_row, lr.rows[lr.default]
+    key = f"ttft_ms_p{cfg.sla_quantile}"
+    if rec is None or "tok/step" not in rec["candidate"] or "ttft" in dict(Sla.from_config(cfg)
+                                                                          .slo_ms):  # fmt: skip
+        return ""
+    a, b = rec.get(key, math.nan), d.get(key, math.nan)
+    if not (math.isfinite(a) and math.isfinite(b)) or a <= 1.5 * b:
+        return ""
+    return (
+        f" Its P{cfg.sla_quantile} TTFT is {a:,.0f} ms against {b:,.0f} ms at the profile's "
+        "limit (prompts wait for room in the steps): bound it with --slo ttft=MS if it matters."
+    )
 
 
 def _draft_len_notes(cfg: TuneConfig, block: int) -> tuple[str, ...]:

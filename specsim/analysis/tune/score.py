@@ -188,6 +188,12 @@ def make_row(cand: Any, load: Any, sums: list[dict], cfg: Any, sla: Sla,
     return row, per_seed
 
 
+# the last advice when nothing meets the SLA (dropped where tune already searched the limit)
+BATCHED_HINT = (
+    ", or give the engine another batched-token limit (tune --max-batched-tokens searches it)"
+)
+
+
 def least_bad(rows: list[dict]) -> int:
     """Where no setting meets the SLA, the one nearest it (the smallest shortfall; the first on
     a tie: no speculation, then the default, come first)."""
@@ -408,8 +414,7 @@ def _explain(rows: list[dict], best: int | None, default: int, load: Any, object
             nearest += f"; the default misses it by {d['sla_misses'] or 'nothing'}"
         return (
             f"no setting meets the SLA at {load.describe()}; {nearest}: lower the load, relax "
-            "the SLA, or give the engine another batched-token limit (tune "
-            "--max-batched-tokens searches it)"
+            f"the SLA{BATCHED_HINT}"
         )
     rec = best if recommended is None else recommended
     b, r = rows[best], rows[rec]
