@@ -1,4 +1,4 @@
-"""``specsim profile measure|import|export|show``: cost profiles from and for real engines.
+"""``specsim profile build|measure|import|export|show``: cost profiles from and for real engines.
 
 specsim profile measure --target smollm2 --out my-cpu.csv          # time a target here
 specsim profile import vllm-adaptive verify_cost.csv draft_cost.csv --out my-b300.csv
@@ -27,8 +27,11 @@ ACTIONS = ("measure", "import", "export", "show", "build")
 
 
 def legacy_argv(argv: list[str]) -> list[str]:
-    """``specsim profile --out F ...`` -> ``specsim profile measure --out F ...``."""
-    if argv[:1] == ["profile"] and len(argv) > 1 and argv[1] not in (*ACTIONS, "-h", "--help"):
+    """``specsim profile --out F ...`` -> ``specsim profile measure --out F ...``. Only a flag
+    after ``profile`` is the older spelling: a word that is no action (``profile frobnicate``)
+    is left for argparse to refuse, not run as ``measure``."""
+    if (argv[:1] == ["profile"] and len(argv) > 1 and argv[1].startswith("-")
+            and argv[1] not in ("-h", "--help")):  # fmt: skip
         return ["profile", "measure", *argv[1:]]
     return argv
 
