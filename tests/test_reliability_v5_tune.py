@@ -155,3 +155,23 @@ def test_an_unknown_profile_action_is_refused(argv, capsys):
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "invalid choice: 'frobnicate'" in err and "build" in err
+
+
+# ---- the operator's path, as docs/vllm.md's "Start here" writes it, runs end to end
+@pytest.mark.slow  # a tune at 64 in flight over 5 seeds: ~10 s
+def test_the_operators_start_here_path_runs_as_written(tmp_path, monkeypatch, capsys):
+    import re
+    import shlex
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "vllm.md").read_text()
+    section = page.split("## Start here", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```bash\n(.*?)```", section, re.S)
+    lines = [b.replace("\\\n", " ").strip() for b in blocks]
+    assert [ln.split()[1] for ln in lines] == ["profile", "tune"], lines
+    monkeypatch.chdir(tmp_path)
+    for ln in lines:
+        assert main(shlex.split(ln)[1:]) == 0, ln
+    out = capsys.readouterr().out
+    assert "speculative step (mid)" in out and "config to paste (vLLM):" in out
+    assert "--speculative-config" in out
