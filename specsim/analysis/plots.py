@@ -117,6 +117,9 @@ def plot_pareto(table: pd.DataFrame, ax: Any = None, *, trace: str | None = None
     return ax
 
 
+BAR_FONT = 7.5  # bar labels: legible at a page's width (6 pt was too small to read)
+
+
 def plot_sla(
     table: pd.DataFrame,
     targets: list[float],
@@ -158,16 +161,18 @@ def plot_sla(
         gains = s["gain_pct"] if "gain_pct" in s else pd.Series(np.nan, index=s.index)
         for p, v, g in zip(pos, vals, gains, strict=True):
             if not np.isfinite(v):
-                ax.text(p, top * 0.01, "n/a", ha="center", va="bottom", fontsize=6, rotation=90)
+                ax.text(p, top * 0.01, "n/a", ha="center", va="bottom", fontsize=BAR_FONT,
+                        rotation=90)  # fmt: skip
                 continue
             label = f"{v:,.0f}"
             if baseline is not None and pol != baseline:
                 label += f" ({g:+.0f}%)" if np.isfinite(g) else f" ({baseline} cannot)"
-            ax.text(p, v + top * 0.01, label, ha="center", va="bottom", fontsize=6, rotation=90)
+            ax.text(p, v + top * 0.01, label, ha="center", va="bottom", fontsize=BAR_FONT,
+                    rotation=90)  # fmt: skip
     ax.set_xticks(xs, [f"{t:g}" for t in targets])
     ax.set_xlabel("SLA: per-user decode speed at least (tok/s/user)")
     ax.set_ylabel("throughput per GPU at the SLA (tok/s)")
-    ax.set_ylim(0, top * 1.45)
+    ax.set_ylim(0, top * 1.55)  # room above the tallest bar for its label
     ax.grid(True, axis="y", alpha=0.3)
     title = "policy" if baseline is None else f"policy (gain vs {baseline})"
     ax.legend(
@@ -187,7 +192,8 @@ LOAD_METRICS = (
         False,
     ),
     ("ttft_ms_p50", "ttft_ms_p99", "time to first token", "TTFT (ms)", True),
-    ("tpot_ms_p50", "tpot_ms_p99", "time per output token", "TPOT (ms)", False),
+    # log y: TPOT spans 10x from 1 to 256 users, and on a linear axis the low loads collapse
+    ("tpot_ms_p50", "tpot_ms_p99", "time per output token", "TPOT (ms)", True),
 )
 
 
@@ -225,8 +231,13 @@ def plot_load(table: pd.DataFrame, axes: Any = None, *, trace: str | None = None
             ax.xaxis.set_major_locator(FixedLocator(loads))
             ax.xaxis.set_minor_locator(NullLocator())
             ax.set_xticklabels([f"{x:g}" for x in loads])
-        if logy:
+        if logy:  # ticks at 1, 2, 5 x 10^n written as plain numbers (ms), not 10^n alone
+            from matplotlib.ticker import LogLocator, NullFormatter, StrMethodFormatter
+
             ax.set_yscale("log")
+            ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+            ax.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
+            ax.yaxis.set_minor_formatter(NullFormatter())
         ax.set_title(title, fontsize=10)
         ax.set_ylabel(label)
         ax.set_xlabel(LOAD_LABEL[kind])
