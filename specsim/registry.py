@@ -95,11 +95,30 @@ def _importable(name: str) -> bool:
         return False
 
 
+def _cwd_on_path(mod_name: str) -> None:
+    """A module in the current folder imports as ``python -m`` would find it: a console script
+    does not put the folder on ``sys.path``, so ``--verifier mymod:fn`` beside ``mymod.py``
+    failed without ``PYTHONPATH=.``. Only when the module is not importable otherwise and the
+    folder holds it (``mymod.py`` or ``mymod/__init__.py``), so nothing installed is shadowed."""
+    import os
+    import sys
+    from pathlib import Path
+
+    top = mod_name.split(".")[0]
+    here = os.getcwd()
+    if not top.isidentifier() or here in sys.path or _importable(top):
+        return
+    if Path(here, f"{top}.py").is_file() or Path(here, top, "__init__.py").is_file():
+        sys.path.insert(0, here)
+        importlib.invalidate_caches()
+
+
 def load_callable(spec: str, kind: str = "callable") -> object:
     """Import ``module.path:attr`` and return the attribute, with one-line errors."""
     mod_name, sep, attr = spec.partition(":")
     if not sep or not mod_name or not attr:
         raise SpecsimError(f"{kind} {spec!r} is not of the form module:callable")
+    _cwd_on_path(mod_name)
     try:
         mod = importlib.import_module(mod_name)
     except SystemExit as exc:
