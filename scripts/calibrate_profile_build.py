@@ -241,17 +241,39 @@ def report(name: str, theta: dict[str, float], cfg: dict, arms: list[str]) -> No
     print(f"  (replays {time.perf_counter() - t0:.0f} s)")
 
 
-def main(argv: list[str] | None = None) -> int:
-    from specsim.sim.cost import calibration as cal
+def parse_arms(text: str) -> list[str]:
+    """``--arms`` as fig. 3 arms, ``none`` first: every gain is over ``none`` at the same
+    concurrency, so it is always replayed (a list without it once ended in a KeyError)."""
+    from specsim.analysis.reports.real_deployments import ARMS
+    from specsim.errors import SpecsimError
+    from specsim.options import split_items
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    arms = split_items(text, "--arms")
+    bad = [a for a in arms if a not in ARMS]
+    if bad:
+        raise SpecsimError(f"--arms: no arm {bad[0]!r}; use any of {', '.join(ARMS)}")
+    return ["none", *dict.fromkeys(a for a in arms if a != "none")]
+
+
+def main(argv: list[str] | None = None) -> int:
+    from specsim.errors import LineParser, run_script
+
+    ap = LineParser(prog="calibrate_profile_build.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--fit-only", action="store_true", help="fit and fig. 2 errors only")
     ap.add_argument(
         "--arms",
         default="none,k1,k3,k5,k7,adaptive",
-        help="fig. 3 arms to replay (comma-separated; default skips k6)",
+        help="fig. 3 arms to replay (comma-separated; default skips k6; none, the baseline of "
+        "every gain, is always replayed)",
     )
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
+    return run_script(ap.prog, lambda: _run(args))
+
+
+def _run(args: argparse.Namespace) -> int:
+    from specsim.sim.cost import calibration as cal
+
+    arms = parse_arms(args.arms)  # before the fit: a typo costs no minutes
     t0 = time.perf_counter()
     theta = fit()
     print(f"fit on A (fig. 2) in {time.perf_counter() - t0:.1f} s: "
@@ -263,7 +285,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.fit_only:
         return 0
     cfg = tomllib.loads(CONFIG.read_text())
-    arms = args.arms.split(",")
     report("fit without B (on A fig. 2 + C): predict B, check A fig. 3", shipped, cfg, arms)
     report(
         "fit without A (B gives nothing to fit: the prior + C): predict A and B",

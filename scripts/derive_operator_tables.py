@@ -53,6 +53,8 @@ def linear_rows(root: str) -> pd.DataFrame:
     for f in sorted(glob.glob(os.path.join(root, "compute", "*", "*", "*", "mlp.csv"))):
         parts = f.split(os.sep)
         gpu, model = parts[-4], parts[-2]
+        if gpu not in PEAKS:  # a GPU whose peaks this script does not know: not fitted
+            continue
         df = pd.read_csv(f)
         h, nh, kv = df.n_embd, df.n_head, df.n_kv_head
         hd, tp, inter = h // nh, df.num_tensor_parallel_workers, df.n_expanded_embd
@@ -161,8 +163,47 @@ def report(d: pd.DataFrame, table: pd.DataFrame) -> None:
                   f"{np.quantile(e, 0.9):.1%}, n={e.size}")  # fmt: skip
 
 
+def check_data(root: str) -> None:
+    """Refuse, before any fit, a folder that is not Vidur's profiling data or lacks a table the
+    fits need (each fit model's mlp.csv on each GPU, the all-reduce tables), naming the first
+    missing one: the fits would otherwise end in a KeyError or an empty concat."""
+    from specsim.errors import SpecsimError
+
+    if not os.path.isdir(os.path.join(root, "compute")):
+        raise SpecsimError(
+            f"no Vidur profiling data under {root!r} (no compute/ folder); give Vidur's "
+            "data/profiling folder (microsoft/vidur @ 7d47513)"
+        )
+    for gpu in PEAKS:
+        for model in FIT:
+            if not glob.glob(os.path.join(root, "compute", gpu, "*", model, "mlp.csv")):
+                raise SpecsimError(
+                    f"{root}: no compute/{gpu}/*/{model}/mlp.csv; the linear and elementwise "
+                    "fits need every fit model on every GPU"
+                )
+    if not glob.glob(os.path.join(root, "network", "*", "all_reduce.csv")):
+        raise SpecsimError(f"{root}: no network/*/all_reduce.csv; the all-reduce fit needs them")
+
+
+def check_folder(path: str, flag: str, create: bool) -> None:
+    """An output folder that exists (or, with ``create``, can be made) and is writable."""
+    from specsim.errors import SpecsimError
+
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise SpecsimError(f"{flag} {path} is a file; give a folder")
+    base = path
+    while create and not os.path.exists(base):
+        base = os.path.dirname(os.path.abspath(base))
+    if not os.path.isdir(base):
+        raise SpecsimError(f"{flag} {path} does not exist; create it first")
+    if not os.access(base, os.W_OK | os.X_OK):
+        raise SpecsimError(f"{flag} {path}: folder {base} is not writable; choose another")
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    from specsim.errors import LineParser, run_script
+
+    ap = LineParser(prog="derive_operator_tables.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("root", help="Vidur's data/profiling folder (microsoft/vidur @ 7d47513)")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "specsim",
                                                   "data", "operators"))  # fmt: skip
@@ -170,22 +211,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--heldout-dir", default=tests_data,
                     help="where the held-out models' times go (the tests read them)")  # fmt: skip
     args = ap.parse_args(argv)
-    if not os.path.isdir(os.path.join(args.root, "compute")):
-        print(f"no Vidur profiling data under {args.root!r}", file=sys.stderr)
-        return 2
+    return run_script(ap.prog, lambda: _run(args))
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Every check, then every fit, then the four files (each written through a temporary
+    name): a failure leaves the old tables whole, never half of a new set."""
+    from specsim.outputs import write_table
+
+    check_data(args.root)
+    check_folder(args.out, "--out", create=True)
+    check_folder(args.heldout_dir, "--heldout-dir", create=False)
     d = linear_rows(args.root)
     table = fit_linear(d)
-    os.makedirs(args.out, exist_ok=True)
-    table.round(6).to_csv(os.path.join(args.out, "linear.csv"), index=False)
-    fit_elementwise(args.root).round(6).to_csv(
-        os.path.join(args.out, "elementwise.csv"), index=False
-    )
+    elementwise = fit_elementwise(args.root)
     ar = fit_all_reduce(args.root)
-    ar.round(6).to_csv(os.path.join(args.out, "all_reduce.csv"), index=False)
     held = d[~d.model.isin(FIT) & d.tokens.isin(HELDOUT_TOKENS)]
-    held[["gpu", "model", "tp", "tokens", "op", "k", "n", "ms"]].to_csv(
-        os.path.join(args.heldout_dir, "vidur_heldout_linear.csv"), index=False
-    )
+    os.makedirs(args.out, exist_ok=True)
+    write_table(table.round(6), os.path.join(args.out, "linear.csv"))
+    write_table(elementwise.round(6), os.path.join(args.out, "elementwise.csv"))
+    write_table(ar.round(6), os.path.join(args.out, "all_reduce.csv"))
+    write_table(held[["gpu", "model", "tp", "tokens", "op", "k", "n", "ms"]],
+                os.path.join(args.heldout_dir, "vidur_heldout_linear.csv"))  # fmt: skip
     report(d, table)
     print(ar.to_string(index=False))
     return 0

@@ -27,13 +27,42 @@ SETTINGS = [(0.0, 0.0), (0.0, 0.5), (1.0, 0.0)]  # (temperature, p_min)
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    from specsim.errors import LineParser, run_script, whole
+
+    p = LineParser(prog="llama_dspark_parity.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, required=True, help="output folder")
-    p.add_argument("--per-set", type=int, default=8, help="prompts from each set (default 8)")
-    p.add_argument("--n-predict", type=int, default=256)
-    p.add_argument("--drafter", default="dspark-v3")
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--per-set", type=whole(1, 1000), default=8,
+                   help="prompts from each set (default 8)")  # fmt: skip
+    p.add_argument("--n-predict", type=whole(1, 8192), default=256)
+    p.add_argument("--drafter", default="dspark-v3", help="a DSpark drafter (name or folder)")
+    p.add_argument("--threads", type=whole(1, 1024), default=2)
     args = p.parse_args(argv)
+    return run_script(p.prog, lambda: _run(args))
+
+
+def _check(args: argparse.Namespace) -> None:
+    """What can be refused before a model loads: the output folder, the drafter's kind, the
+    packages the run needs."""
+    from specsim.errors import SpecsimError
+
+    if args.out.exists() and not args.out.is_dir():
+        raise SpecsimError(f"--out {args.out} is a file; give a folder")
+    if args.drafter.startswith("ngram"):
+        raise SpecsimError(
+            f"--drafter {args.drafter}: the parity run exports a DSpark drafter to llama.cpp; "
+            "an n-gram drafter has no weights to export"
+        )
+    for name in ("torch", "pandas"):
+        try:
+            __import__(name)
+        except ImportError:
+            raise SpecsimError(
+                f"this needs {name}: install the record extra (pip install -e '.[record]')"
+            ) from None
+
+
+def _run(args: argparse.Namespace) -> int:
+    _check(args)
     import pandas as pd
     import torch
 
@@ -48,13 +77,13 @@ def main(argv: list[str] | None = None) -> int:
     from specsim.record.models import load_target, prompt_ids, smollm2_gguf
 
     torch.set_num_threads(args.threads)
-    args.out.mkdir(parents=True, exist_ok=True)
     load0 = os.getloadavg()
     t0 = time.perf_counter()
     target = load_target("smollm2")
     drafter, name = load_drafter_spec(args.drafter, target, None)
     drafter = drafter.float().eval()
     tdir = target_model_dir(target)
+    args.out.mkdir(parents=True, exist_ok=True)  # once the models loaded: no empty folder left
     ckpt = export_deepspec(drafter, args.out / ".deepspec", tdir, force=True)
     gguf = convert_to_gguf(ckpt, tdir, args.out / "draft.gguf")
     print(f"converted {name} -> {gguf} ({time.perf_counter() - t0:.0f} s)", flush=True)

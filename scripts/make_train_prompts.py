@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import random
+import string
 from pathlib import Path
 
 OUT = Path(__file__).resolve().parents[1] / "specsim" / "data" / "prompts"
@@ -143,24 +145,57 @@ def math_prompts(n: int, seed: int) -> list[str]:
     return out
 
 
+MATH_RANGES = {"a": 58, "b": 39, "c": 11, "d": 8, "p": 9}  # values math_prompts draws from
+NAME_VARIANTS = 9  # _name: the bare name or one of 8 numbered ones
+
+
+def capacity(frames: list[str], ranges: dict[str, int]) -> int:
+    """How many distinct texts the frames can make (each field drawn from its range). The
+    generators draw until they have n distinct ones, so n past this would loop forever."""
+    total = 0
+    for frame in frames:
+        fields = {f for _, f, _, _ in string.Formatter().parse(frame) if f}
+        total += math.prod(ranges[f] for f in fields)
+    return total
+
+
+CODE_MAX = capacity(CODE_FRAMES, {"name": NAME_VARIANTS, "task": 1}) * len(CODE_TASKS)
+MATH_MAX = capacity(MATH_FRAMES, MATH_RANGES)
+
+
 def write(path: Path, source: str, texts: list[str]) -> None:
+    """Through a temporary name: an interrupted run leaves the previous file whole."""
+    from specsim.outputs import write_text
+
     lines = [
         json.dumps({"id": f"{source}-{i}", "source": source, "turns": [t]}, ensure_ascii=False)
         for i, t in enumerate(texts)
     ]
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    write_text("\n".join(lines) + "\n", path)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--code", type=int, default=400, help="code prompts (400)")
-    ap.add_argument("--math", type=int, default=400, help="math prompts (400)")
-    ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args()
-    write(OUT / "code-train.jsonl", "code-train", code_prompts(args.code, args.seed))
-    write(OUT / "math-train.jsonl", "math-train", math_prompts(args.math, args.seed + 1))
+def main(argv: list[str] | None = None) -> int:
+    from specsim.errors import LineParser, run_script, whole
+
+    ap = LineParser(prog="make_train_prompts.py", description=__doc__.split("\n\n")[0])
+    most = "the templates make at most"
+    ap.add_argument("--code", type=whole(1, CODE_MAX), default=400,
+                    help=f"code prompts (400; {most} {CODE_MAX:,})")  # fmt: skip
+    ap.add_argument("--math", type=whole(1, MATH_MAX), default=400,
+                    help=f"math prompts (400; {most} {MATH_MAX:,})")  # fmt: skip
+    ap.add_argument("--seed", type=whole(0, 2**31), default=0)
+    args = ap.parse_args(argv)
+    return run_script(ap.prog, lambda: _run(args))
+
+
+def _run(args: argparse.Namespace) -> int:
+    code = code_prompts(args.code, args.seed)
+    maths = math_prompts(args.math, args.seed + 1)
+    write(OUT / "code-train.jsonl", "code-train", code)
+    write(OUT / "math-train.jsonl", "math-train", maths)
     print(f"wrote {OUT / 'code-train.jsonl'} and {OUT / 'math-train.jsonl'}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -89,7 +89,7 @@ def _paper(gains: pd.DataFrame) -> list[dict]:
     return rows
 
 
-def _figure(pred: pd.DataFrame, pub: pd.DataFrame, out: Path) -> None:
+def _figure(pred: pd.DataFrame, pub: pd.DataFrame):  # noqa: ANN202 - a matplotlib Figure
     """Published and predicted throughput-interactivity curves of every vLLM arm, same axes."""
     import matplotlib
 
@@ -120,26 +120,61 @@ def _figure(pred: pd.DataFrame, pub: pd.DataFrame, out: Path) -> None:
     fig.suptitle("DeepSeek-V4-Pro-0813 on 8 B300s, closed loops c = 1-256 (points right to left)",
                  fontsize=11)  # fmt: skip
     fig.tight_layout()
-    tmp = out.with_name(f".{out.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    tmp.replace(out)
+    return fig
+
+
+PRED_COLUMNS = ("source", "arm", "concurrency", "throughput_tok_s", "throughput_tok_s_low",
+                "throughput_tok_s_high", "interactivity_tok_s_user")  # fmt: skip
+GAIN_COLUMNS = ("model", "gpu", "gpus", "sla_tok_s_user", "table", "gain_pct",
+                "published_gain_pct")  # fmt: skip
+
+
+def read_run(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
+    """A table of the run, with the columns the scoring reads (one line naming the file
+    otherwise: the report writes them; a hand-edited or foreign file may not)."""
+    from specsim.errors import SpecsimError
+
+    if not path.is_file():
+        raise SpecsimError(f"{path} does not exist; run `specsim report real-deployments` first")
+    try:
+        frame = pd.read_csv(path)
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise SpecsimError(f"{path} is not a readable CSV ({str(exc)[:120]})") from None
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise SpecsimError(f"{path} has no column {missing[0]!r}; is it the report's own file?")
+    return frame
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
+    from specsim.errors import LineParser, run_script
 
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = LineParser(prog="score_real_deployments.py", description=__doc__.split("\n\n")[0])
     p.add_argument("folder", nargs="?", default=str(ROOT / "reports" / "real-deployments"),
                    help="the report folder (default: reports/real-deployments)")  # fmt: skip
     folder = Path(p.parse_args(sys.argv[1:] if argv is None else argv).folder)
-    pred = pd.read_csv(folder / "predictions.csv")
-    pub = pd.read_csv(PUBLISHED / "fig3_pareto.csv")
-    gains = pd.read_csv(folder / "paper_gains.csv")
-    card = pd.DataFrame(_vllm(pred, pub) + _paper(gains))
+    return run_script(p.prog, lambda: _run(folder))
+
+
+def _run(folder: Path) -> int:
+    """The scorecard and the figure, both from the run's two tables; both written through a
+    temporary name, after the scoring succeeded."""
+    from specsim.analysis.figures import save_figure
+    from specsim.errors import SpecsimError
     from specsim.outputs import write_table
 
+    pred = read_run(folder / "predictions.csv", PRED_COLUMNS)
+    gains = read_run(folder / "paper_gains.csv", GAIN_COLUMNS)
+    pub = pd.read_csv(PUBLISHED / "fig3_pareto.csv")
+    try:
+        card = pd.DataFrame(_vllm(pred, pub) + _paper(gains))
+    except KeyError as exc:  # a point the published figure has and the run lacks
+        raise SpecsimError(
+            f"{folder}: the run has no prediction for {exc.args[0]!r}, which the published "
+            "tables score; re-run the report with its config's arms, concurrencies and tables"
+        ) from None
     write_table(card, folder / "scorecard.csv")
-    _figure(pred, pub, folder / "vllm-pareto.png")
+    save_figure(_figure(pred, pub), folder / "vllm-pareto.png", force=True, dpi=110)
     with pd.option_context("display.width", 200, "display.max_rows", 200):
         print(card.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
     return 0

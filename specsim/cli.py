@@ -12,7 +12,7 @@ import importlib
 import os
 import sys
 
-from specsim.errors import SpecsimError
+from specsim.errors import LineParser, SpecsimError
 
 # Optional packages and the extra that installs each: a missing one is a one-line hint, not a
 # ModuleNotFoundError traceback.
@@ -46,7 +46,7 @@ COMMANDS = (
 )
 
 
-class _Parser(argparse.ArgumentParser):
+class _Parser(LineParser):
     """argparse that reports a bad argument in one line (exit 2) instead of usage + error."""
 
     def format_help(self) -> str:
@@ -55,10 +55,6 @@ class _Parser(argparse.ArgumentParser):
 
     def format_usage(self) -> str:
         return super().format_usage().replace("``", "")
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        sys.stderr.write(f"{self.prog}: error: {message}; see '{self.prog} --help'\n")
-        raise SystemExit(2)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -8,6 +8,11 @@ the exception and can catch it.
 
 from __future__ import annotations
 
+import argparse
+import sys
+from collections.abc import Callable
+from typing import NoReturn
+
 
 class SpecsimError(Exception):
     """A problem in the user's input; the message is one line and says how to fix it."""
@@ -36,3 +41,39 @@ class Interrupted(RunFailed):
     def __init__(self, message: str, signum: int) -> None:
         super().__init__(message)
         self.exit_code = 128 + int(signum)
+
+
+class LineParser(argparse.ArgumentParser):
+    """argparse that reports a bad argument in one line (exit 2) instead of usage + error: the
+    rule for every command line of the project, the ``specsim`` CLI's and the scripts'."""
+
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"{self.prog}: error: {message}; see '{self.prog} --help'\n")
+        raise SystemExit(2)
+
+
+def run_script(prog: str, body: Callable[[], int | None]) -> int:
+    """Run a script's ``body``: a :class:`SpecsimError` (bad input, found before the work where
+    it can be) is one line, ``PROG: error: ...``, and its exit code (2), never a traceback."""
+    try:
+        return int(body() or 0)
+    except SpecsimError as exc:
+        sys.stderr.write(f"{prog}: error: {exc}\n")
+        return exc.exit_code
+
+
+def whole(least: int, most: int) -> Callable[[str], int]:
+    """An argparse ``type``: a whole number in [least, most], refused in one line otherwise
+    (with :class:`LineParser`). The bound is what the option can use: a count past it is a typo
+    that would run for hours, or loop forever, not a request."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if not least <= value <= most:
+            raise argparse.ArgumentTypeError(f"{value} is outside {least:,}..{most:,}")
+        return value
+
+    return parse
