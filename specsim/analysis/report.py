@@ -135,13 +135,16 @@ class ReportContext:
             )
         return [int(v) for v in values]
 
-    def count(self, key: str, default: Any = ..., least: int = 1) -> int:
-        """A whole number from ``least`` (1: requests, GPUs, a block size; 0: a seed)."""
+    def count(self, key: str, default: Any = ..., least: int = 1, most: int = 2**31) -> int:
+        """A whole number from ``least`` (1: requests, GPUs, a block size; 0: a seed) to
+        ``most`` (2**31, or what the key can use: a block no longer than its acceptance
+        profile, since a longer one would silently be cut to it)."""
         value = self.get(key, default, kind=int)
-        if not least <= value <= 2**31:
+        if not least <= value <= most:
+            upto = "2**31" if most == 2**31 else f"{most}"
             raise SpecsimError(
                 f"{self.folder / 'config.toml'}: {key!r} is {value}; give a whole number from "
-                f"{least} to 2**31"
+                f"{least} to {upto}"
             )
         return int(value)
 

@@ -196,10 +196,9 @@ def predict_paper(ctx: ReportContext) -> tuple[pd.DataFrame, pd.DataFrame]:
 
     src = _side(ctx, "src")
     wl = _workload(ctx, "paper")
-    block = int(ctx.count("paper_dspark_block"))
-    dspark = wl.trace(
-        ACCEPT[ctx.choice("paper_accept_profile", ACCEPT)][:block], _auroc(ctx, "paper")
-    )
+    profile = ACCEPT[ctx.choice("paper_accept_profile", ACCEPT)]
+    block = ctx.count("paper_dspark_block", most=len(profile))  # the profile's depths at most
+    dspark = wl.trace(profile[:block], _auroc(ctx, "paper"))
     mtp1 = ctx.positive("paper_mtp1_acceptance")
     if not mtp1 < 1:
         raise SpecsimError(f"config.toml: 'paper_mtp1_acceptance' is {mtp1}; give a rate in (0, 1)")
