@@ -5,8 +5,9 @@ Three modes, so that an 18-minute sweep is never silent and a 2-second one never
 - a tqdm bar when stderr is a terminal or inside a notebook (``tqdm.auto``: a real widget), or
   with ``SPECSIM_PROGRESS=1``;
 - periodic plain lines when stderr is a file or a pipe (a log, ``nohup``, CI): the first after
-  ``SPECSIM_PROGRESS_EVERY`` seconds (default 30), then one per period, then a last line; a run
-  shorter than the period prints nothing. ``SPECSIM_PROGRESS=lines`` forces this mode;
+  ``SPECSIM_PROGRESS_EVERY`` seconds (default 30; read and checked in ``specsim.limits``),
+  then one per period, then a last line; a run shorter than the period prints nothing.
+  ``SPECSIM_PROGRESS=lines`` forces this mode;
 - nothing with ``SPECSIM_PROGRESS=0``.
 
 tqdm throttles its redraws and a line costs one clock read per update, so hot loops may call
@@ -15,13 +16,12 @@ tqdm throttles its redraws and a line costs one clock read per update, so hot lo
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 import time
 from typing import Any
 
-DEFAULT_EVERY_S = 30.0
+from specsim.limits import progress_every_s
 
 
 def _in_notebook() -> bool:
@@ -48,26 +48,6 @@ def _mode() -> str:
 
 def _enabled() -> bool:
     return _mode() != "off"
-
-
-def every_s() -> float:
-    """Seconds between progress lines (``SPECSIM_PROGRESS_EVERY``; refused unless a finite
-    number >= 0)."""
-    raw = os.environ.get("SPECSIM_PROGRESS_EVERY")
-    if raw is None:
-        return DEFAULT_EVERY_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = float("nan")
-    if not (math.isfinite(value) and value >= 0):
-        from specsim.errors import SpecsimError
-
-        raise SpecsimError(
-            f"SPECSIM_PROGRESS_EVERY={raw!r} must be a number of seconds >= 0 (default "
-            f"{DEFAULT_EVERY_S:g}); fix or unset it"
-        )
-    return value
 
 
 def _clock(seconds: float) -> str:
@@ -136,7 +116,7 @@ class Progress:
         self.enabled = mode != "off"
         self._bar: Any = None
         if mode == "lines":
-            self._bar = _Lines(self.total, desc, unit, every_s())
+            self._bar = _Lines(self.total, desc, unit, progress_every_s())
         elif mode == "bar":
             if _in_notebook():
                 from tqdm.auto import tqdm
