@@ -138,12 +138,7 @@ def run_server_audit(args: argparse.Namespace) -> int:
     if other:
         flags = ", ".join("--" + f for f in other)
         raise SpecsimError(f"--server audits a running server; it does not take {flags}")
-    cfg = from_args(AuditConfig, args)
-    from specsim.serve.bench_config import check_url
-
-    for flag, url in (("--server", cfg.server), ("--reference", cfg.reference)):
-        if url:
-            check_url(url, flag)  # before any connection, as bench does
+    cfg = from_args(AuditConfig, args)  # checks the URLs (check_url), before any connection
     out = None
     if args.out:
         from specsim.outputs import check_out

@@ -57,6 +57,10 @@ MAX_CONCURRENCY = 256  # requests in flight: far above any reference's slots, an
 MAX_REFERENCE_CONCURRENCY = 64  # scoring requests in flight: far above a useful batch of decodes
 MIN_N_PROBS = 11  # the rank cells reach rank 11 (stats.RANK_EDGES): fewer cannot fill them
 MAX_TEMPERATURE = 100.0  # as bench: a larger T is a uniform law, nothing left to audit
+# --near-tie's ceiling (nats): the reference's two paths differ by ~0.3 nats on a quantized CPU
+# target (tau = 2x that); a gap of 1 nat is a top-1 e = 2.7 times as likely as the emitted
+# token, which no rounding flips. Wider would let a lossy server's divergences pass as numerics.
+MAX_NEAR_TIE = 1.0
 
 
 @dataclass(frozen=True)
@@ -113,17 +117,20 @@ class AuditConfig:
         600.0, "seconds one request may take, and one read within it may wait (a server "
         "that stalls is an error naming it, not a wait)"
     )  # fmt: skip
+    first_byte_timeout_s: float = option(
+        30.0, "seconds each server may take to answer a first request (GET /health, before "
+        "the audit): one that accepts connections but never answers is an error naming it"
+    )  # fmt: skip
     seed: int = option(0, "seed of the requests and of the PIT", cli=False)
     # this audit's share of a family-wise false-alarm rate (a sweep of m audits: 1e-6 / m)
     alpha_run: float = option(1e-6, "family-wise false-alarm rate of this audit", cli=False)
 
     def __post_init__(self) -> None:
+        from specsim.serve.bench_config import check_url
+
         for flag, url in (("--server", self.server), ("--reference", self.reference)):
-            if url and any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in url):
-                raise SpecsimError(
-                    f"--{flag.lstrip('-')} {url!r} holds a space or control character; "
-                    "give the bare URL, e.g. http://127.0.0.1:8080"
-                )
+            if url is not None:
+                check_url(url, flag)  # the one URL rule (bench's --url too), before any parse
         if not 0 <= self.seed < 2**32:
             raise SpecsimError(f"--seed {self.seed}: use an integer in 0..{2**32 - 1}")
         if not 1 <= self.concurrency <= MAX_CONCURRENCY:
@@ -145,12 +152,8 @@ class AuditConfig:
             raise SpecsimError(
                 f"--temperature {self.temperature}: use a number in [0, {MAX_TEMPERATURE:g}]"
             )
-        if self.server is not None and not self.server.startswith(("http://", "https://")):
-            raise SpecsimError(f"--server {self.server!r} must start with http:// or https://")
         if self.reference and self.reference_model:
             raise SpecsimError("give --reference URL or --reference-model GGUF, not both")
-        if self.reference and not self.reference.startswith(("http://", "https://")):
-            raise SpecsimError(f"--reference {self.reference!r} must start with http://")
         if self.server and self.reference and _same_server(self.server, self.reference):
             raise SpecsimError(
                 f"--server and --reference name one server ({self.server}): an audit against "
@@ -166,8 +169,12 @@ class AuditConfig:
                 f"--temperature {self.temperature}: use 0 (greedy identity, token for token) "
                 "or T > 0 (the output law)"
             )
-        if self.near_tie is not None and not (math.isfinite(self.near_tie) and self.near_tie > 0):
-            raise SpecsimError(f"--near-tie {self.near_tie}: a margin in nats > 0, or leave it out")
+        if self.near_tie is not None and not 0 < self.near_tie <= MAX_NEAR_TIE:  # nan too
+            raise SpecsimError(
+                f"--near-tie {self.near_tie}: give a margin in nats in (0, {MAX_NEAR_TIE:g}] (a "
+                "wider one would call confident divergences numerics), or leave it out to "
+                "measure it"
+            )
         if self.null_positions < 16:
             raise SpecsimError(f"--null-positions {self.null_positions}: use >= 16")
         if not (0 < self.top_p <= 1) or not (0 <= self.min_p < 1) or self.top_k < 0:
@@ -180,8 +187,10 @@ class AuditConfig:
             )
         if self.top_k > self.n_probs:
             raise SpecsimError(f"--n-probs must be >= --top-k ({self.top_k}) to see the support")
-        if not (math.isfinite(self.timeout_s) and 0 < self.timeout_s <= 86_400):
-            raise SpecsimError(f"--timeout-s must be seconds in (0, 86,400], got {self.timeout_s}")
+        for flag, value in (("--timeout-s", self.timeout_s),
+                            ("--first-byte-timeout-s", self.first_byte_timeout_s)):  # fmt: skip
+            if not (math.isfinite(value) and 0 < value <= 86_400):
+                raise SpecsimError(f"{flag} must be seconds in (0, 86,400], got {value}")
         if self.minutes is not None and not self.minutes > 0:
             raise SpecsimError(f"--minutes must be positive, got {self.minutes}")
 

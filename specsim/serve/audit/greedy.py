@@ -454,12 +454,13 @@ async def prepare(
 def run_greedy(cfg: Any, progress: Any = None) -> GreedyResult:
     """``check-lossless --server URL --temperature 0``: the greedy audit of ``cfg.server``
     (``cfg.tokens // cfg.n_predict`` requests, or until ``cfg.minutes``)."""
-    from specsim.serve.audit.reference import reference_url
+    from specsim.serve.audit.reference import check_answering, reference_url
 
     if cfg.server is None:
         raise SpecsimError("--server URL is required for a server audit")
     if cfg.api != "llama":
         raise SpecsimError("the greedy audit reads speculative steps: use --api llama")
+    check_answering(cfg)  # a server that never answers: bounded and named, before the run
     with reference_url(cfg) as ref:
         got: list[Any] = []
 

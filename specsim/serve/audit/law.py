@@ -43,7 +43,7 @@ from specsim.serve.audit.config import (
     save_state,
 )
 from specsim.serve.audit.pipeline import Busy, Stages, run_pipeline
-from specsim.serve.audit.reference import reference_url
+from specsim.serve.audit.reference import check_answering, reference_url
 from specsim.serve.stoppable import AuditInterrupted, run_stoppable
 
 
@@ -382,6 +382,8 @@ def run_audit(cfg: AuditConfig, progress: Any = None) -> AuditResult:
         raise SpecsimError("--server URL is required for a server audit")
     run = _Run(cfg, load_state(cfg.state, cfg))
     run.n_contexts = len(contexts_of(cfg))
+    if not run.lossy and run.counts.positions < cfg.tokens:  # a resumed, finished audit asks
+        check_answering(cfg)  # nothing; else a server that never answers: bounded and named
     with reference_url(cfg) as ref:
         stopped = run_stoppable(_audit(cfg, ref, run, progress))
     if stopped is not None:
