@@ -9,9 +9,11 @@ complete, so a crash never leaves a file that looks finished.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -58,12 +60,25 @@ def resolve_trace(path: str | Path) -> Path:
     )
 
 
+def _parquet(p: Path, read: Any) -> Any:
+    """``read(source)`` of the file at ``p``: pyarrow opens a path by its name in UTF-8, which a
+    Linux file name need not be (it fails with UnicodeEncodeError), so such a file is opened
+    here and handed over open."""
+    with contextlib.ExitStack() as stack:
+        try:
+            str(p).encode("utf-8")
+            source: Any = str(p)
+        except UnicodeEncodeError:
+            source = stack.enter_context(open(p, "rb"))  # noqa: SIM115 - closed by the stack
+        return read(source)
+
+
 def _read_table(path: str | Path) -> pa.Table:
     p = resolve_trace(path)
     if p.is_dir():
         raise TraceError(f"{p}: is a directory, not a trace file; give a .parquet file")
     try:
-        return pq.read_table(p)
+        return _parquet(p, pq.read_table)
     except MemoryError:  # ArrowMemoryError is one too: say which limit, not "unreadable"
         size = p.stat().st_size / 2**20
         raise TraceError(
@@ -103,12 +118,12 @@ def load_meta(path: str | Path) -> dict[str, str]:
     """The key-value metadata of a trace file (str -> str), read without loading the rows."""
     p = resolve_trace(path)
     try:
-        schema = pq.read_schema(p)
+        schema = _parquet(p, pq.read_schema)
     except (pa.ArrowException, OSError) as exc:
         raise TraceError(
             f"{p}: not a readable Parquet file ({type(exc).__name__}: {exc}); check the path"
         ) from None
-    return table_meta(schema)
+    return table_meta(schema, p)
 
 
 def _list_array(values: np.ndarray, typ: pa.DataType) -> pa.ListArray:

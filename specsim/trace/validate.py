@@ -29,12 +29,25 @@ _SYSTEM_META = ("ARROW:schema", "pandas")
 MAX_BLOCK_SIZE = 1024
 
 
-def table_meta(table: pa.Table | pa.Schema) -> dict[str, str]:
-    """The key-value metadata of a table (or schema) as str -> str, minus pyarrow's/pandas' keys."""
+def table_meta(table: pa.Table | pa.Schema, path: str | Path = "<table>") -> dict[str, str]:
+    """The key-value metadata of a table (or schema) as str -> str, minus pyarrow's/pandas' keys.
+
+    Bytes that are not UTF-8 are refused (naming the file and the key), not replaced: a
+    replaced character would pass silently into a report as another target or drafter name."""
     schema = table if isinstance(table, pa.Schema) else table.schema
-    raw = schema.metadata or {}
-    meta = {k.decode("utf-8", "replace"): v.decode("utf-8", "replace") for k, v in raw.items()}
-    return {k: v for k, v in meta.items() if k not in _SYSTEM_META}
+    meta = {}
+    for k, v in (schema.metadata or {}).items():
+        key = k.decode("utf-8", "replace")
+        if key in _SYSTEM_META:
+            continue
+        try:
+            meta[k.decode("utf-8")] = v.decode("utf-8")
+        except UnicodeDecodeError:
+            raise TraceError(
+                f"{path}: metadata key {key!r} holds bytes that are not UTF-8 text; trace "
+                "metadata is text: rewrite the file with specsim.trace.write_trace"
+            ) from None
+    return meta
 
 
 def _rid(value: object) -> str:
@@ -69,11 +82,35 @@ def _first(mask: np.ndarray) -> int:
     return int(np.flatnonzero(mask)[0])
 
 
-def _column(table: pa.Table, name: str) -> pa.Array:
+def _column(table: pa.Table, name: str, path: str = "<table>") -> pa.Array:
+    """A column as one array (dictionaries decoded). Text is checked here, the one place every
+    column is read: a string column holding bytes that are not UTF-8 is refused naming its file
+    and row, since Arrow fails on it later with an error that names neither."""
     col = table.column(name).combine_chunks()
     if pa.types.is_dictionary(col.type):
         col = col.dictionary_decode()
+    if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+        _check_utf8(path, name, col)
     return col
+
+
+def _check_utf8(path: str, name: str, col: pa.Array) -> None:
+    """Refuse a text column with bytes that are not UTF-8 (the first such row named)."""
+    try:
+        col.validate(full=True)
+        return
+    except pa.ArrowException:
+        pass
+    raw = col.cast(pa.large_binary() if pa.types.is_large_string(col.type) else pa.binary())
+    for i, value in enumerate(raw.to_pylist()):
+        try:
+            (value or b"").decode("utf-8")
+        except UnicodeDecodeError:
+            raise TraceError(
+                f"{path}: row {i}: column {name!r} holds bytes that are not UTF-8 text; text "
+                "columns must be UTF-8: rewrite the file with specsim.trace.write_trace"
+            ) from None
+    raise TraceError(f"{path}: column {name!r} is not valid Arrow text; rewrite the file")
 
 
 def _check_type(path: str, name: str, typ: pa.DataType) -> None:
@@ -210,11 +247,11 @@ def validate_table(table: pa.Table, path: str | Path = "<table>") -> Trace:
             if pa.types.is_dictionary(typ):
                 typ = typ.value_type
             _check_type(path, name, typ)
-    meta = table_meta(table)
+    meta = table_meta(table, path)
     declared_gamma = _check_meta(path, meta)
 
     n_rows = table.num_rows
-    rid_col = _column(table, "request_id")
+    rid_col = _column(table, "request_id", path)
     if rid_col.null_count:
         i = _first(np.asarray(rid_col.is_null()))
         raise TraceError(f"{path}: row {i}: request_id is null; every row needs a request id")
@@ -265,7 +302,7 @@ def validate_table(table: pa.Table, path: str | Path = "<table>") -> Trace:
     accept_len = _int_column(where, table, "accept_len")
     category = arrival = None
     if "category" in names:
-        cat_col = _column(table, "category")
+        cat_col = _column(table, "category", path)
         if cat_col.null_count:
             raise where.row(_first(np.asarray(cat_col.is_null())), "category is null; fill it")
         category = cat_col.cast(pa.string()).to_numpy(zero_copy_only=False)
