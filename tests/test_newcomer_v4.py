@@ -17,3 +17,24 @@ def test_a_verifier_module_in_the_current_folder_is_found(tmp_path, monkeypatch,
     assert main(["check-lossless", "--verifier", "mymod_v4:fn", "--checks", "exact"]) == 2
     err = capsys.readouterr().err
     assert "cannot import" not in err and "must return a pair" in err, err
+
+
+def test_lossy_worlds_each_get_a_counterexample_and_case_names_are_whole(
+    tmp_path, monkeypatch, capsys
+):
+    """A plug-in with a long name: every case line holds its whole name, and every lossy world
+    shows its counterexample (3 of 6 were shown)."""
+    from pathlib import Path
+
+    src = Path(__file__).resolve().parents[1] / "examples" / "lossless" / "my_verifier.py"
+    name = "a_verifier_module_with_a_rather_long_name_v4"
+    (tmp_path / f"{name}.py").write_text(src.read_text())
+    monkeypatch.chdir(tmp_path)
+    assert main(["check-lossless", "--verifier", f"{name}:verify_buggy", "--checks", "exact"]) == 1
+    out = capsys.readouterr().out
+    cases = [ln for ln in out.splitlines() if ln.startswith(f"{name}:verify_buggy + full @ ")]
+    assert len(cases) == 6 and all(" exact " in ln for ln in cases), out
+    worlds = {ln.split(" @ ")[1].split()[0] for ln in cases}
+    shown = {ln.split("(")[1].split(",")[0] for ln in out.splitlines()
+             if ln.startswith("counterexample (")}  # fmt: skip
+    assert shown == worlds, (shown, worlds)

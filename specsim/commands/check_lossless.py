@@ -102,9 +102,12 @@ def _write(df: pd.DataFrame, path: str, force: bool) -> None:
 
 
 def verdict_table(df: pd.DataFrame) -> str:
-    """One line per check: case, check, TV or p-value, status."""
-    lines = [f"{'case':<58} {'check':<11} {'TV / p-value':<30} status"]
-    for r in df.itertuples():
+    """One line per check: case, check, TV or p-value, status; the case column as wide as the
+    longest case (a plug-in's name is never cut)."""
+    cases = [f"{r.pipeline} @ {r.world}" for r in df.itertuples()]
+    w = max([len("case"), *map(len, cases)])
+    lines = [f"{'case':<{w}} {'check':<11} {'TV / p-value':<30} status"]
+    for case, r in zip(cases, df.itertuples(), strict=True):
         if r.status == "skipped":
             stat = "-"
         elif r.check == "statistical":
@@ -113,8 +116,7 @@ def verdict_table(df: pd.DataFrame) -> str:
             stat = "cannot prove" if r.status == "unproven" else f"TV={r.tv:.3g}"
         else:
             stat = f"{r.n} zero-p outputs"
-        case = f"{r.pipeline} @ {r.world}"[:58]
-        lines.append(f"{case:<58} {r.check:<11} {stat:<30} {r.status}")
+        lines.append(f"{case:<{w}} {r.check:<11} {stat:<30} {r.status}")
     return "\n".join(lines)
 
 
@@ -254,8 +256,8 @@ def run(args: argparse.Namespace) -> int:
     from specsim.lossless.verdicts import summary
 
     sys.stdout.write(verdict_table(df) + "\n\n" + world_table(df) + "\n")
-    lossy = df[~df["lossless"]]
-    for r in lossy.head(3).itertuples():
+    lossy = df[~df["lossless"]].drop_duplicates("world")  # one per lossy world, every world
+    for r in lossy.itertuples():
         sys.stdout.write(f"counterexample ({r.world}, {r.check}): {r.detail}\n")
     text, found = summary(df)
     sys.stdout.write(f"verdict: {text}\n")
