@@ -55,8 +55,11 @@ def _parser() -> argparse.ArgumentParser:
         "--out",
         metavar="DIR",
         default=None,
-        help="folder for the executed copies (default notebooks/executed/, git-ignored); "
-        "a copy of the same name there is replaced",
+        help="folder for the executed copies (default notebooks/executed/, git-ignored, whose "
+        "copies are replaced); in a folder of yours a copy of the same name needs --force",
+    )
+    p.add_argument(
+        "--force", action="store_true", help="replace copies of the same name in your --out"
     )
     where.add_argument(
         "--in-place",
@@ -133,8 +136,9 @@ def _nearest_existing(path: Path) -> Path:
     return Path(path.anchor or ".")
 
 
-def _check_out(out: Path, books: list[Path]) -> None:
-    """An ``--out`` folder that a finished run can write into, checked before any kernel runs."""
+def _check_out(out: Path, books: list[Path], force: bool = True) -> None:
+    """An ``--out`` folder that a finished run can write into, checked before any kernel runs;
+    in a folder of the user's (``force`` False), a notebook already there is theirs: kept."""
     if out.exists() and not out.is_dir():
         raise SpecsimError(f"--out {out} is a file; give a folder (it is created if missing)")
     base = _nearest_existing(out)
@@ -149,6 +153,10 @@ def _check_out(out: Path, books: list[Path]) -> None:
     for dest in (out / b.name for b in books):
         if dest.exists() and (dest.is_dir() or not _writable(dest)):
             raise SpecsimError(f"--out {out}: {dest} is read-only or a folder; choose another")
+        if dest.exists() and not force:
+            raise SpecsimError(
+                f"--out {out}: {dest} exists; pass --force to replace it, or choose another --out"
+            )
     names = [b.name for b in books]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
@@ -272,7 +280,7 @@ def _prepare(args: argparse.Namespace) -> tuple[list[tuple[Path, Any]], Path | N
     if out is None:
         _check_in_place(books)
     else:
-        _check_out(out, books)
+        _check_out(out, books, force=args.force or out == DEFAULT_OUT)
     return [(path, _read(path)) for path in books], out
 
 

@@ -38,3 +38,31 @@ def test_lossy_worlds_each_get_a_counterexample_and_case_names_are_whole(
     shown = {ln.split("(")[1].split(",")[0] for ln in out.splitlines()
              if ln.startswith("counterexample (")}  # fmt: skip
     assert shown == worlds, (shown, worlds)
+
+
+def test_execute_py_keeps_a_copy_in_your_folder_without_force(tmp_path):
+    """A copy of the same name in a folder of yours is yours: kept without --force (the
+    default, git-ignored notebooks/executed/ is execute.py's own and is refreshed)."""
+    import subprocess
+    from pathlib import Path
+
+    import nbformat
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1 + 1")])
+    book = tmp_path / "tiny.ipynb"
+    nbformat.write(nb, book)
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "tiny.ipynb").write_text("my own notes")
+    script = Path(__file__).resolve().parents[1] / "notebooks" / "execute.py"
+
+    def run(*extra: str) -> subprocess.CompletedProcess:
+        cmd = [sys.executable, str(script), str(book), "--out", str(out), *extra]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+
+    first = run()
+    assert first.returncode == 2 and "pass --force" in first.stderr, first.stderr
+    assert (out / "tiny.ipynb").read_text() == "my own notes"
+    again = run("--force")
+    assert again.returncode == 0, again.stderr
+    assert nbformat.read(out / "tiny.ipynb", as_version=4).cells[0].outputs == []
