@@ -66,3 +66,14 @@ def test_execute_py_keeps_a_copy_in_your_folder_without_force(tmp_path):
     again = run("--force")
     assert again.returncode == 0, again.stderr
     assert nbformat.read(out / "tiny.ipynb", as_version=4).cells[0].outputs == []
+
+
+def test_an_ngram_drafter_spec_that_is_not_one_is_one_line(capsys):
+    import pytest
+
+    from specsim.errors import SpecsimError
+    from specsim.record.api import load_drafter_spec
+
+    for bad in ("ngram:x", "ngram:0", "ngram:³", "ngramx", "ngram:99"):
+        with pytest.raises(SpecsimError, match="ngram:N with N a whole number 1..64"):
+            load_drafter_spec(bad, None, None)

@@ -25,7 +25,13 @@ def load_drafter_spec(spec: str, target: Any, block_size: int | None) -> tuple[A
     if spec.startswith("ngram"):
         from specsim.record.ngram import NgramDrafter
 
-        n = int(spec.split(":", 1)[1]) if ":" in spec else 3
+        arg = spec.split(":", 1)[1] if ":" in spec else "3"
+        n = int(arg) if spec.partition(":")[0] == "ngram" and arg.isascii() and arg.isdigit() else 0
+        if not 1 <= n <= 64:
+            raise SpecsimError(
+                f"drafter {spec!r}: use ngram or ngram:N with N a whole number 1..64 (the "
+                "n-gram length prompt lookup matches)"
+            )
         return NgramDrafter(n=n, block_size=block_size or 7), f"ngram:{n}"
     named = spec in DRAFTER_NAMES
     path = find_drafter_dir(target, spec) if named else Path(spec).expanduser()
