@@ -54,6 +54,13 @@ def _positive_int(text: str) -> int:
     return _arg(count, 1, 10**13)(text)
 
 
+def _engine_limit(text: str) -> int:
+    """An engine limit a user sets (capture, max_num_seqs, max_num_batched_tokens): 1..10^6."""
+    from specsim.sim.cost.profile_csv import count
+
+    return _arg(count, 1, 10**6)(text)
+
+
 def _capture(text: str) -> int:
     from specsim.sim.cost.profile_csv import count
 
@@ -232,6 +239,15 @@ def add_build_args(acts: argparse._SubParsersAction) -> None:
     b.add_argument("--engine", choices=("vllm", "sglang", "trtllm"), default="vllm")
     b.add_argument("--drafter", default="none",
                    help="none, ngram, mtp:K, or dspark:layers=5,width=4096,block=7")  # fmt: skip
+    b.add_argument("--capture", type=_engine_limit, default=0, metavar="N",
+                   help="the engine's CUDA-graph capture limit, in its unit: vLLM's "
+                   "max_cudagraph_capture_size (tokens), SGLang's --cuda-graph-max-bs "
+                   "(requests), TensorRT-LLM tokens (default: the engine's rule for this GPU "
+                   "and draft length, printed)")  # fmt: skip
+    b.add_argument("--max-num-seqs", type=_engine_limit, default=0, metavar="N",
+                   help="requests running at once per DP rank (default 256)")  # fmt: skip
+    b.add_argument("--max-num-batched-tokens", type=_engine_limit, default=0, metavar="N",
+                   help="tokens one step may hold per DP rank (default 8192)")  # fmt: skip
     b.add_argument("--assume", choices=("low", "mid", "high"), default="mid",
                    help="where each assumed term is written in its range (mid)")  # fmt: skip
     b.add_argument("--out", type=Path, help="profile CSV to write (default: print only)")
@@ -247,7 +263,8 @@ def run_build(args: argparse.Namespace) -> int:
     dep = Deployment(
         model=model_arch(args.model), gpu=args.gpu, tp=args.tp, ep=args.ep, dp=args.dp,
         weight_dtype=args.weight_dtype or "", kv_dtype=args.kv_dtype, engine=args.engine,
-        drafter=args.drafter, point=args.assume,
+        drafter=args.drafter, point=args.assume, capture=args.capture,
+        max_running=args.max_num_seqs, max_batched_tokens=args.max_num_batched_tokens,
     )  # fmt: skip
     if args.out is None:
         print(bill(dep)[1])

@@ -62,7 +62,7 @@ class Engine:
     name: str
     step_ms: Assumed  # the loop's fixed cost per step (scheduling, input prep, graph launch)
     per_request_us: Assumed  # per request in the step (metadata, detokenize, stream)
-    capture_max_tokens: int  # largest CUDA-graph capture size (default config)
+    capture_max_tokens: int  # largest CUDA-graph capture size in tokens, per DP rank
     max_running: int
     max_batched_tokens: int
     # vLLM: FITTED on its published fig. 2 tables (``calibration``); the others: assumed
@@ -70,6 +70,7 @@ class Engine:
     eager_ms: Assumed  # added to a step past the capture size (eager mode)
     draft_launch_ms: Assumed  # a draft call's fixed cost (launches, CPU, sampling setup)
     draft_position_us: Assumed  # per drafted position (its sampling and confidence)
+    capture_rule: str = ""  # how capture_max_tokens was set (graphs.capture), for the printout
 
 
 def _fitted(key: str, why: str, carried: bool = False) -> Assumed:
@@ -118,6 +119,33 @@ SAMPLING_PASSES = Assumed(
     "rejection sampling at T > 0 up to 6",
 )  # fmt: skip
 ACTIVATION_GIB = Assumed(1.0, 2.0, 4.0, "GiB per GPU kept for activations and graphs")
+# Small-message all-reduce latency on a GPU's own interconnect, over the measured H100 curve's
+# (Vidur's, NVLink 4). Every Hopper part shares NVLink 4 (NVIDIA/nccl #1940: ~2.3 us on both
+# 8x H800 and 8x H200 at one tuning). Public small-message figures, each under its own tuning
+# (engine facts §5): NVIDIA/nccl #1940, 8x B200 ~3 us against ~2.3 us on Hopper (x1.3);
+# NVIDIA/nccl-tests #333, 9 us (2) and 22 us (4) B200s measured by a user (up to x3 against
+# H100's ~6 us at 2 GPUs, NVIDIA/nccl #1259); AMD: no RCCL table found, ~5 us with fused
+# kernels on 8x MI300X (Epliz/muiLLM PR #6). The mids stay at the measured curve: vLLM's fig. 2
+# (B300, the one calibration source on Blackwell) fits there, and the public figures come from
+# differently tuned tests; the ranges carry what they say.
+AR_LATENCY = {
+    "blackwell": Assumed(0.8, 1.0, 3.0, "Blackwell small-message all-reduce latency x the "
+                         "H100's (vLLM's fig. 2, B300 TP4, fits at x1.0; NVIDIA/nccl #1940 "
+                         "x1.3 at one tuning; nccl-tests #333 up to x3)"),
+    "amd": Assumed(0.8, 1.0, 2.0, "AMD small-message all-reduce latency x the H100's (ASSUMED: "
+                   "no published RCCL table; ~5 us fused on 8x MI300X, Epliz/muiLLM PR #6)"),
+}  # fmt: skip
+BLACKWELL = frozenset({"B200", "B300", "GB200", "GB300"})
+AMD = frozenset({"MI300X", "MI355X"})
+
+
+def ar_latency(gpu: str) -> Assumed | None:
+    """The assumed all-reduce latency factor of ``gpu`` (None: Hopper/A100, as measured)."""
+    return (
+        AR_LATENCY["blackwell"] if gpu in BLACKWELL else AR_LATENCY["amd"] if gpu in AMD else None
+    )
+
+
 HBM_SHARE = 0.90  # vLLM's gpu_memory_utilization default: the share of HBM the engine uses
 ACT_BYTES = 2.0  # activations travel in BF16
 # --tp, --ep and --dp: each a whole number to 1,024 (past the largest deployments served), and
@@ -151,7 +179,9 @@ class Deployment:
     engine: str = "vllm"
     drafter: str = "none"
     point: str = "mid"
-    capture: int = 0  # CUDA-graph capture size in tokens (0: the engine's default)
+    # --capture in the engine's unit (vLLM, TensorRT-LLM: tokens; SGLang: requests, its
+    # --cuda-graph-max-bs); 0: the engine's default rule (specsim.sim.cost.graphs)
+    capture: int = 0
     max_running: int = 0  # max running requests per DP rank (0: the engine's default)
     max_batched_tokens: int = 0  # per step and DP rank (0: the engine's default)
 
@@ -198,6 +228,9 @@ def check(dep: Deployment, engine: Engine | None = None) -> Priced:
         )
     wd = dep.weight_dtype or m.weight_dtype
     ops = curves(dep.gpu, wd)
+    lat = ar_latency(dep.gpu)
+    if lat is not None:  # cheap point = the low factor
+        ops = replace(ops, ar_latency_scale=lat.at(dep.point))
     bpp = WEIGHT_DTYPES[wd]
     ebpp = WEIGHT_DTYPES[m.expert_dtype] if m.expert_dtype and not dep.weight_dtype else bpp
     kv_split = min(dep.tp, m.kv_heads) if m.kv_sharded else 1
@@ -207,7 +240,7 @@ def check(dep: Deployment, engine: Engine | None = None) -> Priced:
     drafter = parse_drafter(dep.drafter, m.hidden, m.vocab, m.layers)
     body, head = weight_params(m, drafter)
     drafter_gpu = (body * bpp + head * 2.0) / dep.tp  # its own head is read in BF16
-    eng = _limits(dep, engine or ENGINES[dep.engine])
+    eng = _limits(dep, engine or ENGINES[dep.engine], drafter.drafts)
     p = Priced(dep, ops, eng, bpp, ebpp, kv_gpu, weights, drafter, drafter_gpu)
     if kv_tokens(p, dep.point) < 1:
         raise SpecsimError(_no_kv_room(p))
@@ -234,15 +267,22 @@ def _check_layout(dep: Deployment) -> None:
         raise SpecsimError(f"--ep {dep.ep} does not divide {m.name}'s {m.experts} experts")
 
 
-def _limits(dep: Deployment, eng: Engine) -> Engine:
-    """The engine with the deployment's own limits per DP rank, each checked, and checked
-    again times the DP ranks against what a profile holds (naming --dp, not a header key)."""
-    limits = {"capture_max_tokens": dep.capture, "max_running": dep.max_running,
-              "max_batched_tokens": dep.max_batched_tokens}  # fmt: skip
-    for key, v in limits.items():
-        if not isinstance(v, int) or not 0 <= v <= 10**6:
-            raise SpecsimError(f"{key} {v!r} must be a whole number in [1, 1000000]")
-    eng = replace(eng, **{k: v for k, v in limits.items() if v})
+def _limits(dep: Deployment, eng: Engine, drafts: int = 0) -> Engine:
+    """The engine with the deployment's own limits per DP rank, each checked, the capture limit
+    by the engine's rule for this GPU and draft length (:mod:`~specsim.sim.cost.graphs`), and
+    each checked again times the DP ranks against what a profile holds (naming --dp)."""
+    from specsim.sim.cost.graphs import capture
+
+    limits = {"--capture": dep.capture, "--max-num-seqs": dep.max_running,
+              "--max-num-batched-tokens": dep.max_batched_tokens}  # fmt: skip
+    for flag, v in limits.items():
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 10**6:
+            raise SpecsimError(f"{flag} {v!r} must be a whole number in [1, 1000000]")
+    eng = replace(eng, max_running=dep.max_running or eng.max_running,
+                  max_batched_tokens=dep.max_batched_tokens or eng.max_batched_tokens)  # fmt: skip
+    cap = capture(eng.name, dep.gpu, drafts, eng.max_running, eng.max_batched_tokens,
+                  dep.capture)  # fmt: skip
+    eng = replace(eng, capture_max_tokens=cap.tokens, capture_rule=cap.rule)
     for key, hi in PROFILE_LIMITS.items():
         per_rank = getattr(eng, key)
         if per_rank * dep.dp > hi:
@@ -348,13 +388,35 @@ def moe_layer_s(p: Priced, b: np.ndarray, t: np.ndarray) -> np.ndarray:
     eff = p.eng.moe_gemm_eff.at(FLIP[d.point])
     pairs = b * m.top_k / d.ep if d.ep > 1 else t * m.top_k / tp  # token-expert pairs a GPU
     flop = 2.0 * pairs * 3 * h * m.moe_intermediate
-    routed = routed + flop / (o.flops * eff)
+    routed = routed + flop / (expert_flops(p) * eff)
     act = o.elementwise_s("mlp_act", t * m.top_k * m.moe_intermediate / (split * tp))
     a2a = 0 * t
     if d.ep > 1:  # dispatch in the weights' precision-ish (FP8) + combine in BF16, each way
         nbytes = t * m.top_k * h * (1.0 + ACT_BYTES) * (d.ep - 1) / d.ep
         a2a = 2 * o.all_reduce_s(0 * t, min(d.ep, 8)) + nbytes / o.link_bw
     return router + shared + routed + act + a2a
+
+
+def w4a16(p: Priced, dtype_bytes: float) -> bool:
+    """Whether weights of ``dtype_bytes`` a parameter (0.5: FP4) run as W4A16 on this GPU: no FP4
+    tensor units, so dequantised to BF16 (``operators.W4A16_NOTE``)."""
+    from specsim.sim.cost.accelerators import accelerator
+
+    if dtype_bytes != WEIGHT_DTYPES["fp4"]:
+        return False
+    return p.dep.gpu == "A100" or not float(accelerator(p.dep.gpu).fp4_flops)
+
+
+def expert_flops(p: Priced) -> float:
+    """FLOP/s the routed experts' GEMMs are priced at: the curves' rate for the weights'
+    precision, or BF16's where FP4 experts run W4A16 (a model whose experts alone are FP4)."""
+    o = p.ops
+    if not w4a16(p, p.ebpp) or p.bpp == p.ebpp:  # same precision: the curves' own rate
+        return float(o.flops)
+    from specsim.sim.cost.accelerators import accelerator
+    from specsim.sim.cost.operators import REFERENCE
+
+    return REFERENCE["a100"][1] if p.dep.gpu == "A100" else accelerator(p.dep.gpu).flops("bf16")
 
 
 def sampling_ms(p: Priced, point: str = "mid") -> float:

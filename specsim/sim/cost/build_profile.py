@@ -95,9 +95,11 @@ def assumptions(p: bd.Priced) -> list[str]:
         "logits per verified token",
         f"activation reserve {bd.ACTIVATION_GIB.low:g}-{bd.ACTIVATION_GIB.high:g} GiB per GPU, "
         f"{bd.HBM_SHARE:.0%} of HBM usable",
-        f"capture to {e.capture_max_tokens} tokens, max_running {e.max_running}, "
-        f"max_batched_tokens {e.max_batched_tokens} per DP rank (engine defaults)",
+        f"max_num_seqs {e.max_running}, max_num_batched_tokens {e.max_batched_tokens} per DP "
+        f"rank ({'as given' if p.dep.max_running or p.dep.max_batched_tokens else 'defaults'})",
         "uniform expert routing; attention kernel = one GEMM launch per layer",
+        *_latency_assumed(p),
+        *_kernel_path(p),
         *([WEIGHTS_ASSUMED] if p.drafter_weights_gpu else []),
     ]
 
@@ -112,10 +114,11 @@ def _target_rows(p: bd.Priced, model: CostModel, tokens, requests) -> list[tuple
     e = p.eng
     rows: list[tuple] = [(k, v, None) for k, v in bd.step_terms(p, b).items()]
     rows.append(("kv read @1k ctx", model.kv_read_us_per_ktoken * r * KV_CTX / 1e6, None))
+    at = bd.POINTS.index(p.dep.point)  # the row shows what the profile writes (--assume)
     samp = [bd.sampling_ms(p, q) * t for q in bd.POINTS]
-    rows.append(("sampling", samp[1], (samp[0], samp[2])))
+    rows.append(("sampling", samp[at], (samp[0], samp[2])))
     over = [e.step_ms.at(q) + e.per_request_us.at(q) * r / 1000.0 for q in bd.POINTS]
-    rows.append(("engine overhead", over[1], (over[0], over[2])))
+    rows.append(("engine overhead", over[at], (over[0], over[2])))
     return rows
 
 
@@ -123,8 +126,8 @@ def _drafter_row(p: bd.Priced, drafter: Drafter, requests) -> tuple:
     r = np.asarray(requests, dtype=np.float64)
     drafts = [draft_ms(p, drafter, r, q) for q in bd.POINTS]
     dctx = context_us(p, drafter) * r * KV_CTX / 1000.0
-    rng = (drafts[0] + dctx, drafts[2] + dctx) if drafter.kind == "ngram" else None
-    return (f"drafter ({drafter.kind})", drafts[1] + dctx, rng)
+    at = bd.POINTS.index(p.dep.point)
+    return (f"drafter ({drafter.kind})", drafts[at] + dctx, (drafts[0] + dctx, drafts[2] + dctx))
 
 
 def _table(title: str, heads: list[str], rows: list[tuple], total: str) -> list[str]:
@@ -140,12 +143,31 @@ def _table(title: str, heads: list[str], rows: list[tuple], total: str) -> list[
     return lines
 
 
-def drafts_per_request(drafter: Drafter) -> int:
-    """Draft tokens a request sends for verification each step: the block (DSpark, n-gram), K
-    (MTP); 0 without a drafter."""
-    if drafter.kind == "none":
-        return 0
-    return int(drafter.layers if drafter.kind == "mtp" else drafter.block)
+def _kernel_path(p: bd.Priced) -> list[str]:
+    """The W4A16 note where FP4 weights (or experts) run dequantised on this GPU."""
+    from specsim.sim.cost.operators import W4A16_NOTE
+
+    return [W4A16_NOTE] if bd.w4a16(p, p.bpp) or bd.w4a16(p, p.ebpp) else []
+
+
+def _latency_assumed(p: bd.Priced) -> list[str]:
+    lat = bd.ar_latency(p.dep.gpu)
+    if lat is None or p.dep.tp * max(p.dep.ep, 1) <= 1:
+        return []
+    return [f"all-reduce latency x{lat.low:g}-{lat.high:g} the H100's ({lat.why})"]
+
+
+def _graphs_line(p: bd.Priced, model: CostModel) -> str:
+    """Where the captured graphs end (the engine's rule or the user's, with its source) and what
+    a step past them adds: the eager term the table carries beyond that edge."""
+    e, d = p.eng, p.dep
+    eager = [e.eager_ms.at(q) for q in bd.POINTS]
+    at = bd.POINTS.index(d.point)
+    return (
+        f"  CUDA graphs: steps to {model.capture_max_tokens:,} tokens captured ({e.capture_rule}"
+        f"{f'; x {d.dp} DP ranks' if d.dp > 1 else ''}); a step past them runs eager: "
+        f"+{eager[at]:.1f} ms ({eager[0]:.1f}-{eager[2]:.1f}; {e.eager_ms.why})"
+    )
 
 
 def bill(dep: bd.Deployment) -> tuple[CostModel, str]:
@@ -157,9 +179,12 @@ def bill(dep: bd.Deployment) -> tuple[CostModel, str]:
     dep = p.dep
     r = np.array(SHOW_TOKENS, dtype=np.float64)
     lines = [f"{model.name}: {model.meta['source']}"]
+    if dep.point != "mid":
+        lines.append(f"  --assume {dep.point}: each assumed term at its {dep.point} end (the "
+                     "profile's); the range beside it")  # fmt: skip
     lines += _table("decode (ms)", [f"{t} req = {t} tok" for t in SHOW_TOKENS],
-                    _target_rows(p, model, r, r), "decode step (mid)")  # fmt: skip
-    k = drafts_per_request(drafter)
+                    _target_rows(p, model, r, r), f"decode step ({dep.point})")  # fmt: skip
+    k = drafter.drafts
     if k:
         reqs = np.array(sorted({max(1, t // (k + 1)) for t in SHOW_TOKENS}), dtype=np.float64)
         toks = reqs * (k + 1)
@@ -167,7 +192,8 @@ def bill(dep: bd.Deployment) -> tuple[CostModel, str]:
         rows = [("target verify", sum(m for _, m, _ in verify), None),
                 _drafter_row(p, drafter, reqs)]  # fmt: skip
         heads = [f"{int(q)} req x {k + 1} = {int(t)} tok" for q, t in zip(reqs, toks, strict=True)]
-        lines += _table("speculative (ms)", heads, rows, "speculative step (mid)")
+        lines += _table("speculative (ms)", heads, rows, f"speculative step ({dep.point})")
+    lines.append(_graphs_line(p, model))
     lines.append(
         f"  step table (weights..lm head, padded): 256 vs 1 token x"
         f"{model.step_time(256) / model.step_time(1):.2f}; prefill attention at a 2k prompt "

@@ -39,6 +39,14 @@ class Drafter:
     features: int = 5  # target layers whose hidden states a DSpark drafter reads
 
     @property
+    def drafts(self) -> int:
+        """Draft tokens a request sends for verification each step: the block (DSpark,
+        n-gram), K (MTP); 0 without a drafter. What a verify step's width is made of."""
+        if self.kind == "none":
+            return 0
+        return int(self.layers if self.kind == "mtp" else self.block)
+
+    @property
     def label(self) -> str:
         if self.kind == "dspark":
             return (f"dspark:layers={self.layers},width={self.width},block={self.block},"

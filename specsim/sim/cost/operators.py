@@ -36,6 +36,15 @@ from specsim.sim.cost.accelerators import gpu_name as _accelerator_name
 # per direction (the derive script uses the same figures).
 REFERENCE = {"h100": (3.35e12, 989e12, 450e9), "a100": (2.039e12, 312e12, 300e9)}
 WEIGHT_DTYPES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp4": 0.5}
+# The kernel path of FP4 weights on a GPU without FP4 tensor units (Hopper, MI300X): the
+# weights are read at 4 bits and dequantised to BF16 in registers, and the GEMM runs on the BF16
+# tensor cores (W4A16: Marlin, or CUTLASS W4A16), the FP8 units idle (vllm issue #42284 comment,
+# 2026-09-20; lightseekorg/tokenspeed PR #1664; vllm mxfp4.py's SM90 backends). Priced at the
+# BF16 rate, not FP8's (what v4 assumed).
+W4A16_NOTE = (
+    "fp4 weights without FP4 tensor units run dequantised to BF16 (W4A16: Marlin / CUTLASS), at "
+    "the BF16 rate (vllm #42284; lightseekorg/tokenspeed PR #1664)"
+)
 
 
 def _table(name: str):  # type: ignore[no-untyped-def]
@@ -67,6 +76,9 @@ class OperatorCurves:
     ridge_scale: float  # reference ridge / target ridge: T on the target -> T on the reference
     elementwise: dict[str, tuple[float, float]]  # op -> (launch s, s per element)
     all_reduce: dict[int, tuple[float, float]]  # workers -> (latency s, s per bus byte)
+    # the small-message latency of this GPU's interconnect over the measured H100's (a
+    # deployment's assumed term: ``build.AR_LATENCY``); 1.0 as measured
+    ar_latency_scale: float = 1.0
 
     def _at(self, tokens) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[no-untyped-def]
         t_ref = np.asarray(tokens, dtype=np.float64) * self.ridge_scale
@@ -118,7 +130,7 @@ class OperatorCurves:
         key = min((k for k in known if k >= workers), default=known[-1])
         lat, per = self.all_reduce[key]
         bus = 2.0 * (workers - 1) / workers * np.asarray(nbytes, dtype=np.float64)
-        return lat + bus * per
+        return lat * self.ar_latency_scale + bus * per
 
 
 def gpu_name(gpu: str) -> str:
@@ -145,6 +157,8 @@ def curves(gpu: str, weight_dtype: str = "bf16", reference: str | None = None) -
     else:
         acc = accelerator(gpu)
         name, bw, flops = acc.name, float(acc.mem_bw), acc.flops(precision)
+        if precision == "fp4" and not float(acc.fp4_flops):
+            flops = acc.flops("bf16")  # W4A16: see W4A16_NOTE
         link = float(acc.nvlink_bw)
     ref = reference or (key if key in REFERENCE else "h100")
     r_bw, r_flops, r_link = REFERENCE[ref]
@@ -175,4 +189,4 @@ def curves(gpu: str, weight_dtype: str = "bf16", reference: str | None = None) -
     )
 
 
-__all__ = ["REFERENCE", "WEIGHT_DTYPES", "OperatorCurves", "curves", "gpu_name"]
+__all__ = ["REFERENCE", "W4A16_NOTE", "WEIGHT_DTYPES", "OperatorCurves", "curves", "gpu_name"]

@@ -1,0 +1,132 @@
+"""Cost model v5, the graph rules (issue 63, item 1): where each engine's captured CUDA graphs
+end by default (by version's rule, GPU and draft length) and as a user sets them, carried into
+the built profile and printed with the eager term that lies past them."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from specsim.cli import main
+from specsim.sim.cost import build as bd
+from specsim.sim.cost.build_profile import bill, build
+from specsim.sim.cost.graphs import capture
+from specsim.sim.cost.models import builtin_model
+
+
+@pytest.mark.parametrize(
+    "gpu, drafts, seqs, batched, want",
+    [
+        ("H100", 7, 256, 8192, 512),  # min(256 x 8 x 2, 512)
+        ("B300", 7, 256, 8192, 1024),  # data-center Blackwell's ceiling (vllm PR #49390)
+        ("GB200", 0, 256, 8192, 512),  # no speculation: 256 x 1 x 2
+        ("H100", 7, 16, 8192, 256),  # a small max_num_seqs: 16 x 8 x 2
+        ("B200", 7, 256, 768, 768),  # capped at max_num_batched_tokens
+        ("MI300X", 3, 256, 8192, 512),
+    ],
+)  # fmt: skip
+def test_vllms_default_capture_rule(gpu, drafts, seqs, batched, want):
+    cap = capture("vllm", gpu, drafts, seqs, batched)
+    assert cap.tokens == want, cap
+    assert "vllm/config/vllm.py" in cap.rule
+
+
+def test_sglang_counts_requests_and_a_given_capture_is_the_engines_unit():
+    assert capture("sglang", "H100", 7, 256, 8192, given=64).tokens == 64 * 8
+    assert "requests" in capture("sglang", "H100", 7, 256, 8192).rule
+    assert capture("vllm", "H100", 7, 256, 8192, given=2048).tokens == 2048  # tokens
+    given = capture("vllm", "H100", 7, 256, 1024, given=2048)
+    assert given.tokens == 1024 and "capped at max_num_batched_tokens" in given.rule
+
+
+def _dep(**kw):
+    return bd.Deployment(model=builtin_model("llama-3-8b"), gpu=kw.pop("gpu", "H100"),
+                         drafter="dspark:layers=5,block=7", **kw)  # fmt: skip
+
+
+def test_the_built_profile_staircases_to_the_rules_edge_per_dp_rank():
+    assert build(_dep())[0].capture_max_tokens == 512
+    assert build(_dep(gpu="B200"))[0].capture_max_tokens == 1024
+    assert build(_dep(max_running=16))[0].capture_max_tokens == 256
+    model = build(_dep(dp=2, max_running=16))[0]
+    assert model.capture_max_tokens == 2 * 256 and model.max_running == 2 * 16
+
+
+def test_a_step_past_the_edge_pays_the_eager_term_and_the_bill_says_so():
+    model, text = bill(_dep(max_running=16))
+    inside, past = model.step_time(256), model.step_time(320)
+    assert (past - inside) * 1000 > 0.5 * bd.ENGINES["vllm"].eager_ms.mid  # eager beyond 256
+    line = next(ln for ln in text.splitlines() if "CUDA graphs" in ln)
+    assert "steps to 256 tokens captured" in line and "max_num_seqs 16 x 8 tokens" in line
+    assert "runs eager: +74.3 ms" in line
+
+
+def test_assume_high_prints_the_rows_it_writes():
+    _, mid = bill(_dep())
+    _, high = bill(_dep(point="high"))
+
+    def row(text: str, name: str) -> float:
+        ln = next(x for x in text.splitlines() if x.strip().startswith(name))
+        return float(ln.split()[2])  # "engine overhead <value> (<low>-<high>) ..."
+
+    assert row(high, "engine overhead") > row(mid, "engine overhead")
+    assert "decode step (high)" in high and "--assume high" in high
+
+
+def test_the_cli_takes_the_engines_limits(capsys):
+    argv = ["profile", "build", "--model", "llama-3-8b", "--gpu", "h100", "--engine", "sglang",
+            "--drafter", "dspark:layers=5,block=7", "--capture", "32", "--max-num-seqs", "64",
+            "--max-num-batched-tokens", "4096"]  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "steps to 256 tokens captured (--capture 32 requests" in out
+    assert "max_num_seqs 64, max_num_batched_tokens 4096 per DP rank (as given)" in out
+    for flag in ("--capture", "--max-num-seqs", "--max-num-batched-tokens"):
+        with pytest.raises(SystemExit) as exc:
+            main([*argv[:9], flag, "0"])
+        assert exc.value.code == 2
+
+
+# ---- collectives by interconnect (issue 63, item 3): the measured H100 latency at the mid,
+# each family's published spread as its range
+@pytest.mark.parametrize("gpu, low, high", [("B200", 0.8, 3.0), ("MI355X", 0.8, 2.0)])
+def test_all_reduce_latency_ranges_follow_the_interconnect(gpu, low, high):
+    dep = bd.Deployment(model=builtin_model("llama-3-70b"), gpu=gpu, tp=4)
+    ar = {pt: bd.step_terms(bd.check(replace(dep, point=pt)), [1])["all-reduce"][0]
+          for pt in bd.POINTS}  # fmt: skip
+    assert ar["low"] < ar["mid"] < ar["high"]
+    mid_lat = ar["mid"]  # one token: latency-bound, so the factor shows nearly whole
+    assert ar["high"] / mid_lat == pytest.approx(high, rel=0.05)
+    assert ar["low"] / mid_lat == pytest.approx(low, rel=0.05)
+    assert "all-reduce latency x" in bill(dep)[1]
+
+
+def test_hopper_all_reduce_is_the_measured_curve():
+    dep = bd.Deployment(model=builtin_model("llama-3-70b"), gpu="H200", tp=4)
+    ar = {pt: bd.step_terms(bd.check(replace(dep, point=pt)), [1])["all-reduce"][0]
+          for pt in bd.POINTS}  # fmt: skip
+    assert ar["low"] == ar["mid"] == ar["high"]
+    assert "all-reduce latency x" not in bill(dep)[1]
+
+
+# ---- kernel paths (issue 63, item 2): FP4 weights without FP4 tensor units run W4A16
+def test_fp4_weights_on_hopper_compute_at_the_bf16_rate():
+    from specsim.sim.cost.accelerators import accelerator
+    from specsim.sim.cost.operators import curves
+
+    assert curves("H100", "fp4").flops == accelerator("H100").flops("bf16")
+    assert curves("B200", "fp4").flops == accelerator("B200").flops("fp4")
+    assert curves("H100", "fp8").flops == accelerator("H100").flops("fp8")
+
+
+def test_fp4_experts_on_hopper_are_priced_w4a16_and_said_so():
+    v4 = builtin_model("deepseek-v4-flash")  # FP8 weights, FP4 experts
+    hop = bd.check(bd.Deployment(model=v4, gpu="H800", tp=8))
+    bw = bd.check(bd.Deployment(model=v4, gpu="B300", tp=8))
+    from specsim.sim.cost.accelerators import accelerator
+
+    assert bd.expert_flops(hop) == accelerator("H800").flops("bf16")
+    assert bd.expert_flops(bw) == bw.ops.flops  # native FP4 path: the curves' rate
+    assert "W4A16" in bill(bd.Deployment(model=v4, gpu="H800", tp=8))[1]
+    assert "W4A16" not in bill(bd.Deployment(model=v4, gpu="B300", tp=8))[1]
