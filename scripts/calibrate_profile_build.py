@@ -30,7 +30,8 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 FIG = ROOT / "specsim" / "data" / "published" / "vllm-adaptive-verification"
 CONFIG = ROOT / "reports" / "real-deployments" / "config.toml"
-TERMS = ("step_ms", "moe_gemm_eff", "eager_ms", "draft_launch_ms", "draft_position_us")
+TERMS = ("step_ms", "moe_gemm_eff", "v4_extra_kernels", "draft_launch_ms", "draft_position_us")
+ENGINE_TERMS = ("step_ms", "moe_gemm_eff", "draft_launch_ms", "draft_position_us")
 FIG2_DRAFTER = "dspark:layers=1,block=7"  # V4-Flash's DSpark drafter as fig. 2 profiles it
 GAIN_BAND, LEVEL_BAND = (0.85, 1.15), (0.85, 1.15)
 
@@ -39,16 +40,25 @@ def engine_at(theta: dict[str, float]):  # type: ignore[no-untyped-def]
     """vLLM's engine with every fitted term pinned at ``theta`` (low = mid = high)."""
     from specsim.sim.cost.build import ENGINES, Assumed
 
-    pin = {k: Assumed(v, v, v, "calibration candidate") for k, v in theta.items()}
+    pin = {k: Assumed(v, v, v, "calibration candidate") for k, v in theta.items()
+           if k in ENGINE_TERMS}  # fmt: skip
     return replace(ENGINES["vllm"], **pin)
 
 
-def fig2_deployment():  # type: ignore[no-untyped-def]
-    from specsim.sim.cost.build import Deployment
+def v4_model(name: str, theta: dict[str, float]):  # type: ignore[no-untyped-def]
+    """A DeepSeek-V4 model with its extra kernels a layer at ``theta`` (v5's eager term)."""
     from specsim.sim.cost.models import model_arch
 
-    return Deployment(model_arch("deepseek-v4-flash"), gpu="B300", tp=4, engine="vllm",
-                      drafter=FIG2_DRAFTER, capture=1024)  # fmt: skip
+    m = model_arch(name)
+    extra = theta.get("v4_extra_kernels")
+    return m if extra is None else replace(m, extra_kernels=float(extra))
+
+
+def fig2_deployment(theta: dict[str, float] | None = None):  # type: ignore[no-untyped-def]
+    from specsim.sim.cost.build import Deployment
+
+    return Deployment(v4_model("deepseek-v4-flash", theta or {}), gpu="B300", tp=4,
+                      engine="vllm", drafter=FIG2_DRAFTER, capture=1024)  # fmt: skip
 
 
 def fig2_tables() -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -62,7 +72,7 @@ def fig2_predict(theta: dict[str, float]) -> tuple[np.ndarray, np.ndarray]:
     from specsim.sim.cost.drafters import draft_ms, parse_drafter
 
     verify, draft = fig2_tables()
-    p = bd.check(fig2_deployment(), engine_at(theta))
+    p = bd.check(fig2_deployment(theta), engine_at(theta))
     m = p.dep.model
     v = bd.table_ms(p, verify["tokens"].to_numpy()) + theta["step_ms"]
     d = draft_ms(p, parse_drafter(FIG2_DRAFTER, m.hidden, m.vocab), draft["requests"].to_numpy())
@@ -95,7 +105,7 @@ def fit() -> dict[str, float]:
 
     x0 = np.array([1.0, math.log(0.05), 50.0, 0.5, 1.0])
     lo = np.array([0.0, math.log(1e-4), 0.0, 0.0, 0.0])
-    hi = np.array([5.0, math.log(1.0), 500.0, 5.0, 50.0])
+    hi = np.array([5.0, math.log(1.0), 1000.0, 5.0, 50.0])
     res = least_squares(resid, x0, bounds=(lo, hi), x_scale=[1.0, 1.0, 50.0, 1.0, 5.0])
     return theta_of(res.x)
 
@@ -120,10 +130,9 @@ def predict_fig3(theta: dict[str, float], cfg: dict, arms: list[str]) -> pd.Data
     from specsim.analysis.reports.real_deployments import ARMS, _run_arm
     from specsim.sim.cost.build import Deployment
     from specsim.sim.cost.build_profile import build
-    from specsim.sim.cost.models import model_arch
     from specsim.trace.synth import PROFILES as ACCEPT
 
-    dep = Deployment(model_arch("deepseek-v4-pro"), gpu="B300", tp=8, engine="vllm",
+    dep = Deployment(v4_model("deepseek-v4-pro", theta), gpu="B300", tp=8, engine="vllm",
                      drafter=FIG2_DRAFTER, capture=cfg["vllm_dst_capture"],
                      max_running=cfg["vllm_max_running"],
                      max_batched_tokens=cfg["vllm_max_batched_tokens"])  # fmt: skip
@@ -170,7 +179,6 @@ def predict_paper(theta: dict[str, float], cfg: dict) -> pd.DataFrame:
     from specsim.sim.cost.build import Deployment
     from specsim.sim.cost.build_profile import build
     from specsim.sim.cost.deployments import DEPLOYMENTS
-    from specsim.sim.cost.models import model_arch
     from specsim.trace.synth import PROFILES as ACCEPT
 
     gpu = cfg["paper_gpus"][0]
@@ -187,7 +195,7 @@ def predict_paper(theta: dict[str, float], cfg: dict) -> pd.DataFrame:
         extra_us, extra_ms = _cross_node(model, gpu, gpus)
         thr = {}
         for arm in ("mtp1", "dspark"):
-            dep = Deployment(model_arch(f"deepseek-{model}"), gpu=gpu, tp=tp, dp=gpus // tp,
+            dep = Deployment(v4_model(f"deepseek-{model}", theta), gpu=gpu, tp=tp, dp=gpus // tp,
                              ep=gpus if gpus > tp else 1, engine="vllm", drafter=drafters[arm],
                              capture=cfg["paper_capture"],
                              max_running=cfg["paper_max_running"] // (gpus // tp),
@@ -278,7 +286,8 @@ def _run(args: argparse.Namespace) -> int:
     theta = fit()
     print(f"fit on A (fig. 2) in {time.perf_counter() - t0:.1f} s: "
           + ", ".join(f"{k} {v:.4g}" for k, v in theta.items()))  # fmt: skip
-    shipped = {k: cal.VLLM[k][1] for k in TERMS}
+    shipped = {**{k: cal.VLLM[k][1] for k in ENGINE_TERMS},
+               "v4_extra_kernels": cal.V4_EXTRA_KERNELS}  # fmt: skip
     for name, th in (("fitted now", theta), ("shipped defaults", shipped), ("prior", cal.PRIOR)):
         for region, e in fig2_errors(th).items():
             print(f"  {name:<16} A fig. 2 {region}: {_summary(e)}")

@@ -56,10 +56,28 @@ def test_the_built_profile_staircases_to_the_rules_edge_per_dp_rank():
 def test_a_step_past_the_edge_pays_the_eager_term_and_the_bill_says_so():
     model, text = bill(_dep(max_running=16))
     inside, past = model.step_time(256), model.step_time(320)
-    assert (past - inside) * 1000 > 0.5 * bd.ENGINES["vllm"].eager_ms.mid  # eager beyond 256
+    from specsim.sim.cost.eager import kernels
+
+    launches = kernels(builtin_model("llama-3-8b"), 1, 1) * 15e-3  # ms at the assumed 15 us
+    assert (past - inside) * 1000 > launches  # eager beyond 256: the launches on top
     line = next(ln for ln in text.splitlines() if "CUDA graphs" in ln)
     assert "steps to 256 tokens captured" in line and "max_num_seqs 16 x 8 tokens" in line
-    assert "runs eager: +74.3 ms" in line
+    assert f"runs eager: +{launches:.1f} ms" in line and "kernels launched, 15 us each" in line
+
+
+# ---- the eager term (issue 63, item 1): the model's own kernels x an assumed launch time,
+# not v4's one fitted 74.3 ms on every model
+def test_an_eager_step_costs_the_models_own_launches():
+    from specsim.sim.cost.eager import kernels
+
+    dense = kernels(builtin_model("llama-3-70b"), 4, 1)
+    v4 = kernels(builtin_model("deepseek-v4-flash"), 4, 1)
+    assert dense == 80 * (2 + 5 + 2 + 3) + 8  # norms, GQA, two all-reduces, MLP; the head
+    assert v4 > 4 * dense / 80 * 43  # V4's fitted extra kernels a layer
+    for name, tp, lo, hi in (("llama-3-70b", 4, 5.0, 25.0), ("deepseek-v4-flash", 4, 60, 90)):
+        p = bd.check(bd.Deployment(model=builtin_model(name), gpu="B300", tp=tp, capture=512))
+        jump = bd.table_ms(p, [1024])[0] - sum(bd.step_terms(p, [1024]).values())[0]
+        assert lo < jump < hi, (name, jump)
 
 
 def test_assume_high_prints_the_rows_it_writes():

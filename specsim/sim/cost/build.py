@@ -67,7 +67,9 @@ class Engine:
     max_batched_tokens: int
     # vLLM: FITTED on its published fig. 2 tables (``calibration``); the others: assumed
     moe_gemm_eff: Assumed  # routed grouped GEMM's share of published FLOP/s, not overlapped
-    eager_ms: Assumed  # added to a step past the capture size (eager mode)
+    # CPU time to launch one kernel outside graphs: an eager step (past the capture limit)
+    # takes max(GPU, kernels x this) (specsim.sim.cost.eager)
+    launch_us: Assumed
     draft_launch_ms: Assumed  # a draft call's fixed cost (launches, CPU, sampling setup)
     draft_position_us: Assumed  # per drafted position (its sampling and confidence)
     capture_rule: str = ""  # how capture_max_tokens was set (graphs.capture), for the printout
@@ -86,12 +88,18 @@ def _fitted(key: str, why: str, carried: bool = False) -> Assumed:
     return Assumed(lo, mid, hi, f"ASSUMED: vLLM's fitted value carried ({why})")
 
 
+LAUNCH_US = Assumed(
+    8.0, 15.0, 40.0, "ASSUMED: CPU time per kernel launched outside graphs (the framework's "
+    "dispatch and the engine's module code); no public per-launch figure for a current engine",
+)  # fmt: skip
+
+
 def _engine(name: str, step: Assumed, per_request: Assumed) -> Engine:
     carried = name != "vllm"
     return Engine(
         name, step, per_request, 512, 256, 8192,  # capture, max running, batched tokens
         _fitted("moe_gemm_eff", "MoE grouped GEMM", carried),
-        _fitted("eager_ms", "eager step past the capture size", carried),
+        LAUNCH_US,
         _fitted("draft_launch_ms", "drafter fixed cost per call", carried),
         _fitted("draft_position_us", "drafter cost per drafted position", carried),
     )  # fmt: skip
@@ -440,17 +448,16 @@ def prefill_attention_us_per_token(p: Priced, prompt_tokens: float) -> float:
     return float(p.ops.flops_s(flop)) * 1e6
 
 
-def eager_ms(p: Priced, batch) -> np.ndarray:  # type: ignore[no-untyped-def]
-    """The fitted eager-mode penalty: added to a step past the capture size (vLLM's fig. 2:
-    20.6 ms at 1,024 captured tokens, 104 ms at 1,536 eager)."""
-    b = np.asarray(batch, dtype=np.float64)
-    return np.where(b > p.eng.capture_max_tokens * p.dep.dp, p.eng.eager_ms.at(p.dep.point), 0.0)
-
-
 def table_ms(p: Priced, batch) -> np.ndarray:  # type: ignore[no-untyped-def]
-    """The profile's table at ``batch`` tokens before the running maximum: every measured term
-    plus the eager penalty (the engine's per-step and per-request terms stay separate)."""
-    return sum(step_terms(p, batch).values()) + eager_ms(p, batch)
+    """The profile's table at ``batch`` tokens before the running maximum: every measured term,
+    and past the capture limit (eager) the CPU's time to launch the step's kernels on top
+    (:mod:`~specsim.sim.cost.eager`); the engine's per-step and per-request terms stay separate."""
+    from specsim.sim.cost.eager import launch_ms
+
+    gpu = sum(step_terms(p, batch).values())
+    b = np.asarray(batch, dtype=np.float64)
+    eager = b > p.eng.capture_max_tokens * p.dep.dp
+    return np.where(eager, gpu + launch_ms(p), gpu)
 
 
 def table_points(p: Priced) -> np.ndarray:
@@ -474,6 +481,6 @@ def pad_to_table(model, batch) -> np.ndarray:  # type: ignore[no-untyped-def]
 
 __all__ = [
     "ENGINES", "KV_DTYPES", "MAX_DEGREE", "Assumed", "Deployment", "Engine", "Priced", "check",
-    "degree", "eager_ms", "hbm_free", "kv_read_us_per_ktoken", "kv_tokens", "pad_to_table",
+    "degree", "hbm_free", "kv_read_us_per_ktoken", "kv_tokens", "pad_to_table",
     "sampling_ms", "step_terms", "table_ms", "table_points",
 ]  # fmt: skip

@@ -159,14 +159,19 @@ def _latency_assumed(p: bd.Priced) -> list[str]:
 
 def _graphs_line(p: bd.Priced, model: CostModel) -> str:
     """Where the captured graphs end (the engine's rule or the user's, with its source) and what
-    a step past them adds: the eager term the table carries beyond that edge."""
+    a step past them adds: the CPU's launches of its kernels (``eager``)."""
+    from specsim.sim.cost.eager import kernels
+
     e, d = p.eng, p.dep
-    eager = [e.eager_ms.at(q) for q in bd.POINTS]
+    n = kernels(d.model, d.tp, d.ep)
+    floor = [n * e.launch_us.at(q) / 1000.0 for q in bd.POINTS]
     at = bd.POINTS.index(d.point)
+    extra = f", {d.model.extra_kernels:g} a layer FITTED for V4" if d.model.extra_kernels else ""
     return (
         f"  CUDA graphs: steps to {model.capture_max_tokens:,} tokens captured ({e.capture_rule}"
-        f"{f'; x {d.dp} DP ranks' if d.dp > 1 else ''}); a step past them runs eager: "
-        f"+{eager[at]:.1f} ms ({eager[0]:.1f}-{eager[2]:.1f}; {e.eager_ms.why})"
+        f"{f'; x {d.dp} DP ranks' if d.dp > 1 else ''}); a step past them runs eager: +"
+        f"{floor[at]:.1f} ms ({floor[0]:.1f}-{floor[2]:.1f}): {n:,.0f} kernels launched{extra}, "
+        f"{e.launch_us.at(d.point):g} us each ({e.launch_us.why})"
     )
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from specsim.errors import SpecsimError
+from specsim.sim.cost.calibration import V4_EXTRA_KERNELS
 from specsim.sim.cost.deployments import V4_FLASH, V4_PRO, ModelFacts
 from specsim.sim.cost.profile_csv import count, read_text_file, whole
 
@@ -46,6 +47,9 @@ class ModelArch:
     expert_dtype: str = ""  # "": as weight_dtype
     kv_sharded: bool = True  # False: MLA's latent KV is replicated on every TP rank
     derived: str = ""  # what was derived rather than read
+    # kernels a layer launches beyond the components priced (``eager``): a family's own
+    # operators, which only an eager (ungraphed) step pays for; V4's are FITTED (calibration)
+    extra_kernels: float = 0.0
 
     @property
     def is_moe(self) -> bool:
@@ -113,6 +117,7 @@ def _v4(m: ModelFacts, name: str) -> ModelArch:
         intermediate=moe_i, vocab=vocab, experts=e, top_k=k, moe_intermediate=moe_i,
         shared_experts=int(float(m.shared_experts)), kv_elems=round(m.kv_bytes_per_token / 2 /
         layers), attn_params=attn, weight_dtype="fp8", expert_dtype="fp4", kv_sharded=False,
+        extra_kernels=V4_EXTRA_KERNELS,
         source=f"{m.total_params.source}; {m.layers.source} (specsim/sim/cost/deployments.py)",
         derived=f"expert width {moe_i} from the expert share, attention {attn / 1e6:.0f}M "
         "params/layer from the rest, vocabulary 129,280 (V3's), 64 heads (V3's), KV from the "
