@@ -148,3 +148,48 @@ def test_fp4_experts_on_hopper_are_priced_w4a16_and_said_so():
     assert bd.expert_flops(bw) == bw.ops.flops  # native FP4 path: the curves' rate
     assert "W4A16" in bill(bd.Deployment(model=v4, gpu="H800", tp=8))[1]
     assert "W4A16" not in bill(bd.Deployment(model=v4, gpu="B300", tp=8))[1]
+
+
+# ---- verify attention at long context (issue 63, item 2): compute grows with query tokens x
+# context; the step pays the longer of it and the KV read
+def _attn(name: str, **kw) -> tuple[float, float]:
+    p = bd.check(bd.Deployment(model=builtin_model(name), gpu="B300", **kw))
+    return bd.kv_read_us_per_ktoken(p), bd.attn_us_per_qk_ktoken(p)
+
+
+def test_mla_verify_turns_compute_bound_where_gqa_stays_memory_bound():
+    read, comp = _attn("llama-3-70b", tp=4)
+    assert 8 * comp < read  # GQA: 8 query tokens still under the KV read
+    read, comp = _attn("kimi-k2", tp=1, dp=8, ep=8)  # MLA, attention data-parallel
+    assert 8 * comp > read  # the absorbed path: compute-bound for a verify of 8
+
+
+def test_the_engine_charges_attention_compute_by_verified_tokens_and_context():
+    import numpy as np
+
+    from specsim.sim.cost.model import CostModel
+    from specsim.sim.simulate import replay
+
+    def run(policy: str, coef: float) -> float:
+        cm = CostModel("flat", np.array([1, 4096]), np.array([1.0, 1.0]),
+                       attn_us_per_qk_ktoken=coef)  # fmt: skip
+        kw = dict(concurrency=2, requests=8, seed=0, profile=cm)
+        return replay("synthetic-chat", policy, **kw).summary["sim_time_s"]
+
+    extra7 = run("static:7", 50.0) - run("static:7", 0.0)
+    extra1 = run("static:1", 50.0) - run("static:1", 0.0)
+    assert extra7 > 0 and extra1 > 0
+    assert extra7 / run("static:7", 0.0) > extra1 / run("static:1", 0.0)  # more query tokens
+
+
+def test_the_drafters_kv_is_split_as_the_targets():
+    from specsim.sim.cost.drafters import context_us
+
+    def ctx(name: str, **kw) -> float:
+        p = bd.check(bd.Deployment(model=builtin_model(name), gpu="B300", drafter="mtp:1",
+                                   **kw))  # fmt: skip
+        return context_us(p, p.drafter)
+
+    # MLA's latent is replicated over TP; DP ranks read their own requests' at once
+    assert ctx("kimi-k2", tp=8) == pytest.approx(8 * ctx("kimi-k2", tp=1, dp=8, ep=8))
+    assert ctx("llama-3-70b", tp=4) == pytest.approx(ctx("llama-3-70b", tp=1) / 4)  # KV heads

@@ -82,8 +82,8 @@ class StepV2(Batching):
     :class:`specsim.sim.batching.Batching`'s."""
 
     __slots__ = (
-        "base_fn", "is2d", "kv_coef", "emit_coef", "dpre", "decides", "fixed_k", "plan",
-        "walk_ok", "k_draft", "ctx",
+        "base_fn", "is2d", "kv_coef", "attn_coef", "emit_coef", "dpre", "decides", "fixed_k",
+        "plan", "walk_ok", "k_draft", "ctx",
     )  # fmt: skip
 
     def __init__(self, eng) -> None:  # noqa: ANN001 - the Engine
@@ -92,6 +92,7 @@ class StepV2(Batching):
         self.base_fn = cost.step_time_fn(None)
         self.is2d = cost.is_2d
         self.kv_coef = cost.kv_read_us_per_ktoken * 1e-9  # seconds per cached token read
+        self.attn_coef = cost.attn_us_per_qk_ktoken * 1e-9  # s per query x context token
         self.emit_coef = cost.emit_per_token_ms * 1e-3  # seconds per emitted decode token
         uses_drafter = pol.draft_len != 0
         self.dpre = cost.draft_prefill_us_per_token * 1e-6 if uses_drafter else 0.0
@@ -100,7 +101,8 @@ class StepV2(Batching):
         self.plan = pol.plan if self.fixed_k is None else None
         self.track_lag = self.need_lag or self.plan is not None  # a plan reads lagged rows
         eng.lut_list = self.lut[: 4 * (self.gamma + 1) + 1].tolist()  # the walk's, as floats
-        self.walk_ok = WALK and not self.is2d and not self.engine_terms and not self.p_tok
+        self.walk_ok = (WALK and not self.is2d and not self.engine_terms and not self.p_tok
+                        and not self.attn_coef)  # fmt: skip
         self.k_draft = 0
         self.ctx = None
 
@@ -231,10 +233,21 @@ class StepV2(Batching):
             verify_s = float(cost.step_time(batch))
         kv_coef = self.kv_coef
         kv_s = kv_coef * (self.ctx_dec + self.pre_ctx) if kv_coef else 0.0
+        if self.attn_coef and n_dec:  # attention takes the longer of its read and its compute
+            kv_s = max(kv_s, self.attn_s(n_dec))
         duration = draft_s + self.dpre * prefill + sched_s + verify_s + kv_s
         if self.emit_coef and n_dec:  # the server's sampling and streaming, per emitted token
             duration += self.emit_coef * self.emitted
         return duration
+
+    def attn_s(self, n_dec: int) -> float:
+        """Decode attention's compute: every decoder's query tokens (1 + its verified drafts)
+        times its context, at ``attn_us_per_qk_ktoken``."""
+        S = self.S
+        ctx = S[PROMPT, :n_dec] + S[N, :n_dec]
+        lens = self.lens
+        q = 1 + lens if lens is not None and len(lens) == n_dec else np.ones(n_dec, np.int64)
+        return self.attn_coef * float(np.dot(q, ctx))
 
     def account(self, end: float, duration: float) -> None:
         """ACCOUNT: the decoders and prefillers advance, the tokens are recorded, finished

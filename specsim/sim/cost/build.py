@@ -440,6 +440,20 @@ def kv_read_us_per_ktoken(p: Priced) -> float:
     return float(p.ops.read_s(p.kv_bytes_gpu * 1000.0)) * 1e6 / p.dep.dp
 
 
+def attn_us_per_qk_ktoken(p: Priced) -> float:
+    """Decode attention's COMPUTE: µs per query token x 1,000 context tokens of a sequence (all
+    layers; each GPU holds heads / TP; DP ranks in parallel). QK and PV are 2 FLOPs per
+    multiply-add over the key width each: 4 x heads x width per layer, the width being the
+    head dimension (GQA) or, for MLA's absorbed path, the cached latent (``kv_elems``). At
+    the measured compute-bound fraction of BF16. The engine charges the longer of this and the
+    KV read: a GQA verify stays memory-bound, an MLA one turns compute-bound past a context
+    (engine facts §4: the absorbed path's cost grows with query tokens x context)."""
+    m, d = p.dep.model, p.dep
+    width = m.kv_elems_per_layer if m.attn_params else m.head_dim
+    flop = 4.0 * (m.heads / d.tp) * width * m.layers * 1000.0
+    return float(p.ops.flops_s(flop)) * 1e6 / d.dp
+
+
 def prefill_attention_us_per_token(p: Priced, prompt_tokens: float) -> float:
     """Reported, not in the table: causal attention FLOPs of one prompt token in a prompt of
     ``prompt_tokens`` (QK and PV: 2 x 2 x heads x head_dim x prompt / 2 per layer)."""
@@ -481,6 +495,7 @@ def pad_to_table(model, batch) -> np.ndarray:  # type: ignore[no-untyped-def]
 
 __all__ = [
     "ENGINES", "KV_DTYPES", "MAX_DEGREE", "Assumed", "Deployment", "Engine", "Priced", "check",
-    "degree", "hbm_free", "kv_read_us_per_ktoken", "kv_tokens", "pad_to_table",
+    "attn_us_per_qk_ktoken", "degree", "hbm_free", "kv_read_us_per_ktoken", "kv_tokens",
+    "pad_to_table",
     "sampling_ms", "step_terms", "table_ms", "table_points",
 ]  # fmt: skip

@@ -55,6 +55,7 @@ def build(dep: bd.Deployment, engine: bd.Engine | None = None
         verify_per_request_ms=eng.per_request_us.at(pt) / 1000.0,
         accept_per_token_ms=bd.sampling_ms(p, pt),
         kv_read_us_per_ktoken=bd.kv_read_us_per_ktoken(p),
+        attn_us_per_qk_ktoken=bd.attn_us_per_qk_ktoken(p),
         draft_curve=tuple(
             (int(r), float(max(ms, 0.0))) for r, ms in zip(reqs, dcurve, strict=True)
         ),  # fmt: skip
@@ -157,6 +158,22 @@ def _latency_assumed(p: bd.Priced) -> list[str]:
     return [f"all-reduce latency x{lat.low:g}-{lat.high:g} the H100's ({lat.why})"]
 
 
+LONG_CTX = 32768  # the context the long-context line prices a verify at
+
+
+def _long_context_line(p: bd.Priced, model: CostModel, k: int) -> str:
+    """One sequence's decode attention at a long context: its KV read against its compute at
+    1 and k + 1 query tokens (the step pays the longer)."""
+    read = model.kv_read_us_per_ktoken * LONG_CTX / 1e6
+    comp = [model.attn_us_per_qk_ktoken * q * LONG_CTX / 1e6 for q in (1, k + 1)]
+    verdict = "compute-bound" if comp[-1] > read else "memory-bound"
+    return (
+        f"  attention of one sequence at {LONG_CTX:,} context: KV read {read:.3f} ms, compute "
+        f"{comp[0]:.3f} ms at 1 query token"
+        + (f", {comp[1]:.3f} ms at {k + 1} (a verify: {verdict})" if k else "")
+    )
+
+
 def _graphs_line(p: bd.Priced, model: CostModel) -> str:
     """Where the captured graphs end (the engine's rule or the user's, with its source) and what
     a step past them adds: the CPU's launches of its kernels (``eager``)."""
@@ -199,6 +216,7 @@ def bill(dep: bd.Deployment) -> tuple[CostModel, str]:
         heads = [f"{int(q)} req x {k + 1} = {int(t)} tok" for q, t in zip(reqs, toks, strict=True)]
         lines += _table("speculative (ms)", heads, rows, f"speculative step ({dep.point})")
     lines.append(_graphs_line(p, model))
+    lines.append(_long_context_line(p, model, k))
     lines.append(
         f"  step table (weights..lm head, padded): 256 vs 1 token x"
         f"{model.step_time(256) / model.step_time(1):.2f}; prefill attention at a 2k prompt "

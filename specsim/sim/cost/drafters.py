@@ -189,15 +189,18 @@ def _layer_s(o, t, width, attn_params, inter, bpp, tp):  # type: ignore[no-untyp
 
 def context_us(p, drafter: Drafter) -> float:  # type: ignore[no-untyped-def]
     """µs per context token a drafter's attention reads per request and draft call (its own
-    KV: K and V at its width, BF16), at the measured memory bandwidth."""
-    m = p.dep.model
+    KV: K and V at its width, BF16), at the measured memory bandwidth. Split over TP as the
+    target's KV is (by min(TP, KV heads); MLA's latent is replicated on every GPU: v4 divided
+    it by TP), and the DP ranks read their own requests' at once (as the target's KV read)."""
+    m, d = p.dep.model, p.dep
     if drafter.kind == "dspark":  # a KV as the target's layer's, at the drafter's width
         kv = drafter.layers * m.kv_elems_per_layer * (drafter.width / m.hidden) * 2.0
     elif drafter.kind == "mtp":
         kv = drafter.layers * m.kv_elems_per_layer * 2.0
     else:
         return 0.0
-    return float(p.ops.read_s(kv)) * 1e6 / p.dep.tp
+    split = min(d.tp, m.kv_heads) if m.kv_sharded else 1
+    return float(p.ops.read_s(kv)) * 1e6 / split / d.dp
 
 
 def prefill_us(p, drafter: Drafter) -> float:  # type: ignore[no-untyped-def]

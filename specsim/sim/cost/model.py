@@ -111,6 +111,7 @@ COST_KEYS = (
     "accept_per_token_ms",
     "draft_prefill_us_per_token",
     "kv_read_us_per_ktoken",
+    "attn_us_per_qk_ktoken",
     "emit_per_token_ms",
     "verify_draft_token_ms",
 )
@@ -180,6 +181,11 @@ class CostModel:
     # roofline profiles' table then covers weights and compute only)
     draft_prefill_us_per_token: float = 0.0
     kv_read_us_per_ktoken: float = 0.0
+    # serving model v2: decode attention's COMPUTE, us per query token x 1,000 context tokens of
+    # a decoding sequence (a verify of k drafts brings k + 1 query tokens); a step's attention
+    # takes the longer of its KV read and this (MLA's absorbed path turns compute-bound at long
+    # context and many query tokens; GQA stays memory-bound). 0: not priced
+    attn_us_per_qk_ktoken: float = 0.0
     # serving model v2: the server's cost per decode token EMITTED (not verified): a server
     # that samples row by row and stops at the first rejected draft (llama-server), and
     # streams every emitted token, pays this per accepted draft and bonus token only
@@ -442,6 +448,11 @@ class CostModel:
             "accept_per_token_ms": self.accept_per_token_ms,
             "draft_prefill_us_per_token": self.draft_prefill_us_per_token,
             "kv_read_us_per_ktoken": self.kv_read_us_per_ktoken,
+            **(
+                {"attn_us_per_qk_ktoken": self.attn_us_per_qk_ktoken}
+                if self.attn_us_per_qk_ktoken
+                else {}
+            ),
             **({"emit_per_token_ms": self.emit_per_token_ms} if self.emit_per_token_ms else {}),
             **(
                 {"verify_draft_token_ms": self.verify_draft_token_ms}
