@@ -10,6 +10,7 @@ import pytest
 
 from specsim.cli import main
 from specsim.sim.cost import build as bd
+from specsim.sim.cost import paths
 from specsim.sim.cost.build_profile import bill, build
 from specsim.sim.cost.graphs import capture
 from specsim.sim.cost.models import builtin_model
@@ -144,8 +145,8 @@ def test_fp4_experts_on_hopper_are_priced_w4a16_and_said_so():
     bw = bd.check(bd.Deployment(model=v4, gpu="B300", tp=8))
     from specsim.sim.cost.accelerators import accelerator
 
-    assert bd.expert_flops(hop) == accelerator("H800").flops("bf16")
-    assert bd.expert_flops(bw) == bw.ops.flops  # native FP4 path: the curves' rate
+    assert paths.expert_flops(hop) == accelerator("H800").flops("bf16")
+    assert paths.expert_flops(bw) == bw.ops.flops  # native FP4 path: the curves' rate
     assert "W4A16" in bill(bd.Deployment(model=v4, gpu="H800", tp=8))[1]
     assert "W4A16" not in bill(bd.Deployment(model=v4, gpu="B300", tp=8))[1]
 

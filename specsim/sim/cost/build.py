@@ -30,29 +30,18 @@ import numpy as np
 
 from specsim.errors import SpecsimError
 from specsim.sim.cost import calibration as cal
+from specsim.sim.cost.assumed import Assumed
 from specsim.sim.cost.drafters import Drafter, parse_drafter, weight_params
 from specsim.sim.cost.model import MAX_PROFILE_BATCH
 from specsim.sim.cost.models import ModelArch, check_arch
 from specsim.sim.cost.operators import WEIGHT_DTYPES, OperatorCurves, curves, gpu_name
+from specsim.sim.cost.paths import ar_latency, expert_flops
 from specsim.sim.cost.profile_csv import count
 from specsim.sim.cost.profiles import cuda_graph_buckets, distinct_experts
 
 KV_DTYPES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
 POINTS = ("low", "mid", "high")
 FLIP = {"low": "high", "mid": "mid", "high": "low"}  # a term whose high value is the cheap one
-
-
-@dataclass(frozen=True)
-class Assumed:
-    """A fact assumed, not measured: its range and why."""
-
-    low: float
-    mid: float
-    high: float
-    why: str
-
-    def at(self, point: str) -> float:
-        return float(getattr(self, point))
 
 
 @dataclass(frozen=True)
@@ -127,33 +116,6 @@ SAMPLING_PASSES = Assumed(
     "rejection sampling at T > 0 up to 6",
 )  # fmt: skip
 ACTIVATION_GIB = Assumed(1.0, 2.0, 4.0, "GiB per GPU kept for activations and graphs")
-# Small-message all-reduce latency on a GPU's own interconnect, over the measured H100 curve's
-# (Vidur's, NVLink 4). Every Hopper part shares NVLink 4 (NVIDIA/nccl #1940: ~2.3 us on both
-# 8x H800 and 8x H200 at one tuning). Public small-message figures, each under its own tuning
-# (engine facts §5): NVIDIA/nccl #1940, 8x B200 ~3 us against ~2.3 us on Hopper (x1.3);
-# NVIDIA/nccl-tests #333, 9 us (2) and 22 us (4) B200s measured by a user (up to x3 against
-# H100's ~6 us at 2 GPUs, NVIDIA/nccl #1259); AMD: no RCCL table found, ~5 us with fused
-# kernels on 8x MI300X (Epliz/muiLLM PR #6). The mids stay at the measured curve: vLLM's fig. 2
-# (B300, the one calibration source on Blackwell) fits there, and the public figures come from
-# differently tuned tests; the ranges carry what they say.
-AR_LATENCY = {
-    "blackwell": Assumed(0.8, 1.0, 3.0, "Blackwell small-message all-reduce latency x the "
-                         "H100's (vLLM's fig. 2, B300 TP4, fits at x1.0; NVIDIA/nccl #1940 "
-                         "x1.3 at one tuning; nccl-tests #333 up to x3)"),
-    "amd": Assumed(0.8, 1.0, 2.0, "AMD small-message all-reduce latency x the H100's (ASSUMED: "
-                   "no published RCCL table; ~5 us fused on 8x MI300X, Epliz/muiLLM PR #6)"),
-}  # fmt: skip
-BLACKWELL = frozenset({"B200", "B300", "GB200", "GB300"})
-AMD = frozenset({"MI300X", "MI355X"})
-
-
-def ar_latency(gpu: str) -> Assumed | None:
-    """The assumed all-reduce latency factor of ``gpu`` (None: Hopper/A100, as measured)."""
-    return (
-        AR_LATENCY["blackwell"] if gpu in BLACKWELL else AR_LATENCY["amd"] if gpu in AMD else None
-    )
-
-
 HBM_SHARE = 0.90  # vLLM's gpu_memory_utilization default: the share of HBM the engine uses
 ACT_BYTES = 2.0  # activations travel in BF16
 # --tp, --ep and --dp: each a whole number to 1,024 (past the largest deployments served), and
@@ -403,28 +365,6 @@ def moe_layer_s(p: Priced, b: np.ndarray, t: np.ndarray) -> np.ndarray:
         nbytes = t * m.top_k * h * (1.0 + ACT_BYTES) * (d.ep - 1) / d.ep
         a2a = 2 * o.all_reduce_s(0 * t, min(d.ep, 8)) + nbytes / o.link_bw
     return router + shared + routed + act + a2a
-
-
-def w4a16(p: Priced, dtype_bytes: float) -> bool:
-    """Whether weights of ``dtype_bytes`` a parameter (0.5: FP4) run as W4A16 on this GPU: no FP4
-    tensor units, so dequantised to BF16 (``operators.W4A16_NOTE``)."""
-    from specsim.sim.cost.accelerators import accelerator
-
-    if dtype_bytes != WEIGHT_DTYPES["fp4"]:
-        return False
-    return p.dep.gpu == "A100" or not float(accelerator(p.dep.gpu).fp4_flops)
-
-
-def expert_flops(p: Priced) -> float:
-    """FLOP/s the routed experts' GEMMs are priced at: the curves' rate for the weights'
-    precision, or BF16's where FP4 experts run W4A16 (a model whose experts alone are FP4)."""
-    o = p.ops
-    if not w4a16(p, p.ebpp) or p.bpp == p.ebpp:  # same precision: the curves' own rate
-        return float(o.flops)
-    from specsim.sim.cost.accelerators import accelerator
-    from specsim.sim.cost.operators import REFERENCE
-
-    return REFERENCE["a100"][1] if p.dep.gpu == "A100" else accelerator(p.dep.gpu).flops("bf16")
 
 
 def sampling_ms(p: Priced, point: str = "mid") -> float:

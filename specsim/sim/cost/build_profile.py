@@ -11,6 +11,7 @@ import numpy as np
 
 from specsim.errors import SpecsimError
 from specsim.sim.cost import build as bd
+from specsim.sim.cost import paths
 from specsim.sim.cost.drafters import WEIGHTS_ASSUMED, Drafter, context_us, draft_ms, prefill_us
 from specsim.sim.cost.model import CostModel
 from specsim.sim.cost.profiles import cuda_graph_buckets
@@ -148,11 +149,11 @@ def _kernel_path(p: bd.Priced) -> list[str]:
     """The W4A16 note where FP4 weights (or experts) run dequantised on this GPU."""
     from specsim.sim.cost.operators import W4A16_NOTE
 
-    return [W4A16_NOTE] if bd.w4a16(p, p.bpp) or bd.w4a16(p, p.ebpp) else []
+    return [W4A16_NOTE] if paths.w4a16(p, p.bpp) or paths.w4a16(p, p.ebpp) else []
 
 
 def _latency_assumed(p: bd.Priced) -> list[str]:
-    lat = bd.ar_latency(p.dep.gpu)
+    lat = paths.ar_latency(p.dep.gpu)
     if lat is None or p.dep.tp * max(p.dep.ep, 1) <= 1:
         return []
     return [f"all-reduce latency x{lat.low:g}-{lat.high:g} the H100's ({lat.why})"]
