@@ -124,7 +124,8 @@ def _workload(cfg: dict, prefix: str):  # type: ignore[no-untyped-def]
                     cfg["trace_requests"], cfg["seed"])  # fmt: skip
 
 
-def predict_fig3(theta: dict[str, float], cfg: dict, arms: list[str]) -> pd.DataFrame:
+def predict_fig3(theta: dict[str, float], cfg: dict, arms: list[str],
+                 point: str | None = None) -> pd.DataFrame:  # fmt: skip
     """Source A, fig. 3: V4-Pro-0813 TP8 on 8 B300s as the post's appendix configures it,
     built (not carried from fig. 2), each arm replayed at each concurrency."""
     from specsim.analysis.reports.real_deployments import ARMS, _run_arm
@@ -135,8 +136,9 @@ def predict_fig3(theta: dict[str, float], cfg: dict, arms: list[str]) -> pd.Data
     dep = Deployment(v4_model("deepseek-v4-pro", theta), gpu="B300", tp=8, engine="vllm",
                      drafter=FIG2_DRAFTER, capture=cfg["vllm_dst_capture"],
                      max_running=cfg["vllm_max_running"],
-                     max_batched_tokens=cfg["vllm_max_batched_tokens"])  # fmt: skip
-    prof = build(dep, engine_at(theta))[0]
+                     max_batched_tokens=cfg["vllm_max_batched_tokens"],
+                     point=point or "mid")  # fmt: skip
+    prof = build(dep, None if point else engine_at(theta))[0]
     wl = _workload(cfg, "vllm")
     trace = wl.trace(ACCEPT[cfg["vllm_accept_profile"]], cfg["vllm_auroc"])
     rows = []
@@ -169,7 +171,7 @@ def score_fig3(pred: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def predict_paper(theta: dict[str, float], cfg: dict) -> pd.DataFrame:
+def predict_paper(theta: dict[str, float], cfg: dict, point: str | None = None) -> pd.DataFrame:
     """Source B: DSpark-5 (``zos``) over MTP-1 (``static:1``) per GPU at each SLA, V4-Flash and
     V4-Pro built on the configured primary production GPU (H800), vLLM defaults as the
     pre-registered report set them; a deployment over two nodes gets the report's cross-node
@@ -200,7 +202,8 @@ def predict_paper(theta: dict[str, float], cfg: dict) -> pd.DataFrame:
                              capture=cfg["paper_capture"],
                              max_running=cfg["paper_max_running"] // (gpus // tp),
                              max_batched_tokens=cfg["paper_max_batched_tokens"])  # fmt: skip
-            prof = build(dep, engine_at(theta))[0]
+            dep = replace(dep, point=point or "mid")
+            prof = build(dep, None if point else engine_at(theta))[0]
             ms = np.asarray(prof.step_ms) + extra_ms + extra_us * prof.batch_tokens / 1000.0
             prof = replace(prof, step_ms=ms)
             d = pd.DataFrame(_run_arm(traces[arm], policies[arm], prof,
@@ -249,6 +252,30 @@ def report(name: str, theta: dict[str, float], cfg: dict, arms: list[str]) -> No
     print(f"  (replays {time.perf_counter() - t0:.0f} s)")
 
 
+def coverage(cfg: dict, arms: list[str]) -> None:
+    """Whether the printed low-high range holds the published value: every point predicted with
+    the shipped terms at ``--assume`` low, mid and high (each engine term at its range's end),
+    and counted as held where the published value lies within the three predictions' span.
+    The scoring rule, committed before the run: gains as (1 + gain), levels as tok/s."""
+    shipped: dict[str, float] = {}
+    f3 = {pt: score_fig3(predict_fig3(shipped, cfg, arms, pt)) for pt in ("low", "mid", "high")}
+    b = {pt: predict_paper(shipped, cfg, pt) for pt in ("low", "mid", "high")}
+    rows = []
+    for src, tabs in (("A fig. 3", f3), ("B", b)):
+        for i, r in tabs["mid"].iterrows():
+            pub = r["published"]
+            pred = [tabs[pt].loc[i, "predicted"] for pt in ("low", "mid", "high")]
+            lo, hi = min(pred), max(pred)
+            rows.append({"source": src, "point": r["point"], "published": pub, "low": lo,
+                         "mid": pred[1], "high": hi, "held": bool(lo <= pub <= hi)})  # fmt: skip
+    df = pd.DataFrame(rows)
+    for src, g in df.groupby("source"):
+        print(f"  range coverage {src}: {int(g['held'].sum())}/{len(g)} published values inside "
+              "the low-high span")  # fmt: skip
+    with pd.option_context("display.width", 160):
+        print(df.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+
+
 def parse_arms(text: str) -> list[str]:
     """``--arms`` as fig. 3 arms, ``none`` first: every gain is over ``none`` at the same
     concurrency, so it is always replayed (a list without it once ended in a KeyError)."""
@@ -268,6 +295,8 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = LineParser(prog="calibrate_profile_build.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--fit-only", action="store_true", help="fit and fig. 2 errors only")
+    ap.add_argument("--ranges", action="store_true", help="also: whether the shipped low-high "
+                    "ranges hold the published values (3x the replays)")  # fmt: skip
     ap.add_argument(
         "--arms",
         default="none,k1,k3,k5,k7,adaptive",
@@ -301,6 +330,10 @@ def _run(args: argparse.Namespace) -> int:
         cfg,
         arms,
     )
+    if args.ranges:
+        print("\n=== the shipped ranges (--assume low / mid / high): do they hold the published "
+              "values?")  # fmt: skip
+        coverage(cfg, arms)
     print(f"\ntotal {time.perf_counter() - t0:.0f} s")
     return 0
 
