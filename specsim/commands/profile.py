@@ -21,9 +21,19 @@ import os
 import sys
 from pathlib import Path
 
+from specsim.commands.profile_args import (  # noqa: F401 - the flags' value rules
+    _arg,
+    _capture,
+    _context,
+    _degree,
+    _engine_limit,
+    _positive_int,
+    _sizes,
+    _tokens_per_request,
+)
 from specsim.errors import SpecsimError
 
-ACTIONS = ("measure", "import", "export", "show", "build")
+ACTIONS = ("measure", "import", "export", "show", "build", "fit")
 
 
 def legacy_argv(argv: list[str]) -> list[str]:
@@ -34,70 +44,6 @@ def legacy_argv(argv: list[str]) -> list[str]:
             and argv[1] not in ("-h", "--help")):  # fmt: skip
         return ["profile", "measure", *argv[1:]]
     return argv
-
-
-def _arg(rule, *args):  # type: ignore[no-untyped-def]
-    """An argparse type from a shared value rule (specsim.sim.cost.profile_csv): one line if bad."""
-
-    def parse(text: str):  # type: ignore[no-untyped-def]
-        try:
-            return rule(text, "", *args)
-        except SpecsimError as exc:
-            raise argparse.ArgumentTypeError(str(exc).removeprefix(": ")) from None
-
-    return parse
-
-
-def _positive_int(text: str) -> int:
-    from specsim.sim.cost.profile_csv import count
-
-    return _arg(count, 1, 10**13)(text)
-
-
-def _engine_limit(text: str) -> int:
-    """An engine limit a user sets (capture, max_num_seqs, max_num_batched_tokens): 1..10^6."""
-    from specsim.sim.cost.profile_csv import count
-
-    return _arg(count, 1, 10**6)(text)
-
-
-def _capture(text: str) -> int:
-    from specsim.sim.cost.profile_csv import count
-
-    return _arg(count)(text)
-
-
-def _context(text: str) -> float:
-    from specsim.sim.cost.profile_csv import contexts
-
-    return float(_arg(contexts)(text)[0])
-
-
-def _tokens_per_request(text: str) -> float:
-    """Verified tokens per request in a timed step: a finite number from 1 (a decode) to 1024."""
-    from specsim.sim.cost.profile_csv import numbers
-
-    value = float(_arg(numbers)(text)[0])
-    if not 1.0 <= value <= 1024.0:
-        raise argparse.ArgumentTypeError(f"{text!r}: give a number from 1 (a decode) to 1024")
-    return value
-
-
-def _sizes(text: str) -> list[int]:
-    from specsim.sim.cost.profile_csv import whole
-
-    out = [int(x) for x in _arg(whole)([x for x in text.split(",") if x.strip()])]
-    if len(out) < 2:
-        raise argparse.ArgumentTypeError(f"{text!r}: give at least 2 comma-separated sizes")
-    return out
-
-
-def _degree(text: str) -> int:
-    """``--tp``/``--ep``/``--dp``: the build's own rule (``build.degree``); argparse names
-    the flag."""
-    from specsim.sim.cost.build import degree
-
-    return _arg(degree)(text)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -211,73 +157,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     show.add_argument("--json", action="store_true", help="one JSON object")
     show.set_defaults(func=run_show)
 
+    from specsim.commands.profile_build import add_build_args
+
     add_build_args(acts)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
-
-
-def add_build_args(acts: argparse._SubParsersAction) -> None:
-    """``profile build``: a deployment's profile from measured operator curves."""
-    b = acts.add_parser(
-        "build",
-        help="price a deployment from measured operator times (Vidur's H100/A100 tables, "
-        "carried to other GPUs) and write a profile CSV",
-        description="Every term of a step priced on measured operator curves for the model's "
-        "shapes; assumed facts (engine overheads, sampling passes, activation reserve) are "
-        "printed with a low-high range. docs/simulator.md, 'Build a profile for your "
-        "deployment'.",
-    )
-    b.add_argument("--model", required=True, help="a built-in model name (or its HF repo id, "
-                   "e.g. meta-llama/Llama-3.3-70B-Instruct) or a HF config.json")  # fmt: skip
-    b.add_argument("--gpu", default="H100", help="H100, H200, H20, H800, B200, B300, GB200, "
-                   "GB300, MI300X, MI355X or A100, the SXM/OAM parts (default H100)")  # fmt: skip
-    for key in ("tp", "ep", "dp"):
-        b.add_argument(f"--{key}", type=_degree, default=1,
-                       help=f"{key.upper()} degree, 1 to 1024")  # fmt: skip
-    b.add_argument("--weight-dtype", choices=("bf16", "fp16", "fp8", "fp4"),
-                   help="weights' precision (default: the checkpoint's)")  # fmt: skip
-    b.add_argument("--kv-dtype", choices=("bf16", "fp16", "fp8"), default="bf16")
-    b.add_argument("--engine", choices=("vllm", "sglang", "trtllm"), default="vllm")
-    b.add_argument("--drafter", default="none",
-                   help="none, ngram, mtp:K, or dspark:layers=5,width=4096,block=7")  # fmt: skip
-    b.add_argument("--capture", type=_engine_limit, default=0, metavar="N",
-                   help="the engine's CUDA-graph capture limit, in its unit: vLLM's "
-                   "max_cudagraph_capture_size (tokens), SGLang's --cuda-graph-max-bs "
-                   "(requests), TensorRT-LLM tokens (default: the engine's rule for this GPU "
-                   "and draft length, printed)")  # fmt: skip
-    b.add_argument("--max-num-seqs", type=_engine_limit, default=0, metavar="N",
-                   help="requests running at once per DP rank (default 256)")  # fmt: skip
-    b.add_argument("--max-num-batched-tokens", type=_engine_limit, default=0, metavar="N",
-                   help="tokens one step may hold per DP rank (default 8192)")  # fmt: skip
-    b.add_argument("--assume", choices=("low", "mid", "high"), default="mid",
-                   help="where each assumed term is written in its range (mid)")  # fmt: skip
-    b.add_argument("--out", type=Path, help="profile CSV to write (default: print only)")
-    b.add_argument("--force", action="store_true", help="overwrite --out")
-    b.set_defaults(func=run_build)
-
-
-def run_build(args: argparse.Namespace) -> int:
-    from specsim.sim.cost.build import Deployment
-    from specsim.sim.cost.build_profile import bill
-    from specsim.sim.cost.models import model_arch
-
-    dep = Deployment(
-        model=model_arch(args.model), gpu=args.gpu, tp=args.tp, ep=args.ep, dp=args.dp,
-        weight_dtype=args.weight_dtype or "", kv_dtype=args.kv_dtype, engine=args.engine,
-        drafter=args.drafter, point=args.assume, capture=args.capture,
-        max_running=args.max_num_seqs, max_batched_tokens=args.max_num_batched_tokens,
-    )  # fmt: skip
-    if args.out is None:
-        print(bill(dep)[1])
-        return 0
-    from specsim.outputs import claim
-    from specsim.sim.cost.profile_csv import write_profile_csv
-
-    with claim(args.out, force=args.force, suffixes=(".csv",)) as out:
-        model, text = bill(dep)
-        write_profile_csv(model, out, force=True)
-    print(text)
-    print(f"wrote {out}; replay with --profile {out}", file=sys.stderr)
-    return 0
 
 
 def _scalars(args: argparse.Namespace) -> dict:
@@ -441,6 +324,8 @@ def summary(model) -> dict:  # type: ignore[no-untyped-def]
     return {
         "name": model.name,
         "source": model.meta.get("source", ""),
+        "fitted": model.meta.get("fitted"),
+        "fit_residual": model.meta.get("fit_residual"),
         "interpolation": model.interpolation,
         "capture_max_tokens": model.capture_max_tokens,
         "table_points": int(model.batch_tokens.size),
@@ -455,6 +340,8 @@ def summary(model) -> dict:  # type: ignore[no-untyped-def]
 def summary_text(model) -> str:  # type: ignore[no-untyped-def]
     s = summary(model)
     lines = [f"{s['name']}: {s['source']}"]
+    if s["fitted"]:
+        lines.append(f"  FITTED on your baseline ({s['fit_residual']}): {s['fitted']}")
     how = s["interpolation"] + (
         f" to {s['capture_max_tokens']} tokens, linear past"
         if s["interpolation"] == "step" and s["capture_max_tokens"]

@@ -114,7 +114,16 @@ def table(summary: dict, config: dict, requested: str | None = None) -> str:
     head: list[tuple[str, ...]] = [
         ("Policy", name),
         ("Load", c["load"]),
-        ("Profile", c["profile"] + (f" ({gpus} GPUs)" if gpus > 1 else "")),
+        (
+            "Profile",
+            c["profile"]
+            + (f" ({gpus} GPUs)" if gpus > 1 else "")
+            + (
+                f", FITTED on your baseline ({c['profile_fitted']})"
+                if c.get("profile_fitted")
+                else ""
+            ),
+        ),  # fmt: skip
         ("Successful requests", f"{s['requests_completed']:,}"),
         ("Benchmark duration (s, simulated)", _fmt(s["sim_time_s"], ".2f")),
         ("Total input tokens", f"{s.get('input_tokens', 0):,}"),

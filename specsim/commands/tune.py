@@ -276,7 +276,12 @@ def report(res: Any, cost_table: str | None = None) -> str:
     lines = [
         f"specsim tune: {name} on {res.trace} (block {res.block}"
         + (f", tau {tau:.2f}" if tau is not None and math.isfinite(tau) else "")
-        + f"), profile {res.profile} ({gpus} GPU{'s' if gpus > 1 else ''})",
+        + f"), profile {res.profile} ({gpus} GPU{'s' if gpus > 1 else ''})"
+        + (
+            f", FITTED on your baseline ({res.extra['fit_residual']})"
+            if res.extra.get("fit_residual")
+            else ""
+        ),  # fmt: skip
         f"objective: {res.objective_text}, among settings meeting the SLA: {res.sla.describe()}",
         _seeds_text(res),
         f"tok/s: output tokens/s of the whole deployment (the profile's {gpus} "
@@ -311,11 +316,33 @@ def report(res: Any, cost_table: str | None = None) -> str:
         how = "the best" if rec is best else "by the tie rule"
         lines.append(f"recommended: {rec['candidate']} ({rec['knobs']}), {how}")
         lines.append(f"why: {lr.verdict}")
+        anchor = _anchored(res, lr, rec)
+        if anchor:
+            lines.append(anchor)
         ec = _config_for(res, rec, cost_table, lr)
         lines.append(f"config to paste ({name}):")
         lines += ["  " + x for x in ec.text.splitlines()]
         lines += [f"  note: {n}" for n in ec.notes]
     return "\n".join(lines + _across_loads(res, cost_table))
+
+
+def _anchored(res: Any, lr: Any, rec: dict) -> str:
+    """On a profile fitted to the operator's runs, at a concurrency they measured: the
+    recommended setting's throughput anchored on their measured no-speculation run (the
+    predicted gain over the predicted no-speculation row, applied to the measurement)."""
+    base = res.extra.get("baseline_tok_s") or {}
+    if lr.load.kind != "concurrency" or int(lr.load.value) not in base:
+        return ""
+    measured = base[int(lr.load.value)]
+    nospec = lr.rows[lr.no_spec]["throughput_tok_s"]
+    if not (nospec and math.isfinite(nospec)):
+        return ""
+    gain = rec["throughput_tok_s"] / nospec
+    return (
+        f"your baseline at {int(lr.load.value)} in flight: {measured:,.0f} tok/s measured without "
+        f"speculation ({nospec:,.0f} predicted, {100 * (nospec / measured - 1):+.1f}%); "
+        f"{rec['candidate']} predicts x{gain:.3f} over it: {measured * gain:,.0f} tok/s"
+    )
 
 
 def _objective_format(objective: str) -> tuple[str, str]:

@@ -254,6 +254,7 @@ def _replay(trace, policy, cfg: ReplayConfig, progress) -> ReplayResult:  # noqa
         "requests": requests,
         "duration": duration,
         "profile": cost.name,
+        "profile_fitted": cost.meta.get("fit_residual"),  # fitted on the user's baseline: how well
         "profile_b_max": cost.b_max,
         "seed": int(seed),
         "sla_tps": sla_tps,

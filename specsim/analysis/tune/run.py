@@ -285,6 +285,10 @@ def tune(trace: Any, cfg: TuneConfig, progress: Any = None) -> TuneResult:
             lr = _batched_rescue(tr, cands, lr, cfg, profile, sla, gpus, progress)
         results.append(lr)
     extra: dict[str, Any] = {}
+    if profile.meta.get("fit_residual"):  # a profile fitted on the operator's own baseline
+        extra["fit_residual"] = profile.meta["fit_residual"]
+        extra["fitted"] = profile.meta.get("fitted", "")
+        extra["baseline_tok_s"] = _baseline(profile.meta.get("baseline_tok_s", ""))
     sched = tuned_schedule(results, obj) if cfg.engine == "trtllm" and cfg.closed else None
     if sched is not None and len(cfg.loads) > 1:
         cand = schedule_candidate(sched, "tuned across these loads")
@@ -356,6 +360,18 @@ def _ttft_cost(lr: LoadResult, cfg: TuneConfig) -> str:
         f" Its P{cfg.sla_quantile} TTFT is {a:,.0f} ms against {b:,.0f} ms at the profile's "
         "limit (prompts wait for room in the steps): bound it with --slo ttft=MS if it matters."
     )
+
+
+def _baseline(text: str) -> dict[int, float]:
+    """A fitted profile's measured no-speculation throughput by concurrency ("C:tok/s;...")."""
+    out: dict[int, float] = {}
+    for item in filter(None, str(text).split(";")):
+        c, _, v = item.partition(":")
+        try:
+            out[int(c)] = float(v)
+        except ValueError:
+            continue  # a hand-edited header: no anchor, the rest of tune unchanged
+    return out
 
 
 def _draft_len_notes(cfg: TuneConfig, block: int) -> tuple[str, ...]:
