@@ -1,4 +1,4 @@
-"""``specsim profile build|measure|import|export|show``: cost profiles from and for real engines.
+"""``specsim profile build|fit|import|export|show|measure``: cost profiles from and for engines.
 
 specsim profile measure --target smollm2 --out my-cpu.csv          # time a target here
 specsim profile import vllm-adaptive verify_cost.csv draft_cost.csv --out my-b300.csv
@@ -9,6 +9,7 @@ specsim profile export v4-pro-like --format vllm-adaptive --out v4-pro-tables/
 specsim profile export v4-pro-like --format trtllm --out cost_table.json --context 2048
 specsim profile show my-b300.csv
 specsim profile build --model llama-3-8b --gpu h100 --drafter dspark:layers=5,block=7 --out my.csv
+specsim profile fit --model llama-3-8b --gpu h100 --baseline c1.json c32.json --out fitted.csv
 
 ``specsim profile --out FILE ...`` (no action) is the older spelling of ``profile measure``.
 """
@@ -51,8 +52,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser(
         "profile",
-        help="cost profiles: measure a target here, import an engine's measured tables, "
-        "export for an engine, show",
+        help="cost profiles: build one for your deployment (and fit it to your runs without "
+        "speculation), import an engine's measured tables, export, show, measure a target here",
         description=__doc__.split("\n\n")[0],
     )
     acts = p.add_subparsers(dest="action", metavar="ACTION", parser_class=type(p))

@@ -101,7 +101,8 @@ def render(
         notes.insert(
             0,
             f"{path} is a placeholder: replace it with your drafter's path (or give tune "
-            "--drafter PATH)",
+            "--drafter PATH); public DSpark drafters exist for Qwen3-4B/8B/14B and Gemma4-12B "
+            "only (docs/vllm.md, 'Where the drafter comes from')",
         )
     return replace(ec, notes=(*notes, *ec.notes))
 
