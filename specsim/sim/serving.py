@@ -224,7 +224,8 @@ class StepV2(Batching):
         batch, prefill, n_ver = self.b_tokens, self.prefill_tokens, self.n_ver
         if self.engine_terms:
             fn = cost.step_time_fn(self.ctx) if self.is2d else self.base_fn
-            verify_s = cost.verify_s(n_dec + n_ver, prefill, self.n_run, fn, n_ver)
+            verify_s = cost.verify_s(n_dec + n_ver + self.tree_tokens, prefill, self.n_run, fn,
+                                     n_ver)  # fmt: skip
         elif self.is2d:
             verify_s = float(cost.step_time(batch, self.ctx))
         elif batch < self.n_lut:

@@ -81,6 +81,7 @@ class Step:
         "need_hist", "need_surv", "need_lag_surv", "need_known", "need_draft", "track_lag",
         "tracks_kv", "adv_stop", "open_loop", "arrivals", "n_arr_total", "record", "progress",
         "sink", "sums", "closed_c", "steplog", "engine_terms", "p_tok", "lut", "n_lut",
+        "tree_extra", "tree_tokens",
         "draft_seconds",
         # what one step hands the next
         "S", "zos_proc",
@@ -126,6 +127,8 @@ class Step:
         self.draft_seconds = eng._draft_seconds
         # measured-engine terms (specsim.sim.cost.model): 0 in generated profiles
         self.engine_terms = cost.has_engine_terms
+        self.tree_extra = int(cost.tree_tokens_per_request)  # a tree's unaccepted branches
+        self.tree_tokens = 0
         self.p_tok = cost.prefill_token_ms * 1e-3
         self.lut = cost.lut_seconds(None)
         self.n_lut = self.lut.shape[0]
@@ -309,7 +312,9 @@ class Step:
         """The step's token batch: each decoder's anchor and drafts, then ``prefill`` prompt
         tokens (kept as ``prefill_tokens``); the run's largest is reported (``max_b``)."""
         self.prefill_tokens = prefill
-        batch = self.n_dec + self.n_ver + prefill
+        tree = self.tree_extra
+        self.tree_tokens = tree * int(np.count_nonzero(self.lens)) if tree and self.n_ver else 0
+        batch = self.n_dec + self.n_ver + self.tree_tokens + prefill
         self.b_tokens = batch
         eng = self.eng
         if batch > eng.max_b:

@@ -194,6 +194,10 @@ class CostModel:
     # token in the table (llama-server: +3.4 ms a draft token in the tuning grid's calibration
     # steps, docs/llama-cpp.md); charged per draft token verified, accepted or not
     verify_draft_token_ms: float = 0.0
+    # a tree drafter (EAGLE on SGLang): the tokens a request verifies beyond its drafted path,
+    # the tree's other branches (num_draft_tokens - steps), in every step it speculates; 0: a
+    # chain. The step holds them (budget and price) though none is ever accepted (serving v2)
+    tree_tokens_per_request: int = 0
     max_running: int = 256
     kv_tokens: int = 1 << 20
     prefill_budget: int = 16384  # serving model v1: prompt tokens admitted per step
@@ -219,6 +223,11 @@ class CostModel:
                     f"profile {self.name!r}: {key} = {v} must be a finite number in "
                     f"[0, {MAX_COST:g}]; fix the profile header"
                 )
+        if not 0 <= self.tree_tokens_per_request <= 4096:
+            raise SpecsimError(
+                f"profile {self.name!r}: tree_tokens_per_request = "
+                f"{self.tree_tokens_per_request} must be a whole number in [0, 4096]"
+            )
         if not 0 <= self.draft_context_window <= 10**9:
             raise SpecsimError(
                 f"profile {self.name!r}: draft_context_window = {self.draft_context_window} must "
@@ -328,6 +337,7 @@ class CostModel:
             or self.accept_per_token_ms
             or self.emit_per_token_ms
             or self.verify_draft_token_ms
+            or self.tree_tokens_per_request
         )
 
     def policy_step_fn(self, step_fn, prefill_tokens: int):  # type: ignore[no-untyped-def]
@@ -457,6 +467,11 @@ class CostModel:
             **(
                 {"verify_draft_token_ms": self.verify_draft_token_ms}
                 if self.verify_draft_token_ms
+                else {}
+            ),
+            **(
+                {"tree_tokens_per_request": self.tree_tokens_per_request}
+                if self.tree_tokens_per_request
                 else {}
             ),
             "max_running": self.max_running,

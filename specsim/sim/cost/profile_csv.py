@@ -33,6 +33,7 @@ _INT_KEYS = (
     "gpus",
     "draft_context_window",
     "capture_max_tokens",
+    "tree_tokens_per_request",
 )
 _FLOAT_KEYS = COST_KEYS  # the cost model's non-negative float terms
 
