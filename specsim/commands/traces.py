@@ -45,6 +45,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="chat, code or math (published curves), or 'custom 0.8,0.7,...' (conditional "
         "acceptance per draft position)",
     )
+    syn.add_argument(
+        "--al",
+        type=float,
+        default=None,
+        help="instead of --profile: a published acceptance length (tokens a verify step emits, "
+        "bonus included) for --block-size drafts (a tree: its accepted path, its depth); one "
+        "conditional acceptance at every position",
+    )
     syn.add_argument("--requests", type=int, default=200, help="number of requests (200)")
     syn.add_argument(
         "--block-size", type=int, default=None, help="gamma (default: the profile's length)"
@@ -193,6 +201,14 @@ def _synth(args: argparse.Namespace, out) -> int:  # noqa: ANN001 - a Path from 
     from specsim.trace.synth import DEFAULT_AUROC, LogNormal, fit_profile, synth_trace
 
     name, profile = _profile(args.profile)
+    if args.al is not None:
+        from specsim.trace.synth import profile_from_al
+
+        if args.block_size is None:
+            raise SpecsimError("--al needs --block-size: the drafts (chain) or depth (tree)")
+        if not 1 <= args.block_size <= MAX_BLOCK:
+            raise SpecsimError(f"--block-size {args.block_size} must be in [1, {MAX_BLOCK}]")
+        name, profile = f"al-{args.al:g}", profile_from_al(args.al, args.block_size)
     gamma = args.block_size if args.block_size is not None else len(profile)
     if not 1 <= gamma <= MAX_BLOCK:
         raise SpecsimError(

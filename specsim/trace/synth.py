@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
@@ -90,6 +91,24 @@ def _describe(dist: Lengths) -> dict:
 def profile_tau(profile: Sequence[float]) -> float:
     """Acceptance length under full verification: 1 + sum_k prod_{i<=k} m_i."""
     return float(1.0 + np.cumprod(np.asarray(profile, dtype=np.float64)).sum())
+
+
+def profile_from_al(al: float, gamma: int) -> tuple[float, ...]:
+    """The per-position conditional acceptance of a chain of ``gamma`` drafts whose published
+    acceptance length (tokens a verify step emits, the bonus included: AL = 1 + accepted
+    drafts) is ``al``: one rate m at every position, solving 1 + m + m^2 + ... + m^gamma = AL
+    (what a paper reporting only AL lets one say). For a tree, give its AL (the accepted path's
+    length plus the bonus) and its depth: the path is a chain through the tree."""
+    if not (math.isfinite(al) and 1.0 <= al <= gamma + 1.0):
+        raise SpecsimError(
+            f"--al {al}: an acceptance length of {gamma} drafts lies in [1, {gamma + 1}] (1 + "
+            "the accepted drafts, the bonus included); give the published AL and its depth"
+        )
+    lo, hi = 0.0, 1.0
+    for _ in range(100):  # profile_tau rises with m: bisection to float precision
+        mid = (lo + hi) / 2.0
+        lo, hi = (mid, hi) if profile_tau([mid] * gamma) < al else (lo, mid)
+    return tuple([(lo + hi) / 2.0] * gamma)
 
 
 def fit_profile(profile: Sequence[float], gamma: int) -> tuple[float, ...]:

@@ -210,7 +210,7 @@ def check(dep: Deployment, engine: Engine | None = None) -> Priced:
     drafter = parse_drafter(dep.drafter, m.hidden, m.vocab, m.layers)
     body, head = weight_params(m, drafter)
     drafter_gpu = (body * bpp + head * 2.0) / dep.tp  # its own head is read in BF16
-    eng = _limits(dep, engine or ENGINES[dep.engine], drafter.drafts)
+    eng = _limits(dep, engine or ENGINES[dep.engine], drafter.drafts + drafter.tree_extra)
     p = Priced(dep, ops, eng, bpp, ebpp, kv_gpu, weights, drafter, drafter_gpu)
     if kv_tokens(p, dep.point) < 1:
         raise SpecsimError(_no_kv_room(p))

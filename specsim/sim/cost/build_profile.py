@@ -57,6 +57,7 @@ def build(dep: bd.Deployment, engine: bd.Engine | None = None
         accept_per_token_ms=bd.sampling_ms(p, pt),
         kv_read_us_per_ktoken=bd.kv_read_us_per_ktoken(p),
         attn_us_per_qk_ktoken=bd.attn_us_per_qk_ktoken(p),
+        tree_tokens_per_request=drafter.tree_extra,
         draft_curve=tuple(
             (int(r), float(max(ms, 0.0))) for r, ms in zip(reqs, dcurve, strict=True)
         ),  # fmt: skip
@@ -207,7 +208,7 @@ def bill(dep: bd.Deployment) -> tuple[CostModel, str]:
                      "profile's); the range beside it")  # fmt: skip
     lines += _table("decode (ms)", [f"{t} req = {t} tok" for t in SHOW_TOKENS],
                     _target_rows(p, model, r, r), f"decode step ({dep.point})")  # fmt: skip
-    k = drafter.drafts
+    k = drafter.drafts + drafter.tree_extra  # tokens a request verifies beyond its anchor
     if k:
         reqs = np.array(sorted({max(1, t // (k + 1)) for t in SHOW_TOKENS}), dtype=np.float64)
         toks = reqs * (k + 1)

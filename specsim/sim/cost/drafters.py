@@ -21,9 +21,12 @@ import numpy as np
 
 from specsim.errors import SpecsimError
 from specsim.sim.cost.models import MAX_HIDDEN, MAX_LAYERS, MAX_VOCAB
+from specsim.sim.cost.operators import layer_s as _layer_s
 from specsim.sim.cost.profile_csv import count
 
-KINDS = ("none", "ngram", "mtp", "dspark")
+KINDS = ("none", "ngram", "mtp", "dspark", "dflash", "eagle1", "eagle3")
+BLOCK_KINDS = ("dspark", "dflash")  # parallel block drafters, priced alike
+EAGLE = ("eagle1", "eagle3")
 NGRAM_US = (2.0, 10.0, 50.0)  # ASSUMED CPU lookup per request and step (low, mid, high)
 
 
@@ -36,21 +39,35 @@ class Drafter:
     width: int = 0
     block: int = 7
     vocab: int = 0
-    features: int = 5  # target layers whose hidden states a DSpark drafter reads
+    features: int = 5  # target layers whose hidden states a DSpark / EAGLE drafter reads
+    steps: int = 0  # EAGLE: sequential draft steps (the path's depth)
+    topk: int = 1  # EAGLE: candidates a request at each later step (1: a chain)
+    draft_tokens: int = 0  # EAGLE: tokens a request verifies, the root included (a tree's)
 
     @property
     def drafts(self) -> int:
         """Draft tokens a request sends for verification each step: the block (DSpark,
-        n-gram), K (MTP); 0 without a drafter. What a verify step's width is made of."""
+        n-gram), K (MTP), the path's depth (EAGLE); 0 without a drafter."""
         if self.kind == "none":
             return 0
+        if self.kind in EAGLE:
+            return int(self.steps)
         return int(self.layers if self.kind == "mtp" else self.block)
 
     @property
+    def tree_extra(self) -> int:
+        """Tokens a request verifies beyond its path (a tree's other branches): 0 for a chain."""
+        return max(0, self.draft_tokens - 1 - self.steps) if self.kind in EAGLE else 0
+
+    @property
     def label(self) -> str:
-        if self.kind == "dspark":
-            return (f"dspark:layers={self.layers},width={self.width},block={self.block},"
+        if self.kind in BLOCK_KINDS:
+            return (f"{self.kind}:layers={self.layers},width={self.width},block={self.block},"
                     f"vocab={self.vocab},features={self.features}")  # fmt: skip
+        if self.kind in EAGLE:
+            return (f"{self.kind}:layers={self.layers},steps={self.steps},topk={self.topk},"
+                    f"draft_tokens={self.draft_tokens},draft_vocab={self.vocab},"
+                    f"width={self.width}")  # fmt: skip
         return f"mtp:{self.layers}" if self.kind == "mtp" else self.kind
 
 
@@ -82,11 +99,11 @@ def parse_drafter(spec: str, hidden: int, vocab: int, layers: int = MAX_LAYERS) 
     """``--drafter`` text -> a Drafter with the target's defaults filled in (``layers``: the
     target's, which bounds the hidden-state features a DSpark drafter reads)."""
     kind, _, rest = spec.strip().lower().partition(":")
-    kind = "dspark" if kind == "dflash" else kind
     if kind not in KINDS:
         raise SpecsimError(
-            f"unknown --drafter {spec!r}; use none, ngram, mtp:K or "
-            "dspark:layers=5,width=4096,block=7"
+            f"unknown --drafter {spec!r}; use none, ngram, mtp:K, "
+            "dspark:layers=5,width=4096,block=7 (dflash: the same keys), or "
+            "eagle3:layers=1,steps=3,topk=1,draft_tokens=4,draft_vocab=32000 (eagle1 too)"
         )
     if kind in ("none", "ngram"):
         if rest:
@@ -95,7 +112,48 @@ def parse_drafter(spec: str, hidden: int, vocab: int, layers: int = MAX_LAYERS) 
     if kind == "mtp":
         k = _number(rest, f"--drafter {spec!r}: K", 1, MTP_MAX, "mtp:N")
         return Drafter("mtp", layers=k, block=k)
-    return Drafter("dspark", **_dspark_values(spec, rest, hidden, vocab, layers))
+    if kind in EAGLE:
+        return Drafter(kind, **_eagle_values(kind, spec, rest, hidden, vocab, layers))
+    return Drafter(kind, **_dspark_values(spec, rest, hidden, vocab, layers))
+
+
+def _parts(spec: str, rest: str, keys: tuple[str, ...]) -> dict[str, str]:
+    """``key=N`` parts of a drafter spec, each key at most once (a repeated key silently taking
+    the last value hides a typo), each key one of ``keys``."""
+    out: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in rest.split(","))):
+        key, sep, v = (x.strip() for x in part.partition("="))
+        if key not in keys or not sep:
+            raise SpecsimError(
+                f"--drafter {spec!r}: each part is key=N with key in {', '.join(keys)} "
+                "and N a whole number >= 1"
+            )
+        if key in out:
+            raise SpecsimError(f"--drafter {spec!r} gives {key} twice; give it once")
+        out[key] = v
+    return out
+
+
+def _eagle_values(kind: str, spec: str, rest: str, hidden: int, vocab: int, layers: int
+                  ) -> dict[str, int]:  # fmt: skip
+    """EAGLE's keys (layers, width, steps, topk, draft_tokens, draft_vocab, features) with
+    their defaults (:mod:`~specsim.sim.cost.eagle`) and bounds."""
+    from specsim.sim.cost.eagle import DEFAULT_STEPS, DEFAULT_TOPK, EAGLE_LIMITS, eagle_values
+
+    keys = ("layers", "width", "steps", "topk", "draft_tokens", "draft_vocab", "features")
+    given = _parts(spec, rest, keys)
+    limits = {**EAGLE_LIMITS, "width": DSPARK_LIMITS["width"], "draft_vocab": (1, MAX_VOCAB),
+              "features": (1, min(layers, 8))}  # fmt: skip
+    vals = {"layers": 1, "width": hidden, "steps": DEFAULT_STEPS, "topk": DEFAULT_TOPK,
+            "draft_tokens": 0, "draft_vocab": vocab,
+            "features": 3 if kind == "eagle3" else 1}  # fmt: skip
+    for key, v in given.items():
+        vals[key] = _number(v, f"--drafter {spec!r}: {key}", *limits[key])
+    if vals["width"] % 64:
+        raise SpecsimError(f"--drafter {spec!r}: width must be a multiple of 64")
+    vals = eagle_values(kind, vals, set(given), vocab)
+    keep = ("layers", "width", "steps", "topk", "draft_tokens", "features")
+    return {**{k: vals[k] for k in keep}, "vocab": vals["draft_vocab"], "block": vals["steps"]}
 
 
 def _dspark_values(spec: str, rest: str, hidden: int, vocab: int, layers: int) -> dict[str, int]:
@@ -103,17 +161,7 @@ def _dspark_values(spec: str, rest: str, hidden: int, vocab: int, layers: int) -
     hides a typo), each N by :func:`_number` within :data:`DSPARK_LIMITS`."""
     vals = {"layers": 5, "width": hidden, "block": 7, "vocab": vocab, "features": min(5, layers)}
     limits = {**DSPARK_LIMITS, "features": (1, min(layers, DSPARK_LIMITS["features"][1]))}
-    seen: set[str] = set()
-    for part in filter(None, (p.strip() for p in rest.split(","))):
-        key, sep, v = (x.strip() for x in part.partition("="))
-        if key not in vals or not sep:
-            raise SpecsimError(
-                f"--drafter {spec!r}: each part is key=N with key in {', '.join(vals)} "
-                "and N a whole number >= 1"
-            )
-        if key in seen:
-            raise SpecsimError(f"--drafter {spec!r} gives {key} twice; give it once")
-        seen.add(key)
+    for key, v in _parts(spec, rest, tuple(vals)).items():
         vals[key] = _number(v, f"--drafter {spec!r}: {key}", *limits[key])
     if vals["width"] % 64:
         raise SpecsimError(f"--drafter {spec!r}: width must be a multiple of 64")
@@ -127,7 +175,7 @@ def weight_params(m, drafter: Drafter) -> tuple[float, float]:  # type: ignore[n
     layers at its own width, as :func:`draft_ms` prices it."""
     if drafter.kind == "mtp":  # DeepSeek-V3's MTP modules share the target's embedding and head
         return drafter.layers * (m.attn_layer_params + 3 * m.hidden * m.intermediate), 0.0
-    if drafter.kind != "dspark":
+    if drafter.kind not in (*BLOCK_KINDS, *EAGLE):
         return 0.0, 0.0
     return _dspark_body(m, drafter), _own_head(m, drafter)
 
@@ -162,6 +210,10 @@ def draft_ms(p, drafter: Drafter, requests, point: str = "mid"):  # type: ignore
         return r * NGRAM_US[("low", "mid", "high").index(point)] / 1000.0
     o, m, tp = p.ops, p.dep.model, p.dep.tp
     launch, per_pos = p.eng.draft_launch_ms.at(point), p.eng.draft_position_us.at(point) / 1e3
+    if drafter.kind in EAGLE:
+        from specsim.sim.cost.eagle import eagle_draft_ms
+
+        return eagle_draft_ms(p, drafter, r, point)
     if drafter.kind == "mtp":  # K sequential steps of one target-like layer + LM head
         t = np.ceil(r / p.dep.dp)
         layer = _layer_s(o, t, m.hidden, m.attn_layer_params, m.intermediate, p.bpp, tp)
@@ -180,20 +232,13 @@ def draft_ms(p, drafter: Drafter, requests, point: str = "mid"):  # type: ignore
     return (drafter.layers * layer + head + fc + reduce) * 1000.0 + launch + per_pos * t
 
 
-def _layer_s(o, t, width, attn_params, inter, bpp, tp):  # type: ignore[no-untyped-def]
-    """One dense transformer layer's linear and elementwise ops (seconds)."""
-    lin = o.gemm_s(t, attn_params * bpp / tp) + o.gemm_s(t, 3 * width * inter * bpp / tp)
-    ew = 2 * o.elementwise_s("input_layernorm", t * width) + 2 * o.elementwise_s("add", t * width)
-    return lin + ew + o.elementwise_s("mlp_act", t * inter / tp) + o.launch_s[0]
-
-
 def context_us(p, drafter: Drafter) -> float:  # type: ignore[no-untyped-def]
     """µs per context token a drafter's attention reads per request and draft call (its own
     KV: K and V at its width, BF16), at the measured memory bandwidth. Split over TP as the
     target's KV is (by min(TP, KV heads); MLA's latent is replicated on every GPU: v4 divided
     it by TP), and the DP ranks read their own requests' at once (as the target's KV read)."""
     m, d = p.dep.model, p.dep
-    if drafter.kind == "dspark":  # a KV as the target's layer's, at the drafter's width
+    if drafter.kind in (*BLOCK_KINDS, *EAGLE):  # a KV as the target's layer's, at its width
         kv = drafter.layers * m.kv_elems_per_layer * (drafter.width / m.hidden) * 2.0
     elif drafter.kind == "mtp":
         kv = drafter.layers * m.kv_elems_per_layer * 2.0
@@ -206,7 +251,7 @@ def context_us(p, drafter: Drafter) -> float:  # type: ignore[no-untyped-def]
 def prefill_us(p, drafter: Drafter) -> float:  # type: ignore[no-untyped-def]
     """µs a drafter spends per prompt token (its features and KV), compute-bound."""
     m = p.dep.model
-    if drafter.kind == "dspark":
+    if drafter.kind in (*BLOCK_KINDS, *EAGLE):
         params = _dspark_body(m, drafter)
     elif drafter.kind == "mtp":
         params = drafter.layers * (m.attn_layer_params + 3 * m.hidden * m.intermediate)
@@ -216,5 +261,6 @@ def prefill_us(p, drafter: Drafter) -> float:  # type: ignore[no-untyped-def]
 
 
 __all__ = [
-    "KINDS", "Drafter", "context_us", "draft_ms", "parse_drafter", "prefill_us", "weight_params",
+    "BLOCK_KINDS", "EAGLE", "KINDS", "Drafter", "context_us", "draft_ms", "parse_drafter",
+    "prefill_us", "weight_params",
 ]  # fmt: skip

@@ -189,4 +189,19 @@ def curves(gpu: str, weight_dtype: str = "bf16", reference: str | None = None) -
     )
 
 
-__all__ = ["REFERENCE", "W4A16_NOTE", "WEIGHT_DTYPES", "OperatorCurves", "curves", "gpu_name"]
+def layer_s(o, t, width, attn_params, inter, bpp, tp):  # type: ignore[no-untyped-def]
+    """One dense transformer layer's linear and elementwise ops (seconds)."""
+    lin = o.gemm_s(t, attn_params * bpp / tp) + o.gemm_s(t, 3 * width * inter * bpp / tp)
+    ew = 2 * o.elementwise_s("input_layernorm", t * width) + 2 * o.elementwise_s("add", t * width)
+    return lin + ew + o.elementwise_s("mlp_act", t * inter / tp) + o.launch_s[0]
+
+
+__all__ = [
+    "REFERENCE",
+    "W4A16_NOTE",
+    "WEIGHT_DTYPES",
+    "layer_s",
+    "OperatorCurves",
+    "curves",
+    "gpu_name",
+]

@@ -1,0 +1,97 @@
+"""Drafters a user weighs DSpark against (issue 67, first slice): EAGLE-1 / EAGLE-3 chains and
+trees and DFlash, priced by their architecture; a tree's extra verified tokens carried into the
+step; traces from a published acceptance length."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specsim.cli import main
+from specsim.errors import SpecsimError
+from specsim.sim.cost import build as bd
+from specsim.sim.cost.build_profile import build
+from specsim.sim.cost.drafters import draft_ms, parse_drafter
+from specsim.sim.cost.models import builtin_model
+
+M = builtin_model("llama-3-8b")
+
+
+def _priced(spec: str, engine: str = "vllm"):  # noqa: ANN202
+    p = bd.check(bd.Deployment(model=M, gpu="H100", engine=engine, drafter=spec))
+    return p, p.drafter
+
+
+def test_eagle_specs_take_the_engines_shapes_and_their_defaults():
+    d = parse_drafter("eagle3", M.hidden, M.vocab, M.layers)
+    assert (d.steps, d.topk, d.draft_tokens, d.vocab, d.features) == (3, 1, 4, 32_000, 3)
+    assert d.drafts == 3 and d.tree_extra == 0  # a chain: root + 3 drafts verified
+    tree = parse_drafter("eagle3:steps=5,topk=8", M.hidden, M.vocab, M.layers)
+    assert tree.draft_tokens == 41 and tree.tree_extra == 41 - 1 - 5  # 1 + 5 x 8
+    sglang = parse_drafter("eagle3:steps=5,topk=8,draft_tokens=64", M.hidden, M.vocab)
+    assert sglang.draft_tokens == 64 and sglang.tree_extra == 64 - 1 - 5  # SGLang's own
+    e1 = parse_drafter("eagle1:steps=4", M.hidden, M.vocab, M.layers)
+    assert e1.vocab == M.vocab and e1.features == 1  # EAGLE-1: full vocabulary, last layer
+    assert parse_drafter("dflash:layers=2,block=8", M.hidden, M.vocab).kind == "dflash"
+
+
+@pytest.mark.parametrize(
+    "spec, match",
+    [("eagle3:steps=0", "steps"), ("eagle3:topk=99", "topk"), ("eagle3:steps=3,steps=4", "twice"),
+     ("eagle3:draft_tokens=2", "must hold the root and the path"), ("eagle3:depth=3", "key=N"),
+     ("eagle3:steps=3,topk=2,draft_tokens=12", "at most every candidate"),
+     ("eagle2", "unknown --drafter")],
+)  # fmt: skip
+def test_a_bad_eagle_spec_is_one_line(spec, match):
+    with pytest.raises(SpecsimError, match=match):
+        parse_drafter(spec, M.hidden, M.vocab, M.layers)
+
+
+def test_an_eagle_draft_step_is_a_small_layer_not_a_target_layer():
+    """EAGLE-3's 3 steps of one layer over a 32k head cost less than MTP's 3 target-like
+    layers over the full vocabulary (the stand-in the issue names), and grow with steps."""
+    r = np.array([1, 16, 64])
+    e3 = draft_ms(*_priced("eagle3"), r)
+    mtp = draft_ms(*_priced("mtp:3"), r)
+    assert np.all(e3 < mtp)
+    e3_5 = draft_ms(*_priced("eagle3:steps=5"), r)
+    assert np.all(e3_5 > e3)
+    tree = draft_ms(*_priced("eagle3:steps=5,topk=8"), r)
+    assert np.all(tree > e3_5)  # topk candidates a request at each later step
+
+
+def test_a_trees_extra_tokens_are_in_the_profile_and_the_verify_step():
+    from specsim.sim.simulate import replay
+
+    chain = build(bd.Deployment(model=M, gpu="H100", engine="sglang", drafter="eagle3:steps=5"))[0]
+    tree = build(bd.Deployment(model=M, gpu="H100", engine="sglang",
+                               drafter="eagle3:steps=5,topk=8,draft_tokens=32"))[0]  # fmt: skip
+    assert chain.tree_tokens_per_request == 0 and tree.tree_tokens_per_request == 26
+    kw = dict(concurrency=16, requests=64, seed=0)
+    a = replay("synthetic-chat", "static:5", profile=chain, **kw).summary
+    b = replay("synthetic-chat", "static:5", profile=tree, **kw).summary
+    assert b["mean_batch_tokens"] > a["mean_batch_tokens"] + 16  # the branches ride along
+    assert b["sim_time_s"] > a["sim_time_s"] and b["tau"] == pytest.approx(a["tau"])
+
+
+def test_the_bill_shows_a_trees_verify_width(capsys):
+    assert main(["profile", "build", "--model", "llama-3-8b", "--gpu", "h100", "--engine",
+                 "sglang", "--drafter", "eagle3:steps=5,topk=8,draft_tokens=32"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "1 req x 32 = 32 tok" in out and "drafter (eagle3)" in out
+
+
+def test_a_trace_from_a_published_acceptance_length(tmp_path, capsys):
+    from specsim.trace.io import read_trace
+    from specsim.trace.synth import profile_from_al, profile_tau
+
+    prof = profile_from_al(3.2, 3)
+    assert profile_tau(prof) == pytest.approx(3.2, abs=1e-9) and len(set(prof)) == 1
+    out = tmp_path / "al.parquet"
+    assert main(["traces", "synth", "--al", "3.2", "--block-size", "3", "--requests", "60",
+                 "--out", str(out)]) == 0  # fmt: skip
+    assert read_trace(out).block_size == 3
+    assert main(["traces", "synth", "--al", "5", "--block-size", "3", "--out",
+                 str(tmp_path / "x.parquet")]) == 2  # fmt: skip
+    assert "lies in [1, 4]" in capsys.readouterr().err
+    assert main(["traces", "synth", "--al", "3", "--out", str(tmp_path / "y.parquet")]) == 2
