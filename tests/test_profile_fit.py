@@ -178,3 +178,29 @@ def test_a_baseline_csv_without_its_columns_or_a_folder_is_one_line(tmp_path, ca
     (tmp_path / "b.csv").write_text("concurrency,tok_s\n1,100\n")
     _refused(capsys, tmp_path, [str(tmp_path / "b.csv")], "lacks column(s)")
     _refused(capsys, tmp_path, [str(tmp_path)], "not a folder")
+
+
+def test_a_trace_far_from_the_runs_lengths_is_warned_about(world, tmp_path):
+    """Runs of 400 / 200 tokens fit the terms their steps exercised; a workload of other lengths
+    is warned about by replay and tune (the fit may not hold there), and one alike is not."""
+    import warnings
+
+    from specsim.sim.cost.fit import lengths_warning
+    from specsim.sim.simulate import replay
+    from specsim.trace.io import read_trace
+
+    built, truth, runs = world
+    model = fitted_profile(built, fit(built, [runs[1], runs[32]]))
+    alike = replace(runs[1], prompt_tokens=500.0, output_tokens=300.0)  # within 2x: silent
+    near = fitted_profile(built, fit(built, [alike, replace(runs[32], prompt_tokens=500.0,
+                                                            output_tokens=300.0)]))  # fmt: skip
+    chat = read_trace("traces/synthetic-chat.parquet")  # ~500 prompt / ~220 output tokens
+    far = replace(model, meta={**model.meta, "baseline_lengths": "8000:2000"})
+    assert lengths_warning(far, chat) and "fit on runs of this workload" in lengths_warning(
+        far, chat
+    )
+    assert lengths_warning(near, chat) is None
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        replay(chat, "ar", concurrency=4, requests=16, profile=far)
+    assert any("fitted on runs whose requests differ" in str(w.message) for w in got)

@@ -239,6 +239,12 @@ def _replay(trace, policy, cfg: ReplayConfig, progress) -> ReplayResult:  # noqa
             f"{raw.max_batch_tokens}, {cost.beyond_table()}",
             stacklevel=2,
         )
+    if cost.meta.get("baseline_lengths"):  # fitted on the user's runs: are they this workload?
+        from specsim.sim.cost.fit import lengths_warning
+
+        far = lengths_warning(cost, tr)
+        if far:
+            warnings.warn(far, stacklevel=2)
     config = {
         "trace": tr.path or "<in-memory>",
         "trace_requests": tr.n_requests,

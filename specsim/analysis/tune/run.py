@@ -286,7 +286,12 @@ def tune(trace: Any, cfg: TuneConfig, progress: Any = None) -> TuneResult:
         results.append(lr)
     extra: dict[str, Any] = {}
     if profile.meta.get("fit_residual"):  # a profile fitted on the operator's own baseline
+        from specsim.sim.cost.fit import lengths_warning
+
         extra["fit_residual"] = profile.meta["fit_residual"]
+        far = lengths_warning(profile, tr)
+        if far:
+            results = [replace(lr, warnings=(*lr.warnings, far)) for lr in results]
         extra["fitted"] = profile.meta.get("fitted", "")
         extra["baseline_tok_s"] = _baseline(profile.meta.get("baseline_tok_s", ""))
     sched = tuned_schedule(results, obj) if cfg.engine == "trtllm" and cfg.closed else None
