@@ -185,7 +185,7 @@ def test_a_trace_far_from_the_runs_lengths_is_warned_about(world, tmp_path):
     is warned about by replay and tune (the fit may not hold there), and one alike is not."""
     import warnings
 
-    from specsim.sim.cost.fit import lengths_warning
+    from specsim.sim.cost.baseline import lengths_warning
     from specsim.sim.simulate import replay
     from specsim.trace.io import read_trace
 

@@ -240,7 +240,7 @@ def _replay(trace, policy, cfg: ReplayConfig, progress) -> ReplayResult:  # noqa
             stacklevel=2,
         )
     if cost.meta.get("baseline_lengths"):  # fitted on the user's runs: are they this workload?
-        from specsim.sim.cost.fit import lengths_warning
+        from specsim.sim.cost.baseline import lengths_warning
 
         far = lengths_warning(cost, tr)
         if far:

@@ -286,7 +286,7 @@ def tune(trace: Any, cfg: TuneConfig, progress: Any = None) -> TuneResult:
         results.append(lr)
     extra: dict[str, Any] = {}
     if profile.meta.get("fit_residual"):  # a profile fitted on the operator's own baseline
-        from specsim.sim.cost.fit import lengths_warning
+        from specsim.sim.cost.baseline import lengths_warning
 
         extra["fit_residual"] = profile.meta["fit_residual"]
         far = lengths_warning(profile, tr)

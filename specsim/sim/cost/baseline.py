@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from specsim.errors import SpecsimError
 from specsim.sim.cost import profile_csv as rules
 
@@ -190,4 +192,30 @@ def _one(text: str) -> bool:
     return True
 
 
-__all__ = ["CSV_COLUMNS", "BaselinePoint", "read_baseline"]
+LENGTH_SPAN = 2.0  # a trace whose mean prompt or output is over 2x off the runs' is warned
+
+
+def lengths_warning(model: Any, trace: Any) -> str | None:
+    """One line when ``trace``'s requests are far from the runs a fitted ``model`` was fitted
+    on (mean prompt or output tokens off by more than ``LENGTH_SPAN``x): the fitted terms hold
+    for the steps those runs made (their prompt chunks, their contexts), not for other ones."""
+    text = (model.meta or {}).get("baseline_lengths", "")
+    try:
+        p_fit, o_fit = (float(x) for x in text.split(":"))
+    except ValueError:
+        return None
+    p_tr = float(np.mean(trace.prompt_len))
+    o_tr = float(np.mean(trace.output_len))
+    off = [(n, a, b) for n, a, b in (("prompt", p_tr, p_fit), ("output", o_tr, o_fit))
+           if a > LENGTH_SPAN * b or b > LENGTH_SPAN * a]  # fmt: skip
+    if not off:
+        return None
+    what = ", ".join(f"{n} {a:,.0f} tokens against the runs' {b:,.0f}" for n, a, b in off)
+    return (
+        f"profile {model.name!r} was fitted on runs whose requests differ from this trace's "
+        f"({what}, means): its fitted terms may not hold here; fit on runs of this workload's "
+        "lengths"
+    )
+
+
+__all__ = ["CSV_COLUMNS", "BaselinePoint", "lengths_warning", "read_baseline"]

@@ -25,7 +25,6 @@ the runs disagree with each other or are not this deployment).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
 
 import numpy as np
 
@@ -163,32 +162,6 @@ def _check(f: Fit) -> None:
         )
 
 
-LENGTH_SPAN = 2.0  # a trace whose mean prompt or output is over 2x off the runs' is warned
-
-
-def lengths_warning(model: CostModel, trace: Any) -> str | None:
-    """One line when ``trace``'s requests are far from the runs a fitted ``model`` was fitted
-    on (mean prompt or output tokens off by more than ``LENGTH_SPAN``x): the fitted terms hold
-    for the steps those runs made (their prompt chunks, their contexts), not for other ones."""
-    text = (model.meta or {}).get("baseline_lengths", "")
-    try:
-        p_fit, o_fit = (float(x) for x in text.split(":"))
-    except ValueError:
-        return None
-    p_tr = float(np.mean(trace.prompt_len))
-    o_tr = float(np.mean(trace.output_len))
-    off = [(n, a, b) for n, a, b in (("prompt", p_tr, p_fit), ("output", o_tr, o_fit))
-           if a > LENGTH_SPAN * b or b > LENGTH_SPAN * a]  # fmt: skip
-    if not off:
-        return None
-    what = ", ".join(f"{n} {a:,.0f} tokens against the runs' {b:,.0f}" for n, a, b in off)
-    return (
-        f"profile {model.name!r} was fitted on runs whose requests differ from this trace's "
-        f"({what}, means): its fitted terms may not hold here; fit on runs of this workload's "
-        "lengths"
-    )
-
-
 def _apply(model: CostModel, scale: float, step: float, per_req: float) -> CostModel:
     """``model`` with its GPU time scaled and the engine's terms replaced (meta unchanged)."""
     return replace(
@@ -228,5 +201,5 @@ def fitted_profile(model: CostModel, f: Fit) -> CostModel:
 
 __all__ = [
     "MAX_RESIDUAL", "S_RANGE", "Fit", "fit", "fitted_profile", "gpu_ms", "predict_tpot",
-    "simulated_tpot", "lengths_warning",
+    "simulated_tpot",
 ]  # fmt: skip
