@@ -23,18 +23,10 @@ import pyarrow.parquet as pq
 import pytest
 from test_fuzz_cli import run
 from test_real_deployments import TINY, _toml
+from test_reliability_v4 import _refused
 
 ROOT = Path(__file__).resolve().parent.parent
 EXECUTE = ROOT / "notebooks" / "execute.py"
-
-
-def _refused(argv: list[str], *says: str) -> str:
-    rc, _, err = run(argv)
-    assert rc == 2, (argv, rc, err)
-    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
-    for word in says:
-        assert word in err, (word, err)
-    return err
 
 
 def _script(path: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_reliability_v4_profile import refused
 
 from specsim.cli import main
 from specsim.sim.cost.model import CostModel
@@ -36,25 +37,6 @@ LLAMA_8B = {
     "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256,
 }  # fmt: skip
 MOE = {**LLAMA_8B, "num_experts": 64, "num_experts_per_tok": 4, "moe_intermediate_size": 1408}
-
-
-def refused(capsys, argv: list, out_dir: Path | None, *words: str) -> str:  # type: ignore[no-untyped-def]
-    """Run the CLI; assert exit 2, one error line holding ``words``, no traceback, and (with
-    ``out_dir``) nothing written there."""
-    try:
-        rc = main([str(a) for a in argv])
-    except SystemExit as exc:  # argparse's one-line refusal of a bad flag value
-        rc = exc.code
-    err = capsys.readouterr().err
-    lines = err.strip().splitlines()
-    assert rc == 2, err
-    assert len(lines) == 1 and ": error: " in lines[0], err
-    assert "Traceback" not in err and "internal error" not in err, err
-    for w in words:
-        assert w in lines[0], (w, lines[0])
-    if out_dir is not None:
-        assert sorted(p.name for p in out_dir.iterdir()) == []
-    return lines[0]
 
 
 def build_argv(model, out: Path, *extra: str) -> list[str]:  # type: ignore[no-untyped-def]
