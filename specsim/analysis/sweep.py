@@ -165,9 +165,9 @@ def build_cells(
     # a shipped name (chat, traces/chat.parquet) becomes its file here, once, as replay does:
     # every later step (digest, workers, the table's trace_path) reads that file
     trace_list = [str(resolve_trace(t)) for t in names]
-    pol_list = (
-        [p.strip() for p in policies.split(",")] if isinstance(policies, str) else list(policies)
-    )
+    from specsim.options import split_items
+
+    pol_list = split_items(policies, "policies") if isinstance(policies, str) else list(policies)
     arrivals = (options or {}).get("arrivals")
     if arrivals is not None:
         if concurrency is not None or rates is not None:

@@ -86,7 +86,9 @@ def register(subparsers) -> None:
 
 
 def _checks(text: str) -> tuple[str, ...]:
-    names = tuple(c.strip() for c in text.split(",") if c.strip())
+    from specsim.options import split_items
+
+    names = tuple(split_items(text, "--checks"))
     bad = [c for c in names if c not in ("exact", "edge", "statistical")]
     if bad or not names:
         raise SpecsimError(

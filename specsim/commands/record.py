@@ -218,12 +218,13 @@ def run_train(args: argparse.Namespace) -> int:
 
 def run_profile(args: argparse.Namespace) -> int:
     _threads(args)
+    from specsim.options import split_items
     from specsim.record.models import load_target, threads_in_use
     from specsim.record.step_timing import profile_target, write_profile
 
     try:
-        batches = [int(x) for x in args.batch_tokens.split(",")]
-        contexts = [int(x) for x in args.contexts.split(",")]
+        batches = [int(x) for x in split_items(args.batch_tokens, "--batch-tokens")]
+        contexts = [int(x) for x in split_items(args.contexts, "--contexts")]
     except ValueError:
         raise SpecsimError("--batch-tokens and --contexts take comma-separated integers") from None
     if args.out.exists() and not args.force:

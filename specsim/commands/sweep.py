@@ -83,8 +83,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from specsim.analysis.grid import parse_numbers
+    from specsim.options import split_items
 
-    policies = [s.strip() for s in args.policies.split(",") if s.strip()]
+    policies = split_items(args.policies, "--policies")
     conc = parse_numbers(args.concurrency, "--concurrency") if args.concurrency else None
     rates = parse_numbers(args.rates, "--rates") if args.rates else None
     opts = {"sla_tps": args.sla_tps, "cv": resolve_cv(args), "arrivals": args.arrivals}

@@ -69,19 +69,21 @@ def _number(obj: dict, key: str, where: str, *, whole: bool = False, positive: b
     return float(v)
 
 
-def _refuse_speculation(obj: dict, where: str) -> None:
+def refuse_speculation(obj: dict, where: str) -> None:
+    """One line when a benchmark result says speculation was on (any key engines write for it):
+    the one rule for ``profile fit`` and ``profile import bench``."""
     for key in SPEC_KEYS:
         v = obj.get(key)
         if v not in (None, 0, 0.0, "", False) and not (isinstance(v, float) and math.isnan(v)):
             raise SpecsimError(
-                f"{where} ran with speculation ({key} = {v!r}): profile fit reads the "
-                "deployment without it; run the benchmark with speculation off"
+                f"{where} ran with speculation ({key} = {v!r}): its steps hold an unknown "
+                "number of tokens; run the benchmark with speculation off"
             )
 
 
 def _from_bench_json(obj: dict, where: str) -> BaselinePoint:
     """vLLM's and SGLang's result object (the same key names)."""
-    _refuse_speculation(obj, where)
+    refuse_speculation(obj, where)
     if obj.get("max_concurrency") in (None, 0):
         raise SpecsimError(
             f"{where} has no max_concurrency: run the benchmark as a closed loop "
@@ -106,7 +108,7 @@ def _from_specsim(obj: dict, where: str) -> BaselinePoint:
     if not (isinstance(s, dict) and isinstance(cfg, dict)):
         raise SpecsimError(f"{where}: 'summary' and 'config' must be objects, as 'specsim bench "
                            "--json' writes them")  # fmt: skip
-    _refuse_speculation({"num_drafts": s.get("draft_tokens")}, where)
+    refuse_speculation({"num_drafts": s.get("draft_tokens")}, where)
     c = int(_number(cfg, "concurrency", where, whole=True))
     done = _number(s, "requests_completed", where)
     return BaselinePoint(
@@ -218,4 +220,4 @@ def lengths_warning(model: Any, trace: Any) -> str | None:
     )
 
 
-__all__ = ["CSV_COLUMNS", "BaselinePoint", "lengths_warning", "read_baseline"]
+__all__ = ["CSV_COLUMNS", "BaselinePoint", "lengths_warning", "read_baseline", "refuse_speculation"]

@@ -374,6 +374,8 @@ def from_sglang(path: str | os.PathLike, *, name: str | None = None, **scalars: 
 
 
 def bench_point(path: str | os.PathLike) -> tuple[int, float, str]:
+    from specsim.sim.cost.baseline import refuse_speculation
+
     """(concurrency, median ITL ms, kind) of one bench result file without speculation."""
     obj = _json_object(path, "bench result")
     where = f"bench result {str(path)!r}"
@@ -385,15 +387,10 @@ def bench_point(path: str | os.PathLike) -> tuple[int, float, str]:
                 "--json' writes them; give that file unedited"
             )
         conc, itl, kind = cfg.get("concurrency"), s.get("itl_ms_p50"), "specsim bench"
-        spec = s.get("draft_tokens", 0)
+        refuse_speculation({"num_drafts": s.get("draft_tokens")}, where)
     else:  # vllm bench serve --save-result
         conc, itl, kind = obj.get("max_concurrency"), obj.get("median_itl_ms"), "vllm bench"
-        spec = obj.get("spec_decode_num_drafts") or obj.get("num_drafts") or 0
-    if spec:
-        raise SpecsimError(
-            f"{where} ran with speculation: its steps hold an unknown number of tokens; "
-            "import runs without speculation (one per concurrency)"
-        )
+        refuse_speculation(obj, where)
     if conc is None or itl is None:
         raise SpecsimError(
             f"{where} has no closed-loop concurrency and median ITL (run the benchmark with "
