@@ -23,10 +23,11 @@ import pytest
 
 from specsim.cli import main
 from specsim.errors import SpecsimError
-from specsim.sim.cost.model import CostModel, dense_lookup
+from specsim.sim.cost.model import CostModel
 from specsim.sim.cost.profile_export import engine_step_ms, to_table, to_vllm_adaptive
 from specsim.sim.cost.profile_import import from_bench, from_table, from_vllm_adaptive
 from specsim.sim.cost.profiles import get_profile
+from specsim.sim.cost.tables import dense_lookup
 
 VLLM = resources.files("specsim") / "data" / "published" / "vllm-adaptive-verification"
 

@@ -32,12 +32,12 @@ from specsim.errors import SpecsimError
 from specsim.sim.cost import calibration as cal
 from specsim.sim.cost.assumed import Assumed
 from specsim.sim.cost.drafters import Drafter, parse_drafter, weight_params
-from specsim.sim.cost.model import MAX_PROFILE_BATCH
 from specsim.sim.cost.models import ModelArch, check_arch
 from specsim.sim.cost.operators import WEIGHT_DTYPES, OperatorCurves, curves, gpu_name
 from specsim.sim.cost.paths import ar_latency, expert_flops
 from specsim.sim.cost.profile_csv import count
 from specsim.sim.cost.profiles import cuda_graph_buckets, distinct_experts
+from specsim.sim.cost.tables import MAX_PROFILE_BATCH
 
 KV_DTYPES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
 POINTS = ("low", "mid", "high")

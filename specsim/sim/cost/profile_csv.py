@@ -23,7 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from specsim.errors import SpecsimError
-from specsim.sim.cost.model import COST_KEYS, MAX_PROFILE_BATCH, CostModel
+from specsim.sim.cost.model import CostModel
+from specsim.sim.cost.tables import COST_KEYS, MAX_PROFILE_BATCH
 
 _INT_KEYS = (
     "max_running",

@@ -22,7 +22,8 @@ import numpy as np
 
 from specsim.errors import SpecsimError
 from specsim.sim.cost import profile_csv as rules
-from specsim.sim.cost.model import MAX_PROFILE_BATCH, CostModel
+from specsim.sim.cost.model import CostModel
+from specsim.sim.cost.tables import MAX_PROFILE_BATCH
 
 EXPORT_FORMATS = ("vllm-adaptive", "trtllm", "sglang", "table")
 
