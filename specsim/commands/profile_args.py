@@ -82,4 +82,5 @@ def _deployment(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         weight_dtype=args.weight_dtype or "", kv_dtype=args.kv_dtype, engine=args.engine,
         drafter=args.drafter, point=args.assume, capture=args.capture,
         max_running=args.max_num_seqs, max_batched_tokens=args.max_num_batched_tokens,
+        graph_mode=args.graph_mode,
     )  # fmt: skip

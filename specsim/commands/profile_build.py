@@ -31,8 +31,9 @@ def add_build_args(acts: argparse._SubParsersAction) -> None:
         help="anchor a built profile on your own benchmark runs without speculation (two or "
         "more concurrencies) and write it",
         description="The deployment as profile build takes it, plus --baseline: vllm bench "
-        "serve --save-result JSON, sglang.bench_serving JSONL, specsim bench --json output, or "
-        "a CSV (concurrency, prompt_tokens, output_tokens, output_tok_s, mean_tpot_ms). The "
+        "serve --save-result JSON, sglang.bench_serving JSONL, trtllm-bench --streaming "
+        "--report_json JSON, specsim bench --json output, or a CSV (concurrency, prompt_tokens, "
+        "output_tokens, output_tok_s, mean_tpot_ms). The "
         "built profile's GPU time, fixed step cost and per-request cost are fitted to the runs' "
         "TPOT; the drafter stays as built. docs/vllm.md, 'Anchor on your baseline'.",
     )
@@ -65,12 +66,20 @@ def _deployment_args(b: argparse.ArgumentParser) -> None:
     b.add_argument("--kv-dtype", choices=("bf16", "fp16", "fp8"), default="bf16")
     b.add_argument("--engine", choices=("vllm", "sglang", "trtllm"), default="vllm")
     b.add_argument("--drafter", default="none",
-                   help="none, ngram, mtp:K, or dspark:layers=5,width=4096,block=7")  # fmt: skip
+                   help="none, ngram, mtp:K, dspark:layers=5,width=4096,block=7, or "
+                   "eagle3:layers=1,steps=3,topk=1,draft_tokens=4 (eagle1: the same "
+                   "keys)")  # fmt: skip
     b.add_argument("--capture", type=_engine_limit, default=0, metavar="N",
                    help="the engine's CUDA-graph capture limit, in its unit: vLLM's "
                    "max_cudagraph_capture_size (tokens), SGLang's --cuda-graph-max-bs "
                    "(requests), TensorRT-LLM tokens (default: the engine's rule for this GPU "
                    "and draft length, printed)")  # fmt: skip
+    b.add_argument("--graph-mode", default="", metavar="MODE",
+                   choices=("", "full_and_piecewise", "piecewise", "full_decode_only", "none"),
+                   help="what a captured step replays: full_and_piecewise (vLLM v1's "
+                   "default: prefill and mixed steps piecewise, attention eager), piecewise, "
+                   "full_decode_only (prefill and mixed steps eager; SGLang's and "
+                   "TensorRT-LLM's assumed default) or none (--enforce-eager)")  # fmt: skip
     b.add_argument("--max-num-seqs", type=_engine_limit, default=0, metavar="N",
                    help="requests running at once per DP rank (default 256)")  # fmt: skip
     b.add_argument("--max-num-batched-tokens", type=_engine_limit, default=0, metavar="N",

@@ -62,6 +62,8 @@ class Engine:
     draft_launch_ms: Assumed  # a draft call's fixed cost (launches, CPU, sampling setup)
     draft_position_us: Assumed  # per drafted position (its sampling and confidence)
     capture_rule: str = ""  # how capture_max_tokens was set (graphs.capture), for the printout
+    graph_mode: str = "full_and_piecewise"  # what a captured step replays (graphs.MODES)
+    mode_rule: str = ""  # how graph_mode was set, for the printout
 
 
 def _fitted(key: str, why: str, carried: bool = False) -> Assumed:
@@ -154,6 +156,7 @@ class Deployment:
     capture: int = 0
     max_running: int = 0  # max running requests per DP rank (0: the engine's default)
     max_batched_tokens: int = 0  # per step and DP rank (0: the engine's default)
+    graph_mode: str = ""  # --graph-mode (graphs.MODES; "": the engine's default)
 
     @property
     def gpus(self) -> int:
@@ -241,7 +244,7 @@ def _limits(dep: Deployment, eng: Engine, drafts: int = 0) -> Engine:
     """The engine with the deployment's own limits per DP rank, each checked, the capture limit
     by the engine's rule for this GPU and draft length (:mod:`~specsim.sim.cost.graphs`), and
     each checked again times the DP ranks against what a profile holds (naming --dp)."""
-    from specsim.sim.cost.graphs import capture
+    from specsim.sim.cost.graphs import capture, graph_mode
 
     limits = {"--capture": dep.capture, "--max-num-seqs": dep.max_running,
               "--max-num-batched-tokens": dep.max_batched_tokens}  # fmt: skip
@@ -252,7 +255,9 @@ def _limits(dep: Deployment, eng: Engine, drafts: int = 0) -> Engine:
                   max_batched_tokens=dep.max_batched_tokens or eng.max_batched_tokens)  # fmt: skip
     cap = capture(eng.name, dep.gpu, drafts, eng.max_running, eng.max_batched_tokens,
                   dep.capture)  # fmt: skip
-    eng = replace(eng, capture_max_tokens=cap.tokens, capture_rule=cap.rule)
+    mode, mode_rule = graph_mode(eng.name, dep.graph_mode)
+    eng = replace(eng, capture_max_tokens=cap.tokens, capture_rule=cap.rule, graph_mode=mode,
+                  mode_rule=mode_rule)  # fmt: skip
     for key, hi in PROFILE_LIMITS.items():
         per_rank = getattr(eng, key)
         if per_rank * dep.dp > hi:
@@ -403,15 +408,27 @@ def prefill_attention_us_per_token(p: Priced, prompt_tokens: float) -> float:
 
 
 def table_ms(p: Priced, batch) -> np.ndarray:  # type: ignore[no-untyped-def]
-    """The profile's table at ``batch`` tokens before the running maximum: every measured term,
-    and past the capture limit (eager) the CPU's time to launch the step's kernels on top
-    (:mod:`~specsim.sim.cost.eager`); the engine's per-step and per-request terms stay separate."""
-    from specsim.sim.cost.eager import launch_ms
+    """The profile's table at ``batch`` tokens (a uniform decode / verify step) before the
+    running maximum: every measured term, and the CPU's launches where the step is not one full
+    graph: past the capture limit (eager) every kernel, inside it what the graph mode leaves
+    eager (:mod:`~specsim.sim.cost.eager`); the engine's per-step and per-request terms stay
+    separate, as does what a step holding prompt tokens adds (:func:`mixed_step_ms`)."""
+    from specsim.sim.cost.eager import launch_ms, mode_kernels
 
     gpu = sum(step_terms(p, batch).values())
     b = np.asarray(batch, dtype=np.float64)
     eager = b > p.eng.capture_max_tokens * p.dep.dp
-    return np.where(eager, gpu + launch_ms(p), gpu)
+    return np.where(eager, gpu + launch_ms(p), gpu + launch_ms(p, mode_kernels(p, True)))
+
+
+def mixed_step_ms(p: Priced) -> float:
+    """What a step holding prompt tokens (a non-uniform batch) pays inside the capture range
+    beyond a uniform step of its size: the launches its graph mode adds (vLLM's default runs it
+    piecewise, attention eager; SGLang and TensorRT-LLM run it without graphs). Past the
+    capture range every step is eager and the table holds it."""
+    from specsim.sim.cost.eager import launch_ms, mode_kernels
+
+    return launch_ms(p, mode_kernels(p, False) - mode_kernels(p, True))
 
 
 def table_points(p: Priced) -> np.ndarray:
@@ -436,6 +453,6 @@ def pad_to_table(model, batch) -> np.ndarray:  # type: ignore[no-untyped-def]
 __all__ = [
     "ENGINES", "KV_DTYPES", "MAX_DEGREE", "Assumed", "Deployment", "Engine", "Priced", "check",
     "attn_us_per_qk_ktoken", "degree", "hbm_free", "kv_read_us_per_ktoken", "kv_tokens",
-    "pad_to_table",
+    "mixed_step_ms", "pad_to_table",
     "sampling_ms", "step_terms", "table_ms", "table_points",
 ]  # fmt: skip

@@ -58,6 +58,7 @@ def build(dep: bd.Deployment, engine: bd.Engine | None = None
         kv_read_us_per_ktoken=bd.kv_read_us_per_ktoken(p),
         attn_us_per_qk_ktoken=bd.attn_us_per_qk_ktoken(p),
         tree_tokens_per_request=drafter.tree_extra,
+        mixed_step_ms=bd.mixed_step_ms(p),
         draft_curve=tuple(
             (int(r), float(max(ms, 0.0))) for r, ms in zip(reqs, dcurve, strict=True)
         ),  # fmt: skip
@@ -67,7 +68,7 @@ def build(dep: bd.Deployment, engine: bd.Engine | None = None
         kv_tokens=bd.kv_tokens(p, pt),  # >= 1: check refuses a deployment without room
         max_batched_tokens=eng.max_batched_tokens * dep.dp,
         gpus=dep.gpus,
-        interpolation="step",
+        interpolation="linear" if eng.graph_mode == "none" else "step",  # eager: no padding
         capture_max_tokens=int(eng.capture_max_tokens * dep.dp),
         meta=meta,
     )
@@ -179,18 +180,34 @@ def _long_context_line(p: bd.Priced, model: CostModel, k: int) -> str:
 def _graphs_line(p: bd.Priced, model: CostModel) -> str:
     """Where the captured graphs end (the engine's rule or the user's, with its source) and what
     a step past them adds: the CPU's launches of its kernels (``eager``)."""
-    from specsim.sim.cost.eager import kernels
+    from specsim.sim.cost.eager import kernels, mode_kernels
 
     e, d = p.eng, p.dep
     n = kernels(d.model, d.tp, d.ep)
-    floor = [n * e.launch_us.at(q) / 1000.0 for q in bd.POINTS]
     at = bd.POINTS.index(d.point)
+
+    def ms(count: float) -> str:
+        lo, mid, hi = (count * e.launch_us.at(q) / 1000.0 for q in bd.POINTS)
+        return f"+{(lo, mid, hi)[at]:.1f} ms ({lo:.1f}-{hi:.1f})"
+
     extra = f", {d.model.extra_kernels:g} a layer FITTED for V4" if d.model.extra_kernels else ""
+    if e.graph_mode == "none":
+        return (
+            f"  CUDA graphs: none ({e.mode_rule}): every step runs eager: {ms(n)}: {n:,.0f} "
+            f"kernels launched{extra}, {e.launch_us.at(d.point):g} us each ({e.launch_us.why})"
+        )
+    uniform, mixed = mode_kernels(p, True), mode_kernels(p, False)
+    inside = (
+        f"a uniform decode / verify step replays a full graph, {ms(mixed)} for a step holding "
+        f"prompt tokens ({mixed:,.0f} launches)" if not uniform
+        else f"every step {ms(uniform)} ({uniform:,.0f} launches)"
+    )  # fmt: skip
     return (
         f"  CUDA graphs: steps to {model.capture_max_tokens:,} tokens captured ({e.capture_rule}"
-        f"{f'; x {d.dp} DP ranks' if d.dp > 1 else ''}); a step past them runs eager: +"
-        f"{floor[at]:.1f} ms ({floor[0]:.1f}-{floor[2]:.1f}): {n:,.0f} kernels launched{extra}, "
-        f"{e.launch_us.at(d.point):g} us each ({e.launch_us.why})"
+        f"{f'; x {d.dp} DP ranks' if d.dp > 1 else ''}); a step past them runs eager: "
+        f"{ms(n)}: {n:,.0f} kernels launched{extra}, {e.launch_us.at(d.point):g} us each "
+        f"({e.launch_us.why})\n"
+        f"  graph mode {e.graph_mode} ({e.mode_rule}): inside the captured sizes {inside}"
     )
 
 

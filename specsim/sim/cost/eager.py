@@ -30,6 +30,11 @@ SHARED = 3  # shared experts: gate-up, activation, down
 EP_A2A = 2  # expert parallelism: dispatch and combine
 TP_AR = 2  # tensor parallelism: two all-reduces a layer
 HEAD = 8  # once a step: final norm, LM head, logits gather, sampling kernels
+# a piecewise step: attention runs eager between the graph pieces, so each layer launches its
+# attention op's kernels (GQA: KV-cache write, attention; MLA's op also absorbs q and
+# up-projects the output) and replays one piece (``cudaGraphLaunch``)
+PIECE_ATTN = {"gqa": 2, "mla": 4}
+PIECE = 1
 
 
 def kernels(m: Any, tp: int, ep: int) -> float:
@@ -41,11 +46,31 @@ def kernels(m: Any, tp: int, ep: int) -> float:
     return float(m.layers * per + dense * MLP + m.moe_layers * moe + HEAD)
 
 
-def launch_ms(p: Any) -> float:
+def piecewise_kernels(m: Any) -> float:
+    """Launches a PIECEWISE step of model ``m`` makes on the CPU: per layer its eager attention
+    op and one graph piece, plus the piece after the last layer."""
+    attn = PIECE_ATTN["mla" if m.attn_params else "gqa"]
+    return float(m.layers * (attn + PIECE) + PIECE)
+
+
+def mode_kernels(p: Any, uniform: bool) -> float:
+    """Launches a step inside the capture range makes on the CPU under the deployment's graph
+    mode (``p.eng.graph_mode``): a ``uniform`` decode / verify batch, or a non-uniform one
+    (prefill chunks in it). 0: a full graph (its one launch is in the step's fixed cost)."""
+    d, mode = p.dep, p.eng.graph_mode
+    if mode == "none" or (mode == "full_decode_only" and not uniform):
+        return kernels(d.model, d.tp, d.ep)
+    if mode == "piecewise" or (mode == "full_and_piecewise" and not uniform):
+        return piecewise_kernels(d.model)
+    return 0.0
+
+
+def launch_ms(p: Any, count: float | None = None) -> float:
     """The CPU's time to launch one eager step of deployment ``p`` (``build.Priced``): every
-    kernel at the engine's launch time at the deployment's assumption point."""
+    kernel (or ``count`` launches) at the engine's launch time at the assumption point."""
     d = p.dep
-    return kernels(d.model, d.tp, d.ep) * p.eng.launch_us.at(d.point) / 1000.0
+    n = kernels(d.model, d.tp, d.ep) if count is None else count
+    return n * p.eng.launch_us.at(d.point) / 1000.0
 
 
-__all__ = ["kernels", "launch_ms"]
+__all__ = ["kernels", "launch_ms", "mode_kernels", "piecewise_kernels"]

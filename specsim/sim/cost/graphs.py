@@ -25,6 +25,19 @@ The rules, with their public sources (the engines' own code and pull requests):
   tokens (no public default read here). ``--capture`` is tokens.
 
 Everything is per DP rank (each rank captures its own graphs).
+
+The graph MODE decides what a step inside the capture range replays (vLLM
+``docs/design/cuda_graphs.md``, PR #20059): a uniform decode / verify batch (every request
+``1 + k`` query tokens) and a NON-uniform one (prefill chunks, mixed prefill + decode) differ.
+
+- ``full_and_piecewise`` (vLLM v1's default): uniform batches in a FULL graph; non-uniform ones
+  in PIECEWISE graphs, attention eager between the pieces.
+- ``piecewise`` (vLLM's earlier default): every batch piecewise.
+- ``full_decode_only``: uniform batches in a full graph, non-uniform ones with no graph (eager).
+  SGLang's extend (prefill) batches run outside its decode / verify graphs unless its piecewise
+  prefill graphs are on (a gap in the public docs: ASSUMED), and TensorRT-LLM's graphs hold
+  generation batches only (ASSUMED): both are priced this way by default.
+- ``none`` (vLLM ``--enforce-eager``): every step eager.
 """
 
 from __future__ import annotations
@@ -37,6 +50,14 @@ DC_BLACKWELL = frozenset({"B200", "B300", "GB200", "GB300"})  # compute capabili
 VLLM_CEILING, VLLM_CEILING_DC_BLACKWELL = 512, 1024
 SGLANG_MAX_BS = 256  # ASSUMED: SGLang picks it from GPU memory and TP
 TRTLLM_TOKENS = 512  # ASSUMED
+MODES = ("full_and_piecewise", "piecewise", "full_decode_only", "none")
+DEFAULT_MODE = {"vllm": "full_and_piecewise", "sglang": "full_decode_only",
+                "trtllm": "full_decode_only"}  # fmt: skip
+MODE_SOURCE = {
+    "vllm": "vLLM v1's default cudagraph_mode (docs/design/cuda_graphs.md)",
+    "sglang": "SGLang: extend batches outside the decode / verify graphs (ASSUMED)",
+    "trtllm": "TensorRT-LLM: graphs for generation batches only (ASSUMED)",
+}
 UNITS = {"vllm": "tokens", "sglang": "requests", "trtllm": "tokens"}
 FLAG = {"vllm": "max_cudagraph_capture_size", "sglang": "--cuda-graph-max-bs",
         "trtllm": "cuda_graph_config (tokens)"}  # fmt: skip
@@ -49,6 +70,8 @@ class Capture:
 
     tokens: int
     rule: str
+    mode: str = "full_and_piecewise"
+    mode_rule: str = ""
 
 
 def capture(engine: str, gpu: str, drafts: int, max_num_seqs: int, max_batched_tokens: int,
@@ -87,10 +110,19 @@ def capture(engine: str, gpu: str, drafts: int, max_num_seqs: int, max_batched_t
                    _capped(why, TRTLLM_TOKENS, max_batched_tokens))  # fmt: skip
 
 
+def graph_mode(engine: str, given: str = "") -> tuple[str, str]:
+    """The graph mode (``given``, or the engine's default) and how it was set, in words."""
+    if given and given not in MODES:
+        raise SpecsimError(f"unknown --graph-mode {given!r}; use one of {', '.join(MODES)}")
+    if given:
+        return given, f"--graph-mode {given}"
+    return DEFAULT_MODE[engine], MODE_SOURCE[engine]
+
+
 def _capped(why: str, tokens: int, max_batched_tokens: int) -> str:
     if tokens > max_batched_tokens:
         return f"{why}, capped at max_num_batched_tokens {max_batched_tokens:,}"
     return why
 
 
-__all__ = ["DC_BLACKWELL", "Capture", "capture"]
+__all__ = ["DC_BLACKWELL", "MODES", "Capture", "capture", "graph_mode"]

@@ -113,6 +113,10 @@ class CostModel:
     # the tree's other branches (num_draft_tokens - steps), in every step it speculates; 0: a
     # chain. The step holds them (budget and price) though none is ever accepted (serving v2)
     tree_tokens_per_request: int = 0
+    # what a step holding prompt tokens pays inside the CUDA-graph capture range beyond a
+    # uniform decode step of its size (vLLM runs it in piecewise graphs, attention eager;
+    # SGLang and TensorRT-LLM without graphs): the launches its graph mode adds
+    mixed_step_ms: float = 0.0
     max_running: int = 256
     kv_tokens: int = 1 << 20
     prefill_budget: int = 16384  # serving model v1: prompt tokens admitted per step
@@ -253,6 +257,7 @@ class CostModel:
             or self.emit_per_token_ms
             or self.verify_draft_token_ms
             or self.tree_tokens_per_request
+            or self.mixed_step_ms
         )
 
     def policy_step_fn(self, step_fn, prefill_tokens: int):  # type: ignore[no-untyped-def]
@@ -288,6 +293,9 @@ class CostModel:
         else:
             t = float(step_fn(decode_tokens + prefill_tokens))
         ms = self.overhead_ms(n_requests) + self.accept_per_token_ms * decode_tokens
+        if prefill_tokens and self.mixed_step_ms:  # a non-uniform batch inside the graphs
+            if decode_tokens + prefill_tokens <= (self.capture_max_tokens or MAX_PROFILE_BATCH):
+                ms += self.mixed_step_ms
         return t + (ms + self.verify_draft_token_ms * draft_tokens) * 1e-3
 
     def overhead_ms(self, n_requests):  # type: ignore[no-untyped-def]
@@ -384,6 +392,7 @@ class CostModel:
                 if self.verify_draft_token_ms
                 else {}
             ),
+            **({"mixed_step_ms": self.mixed_step_ms} if self.mixed_step_ms else {}),
             **(
                 {"tree_tokens_per_request": self.tree_tokens_per_request}
                 if self.tree_tokens_per_request

@@ -69,6 +69,7 @@ COST_KEYS = (
     "attn_us_per_qk_ktoken",
     "emit_per_token_ms",
     "verify_draft_token_ms",
+    "mixed_step_ms",
 )
 
 
