@@ -10,6 +10,18 @@ it. Each file is one run (one closed-loop concurrency), in any of the forms engi
 - SGLang's ``python -m sglang.bench_serving --output-file`` JSONL (one such object a line, the
   same names; every line is a run);
 - ``specsim bench --json`` output (``summary`` and ``config``);
+- TensorRT-LLM's ``trtllm-bench ... throughput --streaming --concurrency C --report_json FILE``
+  (and ``latency``'s, the same report): the dict ``ReportUtility.get_statistics_dict`` writes in
+  ``tensorrt_llm/bench/dataclasses/reporting.py`` (NVIDIA/TensorRT-LLM, read at commit
+  2787769cae353023784dce105d648bcd4d04f4d4; 0249976575050d2c624a5f285683c66de311a3b7 the same
+  keys): ``request_info`` (``avg_input_length``, ``avg_output_length``,
+  ``avg_num_concurrent_requests``), ``performance`` (``system_output_throughput_tok_s``),
+  ``streaming_metrics`` (``avg_tpot_ms``, ``avg_ttft_ms``; written only with ``--streaming``),
+  ``world_info`` (``max_batch_size``), and ``decoding_stats`` only when speculation was on. The
+  report does not write ``--concurrency``: the run's mean number of requests in flight (sum of
+  request latencies over the run's span), rounded up, stands in for it (a closed loop never has
+  more than C in flight; the mean falls short of C as the last requests drain, by under one
+  request in a long run); where it falls further, give the run as a CSV row;
 - a CSV, one row a run: ``concurrency, prompt_tokens, output_tokens, output_tok_s,
   mean_tpot_ms`` and optionally ``mean_ttft_ms`` (prompt and output tokens: per request, mean).
 
@@ -32,8 +44,10 @@ from specsim.sim.cost import profile_csv as rules
 
 MAX_BYTES = 64 * 2**20  # a bench result is kilobytes; a saved detailed run a few MB
 CSV_COLUMNS = ("concurrency", "prompt_tokens", "output_tokens", "output_tok_s", "mean_tpot_ms")
+# the keys engines write for speculation (decoding_stats: trtllm-bench's section)
 SPEC_KEYS = ("spec_decode_num_drafts", "num_drafts", "spec_decode_acceptance_rate",
-             "accept_length", "avg_spec_accept_length", "spec_accept_length")  # fmt: skip
+             "accept_length", "avg_spec_accept_length", "spec_accept_length",
+             "decoding_stats")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -74,9 +88,10 @@ def refuse_speculation(obj: dict, where: str) -> None:
     the one rule for ``profile fit`` and ``profile import bench``."""
     for key in SPEC_KEYS:
         v = obj.get(key)
-        if v not in (None, 0, 0.0, "", False) and not (isinstance(v, float) and math.isnan(v)):
+        if v not in (None, 0, 0.0, "", False, {}) and not (isinstance(v, float) and math.isnan(v)):
+            shown = f"mode {v.get('mode')!r}" if isinstance(v, dict) else f"= {v!r}"
             raise SpecsimError(
-                f"{where} ran with speculation ({key} = {v!r}): its steps hold an unknown "
+                f"{where} ran with speculation ({key} {shown}): its steps hold an unknown "
                 "number of tokens; run the benchmark with speculation off"
             )
 
@@ -118,6 +133,47 @@ def _from_specsim(obj: dict, where: str) -> BaselinePoint:
         output_tok_s=_number(s, "throughput_tok_s", where),
         mean_tpot_ms=_number(s, "tpot_ms_mean", where),
         mean_ttft_ms=_number(s, "ttft_ms_mean", where) if "ttft_ms_mean" in s else None,
+        source=where,
+    )
+
+
+def _section(obj: dict, key: str, where: str) -> dict:
+    v = obj.get(key)
+    if not isinstance(v, dict):
+        raise SpecsimError(f"{where}: {key} is {v!r}, not an object as trtllm-bench's "
+                           "--report_json writes it; give the report unedited")  # fmt: skip
+    return v
+
+
+def _from_trtllm(obj: dict, where: str) -> BaselinePoint:
+    """trtllm-bench's report (throughput and latency alike; the keys in the module docstring)."""
+    refuse_speculation(obj, where)
+    req, perf = _section(obj, "request_info", where), _section(obj, "performance", where)
+    if obj.get("streaming_metrics") is None:
+        raise SpecsimError(f"{where} has no streaming_metrics (no TPOT): run trtllm-bench "
+                           "throughput with --streaming (and --concurrency C)")  # fmt: skip
+    stream = _section(obj, "streaming_metrics", where)
+    if req.get("avg_num_concurrent_requests") in (None, 0):
+        raise SpecsimError(f"{where} has no request_info.avg_num_concurrent_requests (the run's "
+                           "concurrency): give this run as a CSV row (concurrency, "
+                           "prompt_tokens, output_tokens, output_tok_s, mean_tpot_ms)")  # fmt: skip
+    at = f"{where} request_info"
+    in_flight = _number(req, "avg_num_concurrent_requests", at)
+    c = max(1, math.ceil(in_flight - 1e-3))  # the mean of a closed loop of C is at most C
+    cap = _section(obj, "world_info", where).get("max_batch_size")
+    if isinstance(cap, (int, float)) and not isinstance(cap, bool) and c > cap:
+        raise SpecsimError(f"{at}: {in_flight:.2f} requests in flight on average, over "
+                           f"max_batch_size {cap}: requests queued; run trtllm-bench with "
+                           "--concurrency C at most max_batch_size")  # fmt: skip
+    s_at = f"{where} streaming_metrics"
+    ttft = stream.get("avg_ttft_ms")
+    return BaselinePoint(
+        concurrency=c,
+        prompt_tokens=_number(req, "avg_input_length", at),
+        output_tokens=_number(req, "avg_output_length", at),
+        output_tok_s=_number(perf, "system_output_throughput_tok_s", f"{where} performance"),
+        mean_tpot_ms=_number(stream, "avg_tpot_ms", s_at),
+        mean_ttft_ms=_number(stream, "avg_ttft_ms", s_at) if ttft is not None else None,
         source=where,
     )
 
@@ -173,15 +229,19 @@ def read_baseline(path: str | os.PathLike) -> list[BaselinePoint]:
         objs = [json.loads(text)] if _one(text) else [json.loads(ln) for ln in lines]
     except (json.JSONDecodeError, RecursionError) as exc:
         raise SpecsimError(f"{where} is not JSON or JSONL ({exc}); give the file the benchmark "
-                           "wrote (vllm --save-result, sglang --output-file, specsim bench "
-                           "--json) or a CSV") from None  # fmt: skip
+                           "wrote (vllm --save-result, sglang --output-file, trtllm-bench "
+                           "--report_json, specsim bench --json) or a CSV") from None  # fmt: skip
     out = []
     for i, obj in enumerate(objs, start=1):
         at = where if len(objs) == 1 else f"{where} line {i}"
         if not isinstance(obj, dict):
             raise SpecsimError(f"{at} is not a JSON object; give a benchmark's result")
-        out.append(_from_specsim(obj, at) if "summary" in obj and "config" in obj
-                   else _from_bench_json(obj, at))  # fmt: skip
+        if "summary" in obj and "config" in obj:
+            out.append(_from_specsim(obj, at))
+        elif "request_info" in obj or "world_info" in obj:  # trtllm-bench's sections
+            out.append(_from_trtllm(obj, at))
+        else:
+            out.append(_from_bench_json(obj, at))
     return out
 
 
