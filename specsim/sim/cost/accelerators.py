@@ -56,8 +56,11 @@ IF_MI300 = (
     "peers (448 GB/s aggregate per direction; one peer gets 64 GB/s: no switch)"
 )
 IF_MI355 = (
-    "ASSUMED, not checked against AMD's platform brief: Infinity Fabric on the 8-GPU MI355X "
-    "platform, 7 links x 76.8 GB/s per direction (537.6 GB/s aggregate per direction)"
+    "AMD Infinity Fabric (4th gen) on the 8-GPU MI355X platform: 7 links x 153.6 GB/s "
+    "bidirectional (AMD's MI355X specifications' peak link bandwidth; secondary: "
+    "humeconsulting.co 'AMD MI355X: strong node-level inference', ~153 GB/s bidirectional a "
+    "link) = 76.8 GB/s per direction a peer, 537.6 GB/s aggregate per direction; AMD's own "
+    "page not read here"
 )
 NVLINK4 = "NVLink 4 (Hopper): 900 GB/s bidirectional per GPU"
 NVLINK5 = "NVLink 5 (Blackwell): 1.8 TB/s bidirectional per GPU"
