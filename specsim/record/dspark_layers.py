@@ -6,14 +6,11 @@ architecture and the checkpoint layout these names follow).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 from torch import nn
 from torch.nn import functional as F  # noqa: N812
 
-if TYPE_CHECKING:  # a type only: dspark imports these layers
-    from specsim.record.dspark import DSparkConfig
+from specsim.record.dspark_config import DSparkConfig
 
 
 class RMSNorm(nn.Module):
