@@ -104,3 +104,37 @@ def test_an_unknown_mode_is_refused_in_one_line(capsys):
 def test_mla_launches_more_in_a_piece_than_gqa():
     assert piecewise_kernels(builtin_model("kimi-k2")) / builtin_model("kimi-k2").layers > 4
     assert np.isclose(piecewise_kernels(builtin_model("llama-3-70b")), 80 * 3 + 1)
+
+
+# ---- ranges that can hold a gain (issue 63, item 4): a gain is a ratio of two steps, so the
+# all-low and all-high corners move both together; each fact says which way its high end
+# moves the gain, and the corners put every fact at the end that lowers / raises it
+def test_each_assumed_fact_says_which_way_it_moves_a_gain():
+    from specsim.sim.cost.assumed import Assumed
+
+    a = Assumed(1.0, 2.0, 3.0, "per step", spec=+1)
+    assert (a.at("favour"), a.at("against"), a.at("mid")) == (3.0, 1.0, 2.0)
+    b = Assumed(1.0, 2.0, 3.0, "per verified token", spec=-1)
+    assert (b.at("favour"), b.at("against")) == (1.0, 3.0)
+    assert Assumed(1.0, 2.0, 3.0, "unknown").at("favour") == 2.0
+    eng = bd.ENGINES["vllm"]
+    assert eng.step_ms.spec == eng.per_request_us.spec == eng.launch_us.spec == 1
+    assert eng.draft_launch_ms.spec == eng.draft_position_us.spec == bd.SAMPLING_PASSES.spec == -1
+
+
+def test_the_corners_bracket_a_speculative_gain_wider_than_low_and_high():
+    from specsim.sim.simulate import replay
+
+    def gain(point: str) -> float:
+        none = build(_dep(point=point))[0]
+        spec = build(_dep(point=point, drafter="mtp:3"))[0]
+        kw = dict(concurrency=8, requests=32, seed=0)
+        t0 = replay("synthetic-chat", "static:0", profile=none, **kw).summary
+        t1 = replay("synthetic-chat", "static:3", profile=spec, **kw).summary
+        return t1["throughput_tok_s"] / t0["throughput_tok_s"]
+
+    g = {pt: gain(pt) for pt in ("against", "low", "mid", "high", "favour")}
+    assert g["against"] < g["mid"] < g["favour"]
+    assert g["favour"] - g["against"] > abs(g["high"] - g["low"])
+    text = bill(_dep(point="favour", drafter="mtp:3"))[1]
+    assert "at the end of its range that raises the gain of speculation" in text

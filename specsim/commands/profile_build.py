@@ -84,8 +84,11 @@ def _deployment_args(b: argparse.ArgumentParser) -> None:
                    help="requests running at once per DP rank (default 256)")  # fmt: skip
     b.add_argument("--max-num-batched-tokens", type=_engine_limit, default=0, metavar="N",
                    help="tokens one step may hold per DP rank (default 8192)")  # fmt: skip
-    b.add_argument("--assume", choices=("low", "mid", "high"), default="mid",
-                   help="where each assumed term is written in its range (mid)")  # fmt: skip
+    b.add_argument("--assume", choices=("low", "mid", "high", "against", "favour"),
+                   default="mid",
+                   help="where each assumed term is written in its range (mid); against / "
+                   "favour: at the end that lowers / raises the gain of speculation, the two "
+                   "profiles whose gains bound the printed range")  # fmt: skip
 
 
 def run_build(args: argparse.Namespace) -> int:

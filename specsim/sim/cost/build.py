@@ -41,7 +41,8 @@ from specsim.sim.cost.tables import MAX_PROFILE_BATCH
 
 KV_DTYPES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
 POINTS = ("low", "mid", "high")
-FLIP = {"low": "high", "mid": "mid", "high": "low"}  # a term whose high value is the cheap one
+# a term whose high value is the cheap one; a corner names its end by the fact's own ``spec``
+FLIP = {"low": "high", "mid": "mid", "high": "low", "against": "against", "favour": "favour"}
 
 
 @dataclass(frozen=True)
@@ -66,22 +67,23 @@ class Engine:
     mode_rule: str = ""  # how graph_mode was set, for the printout
 
 
-def _fitted(key: str, why: str, carried: bool = False) -> Assumed:
+def _fitted(key: str, why: str, carried: bool = False, spec: int = 0) -> Assumed:
     """A term fitted on vLLM's fig. 2 (``calibration``): its fitted mid and stated range; for
     an engine it was not fitted on (``carried``) the same mid, the range twice as wide."""
     lo, mid, hi = cal.VLLM[key]
     if not carried:
-        return Assumed(lo, mid, hi, f"FITTED: {cal.SOURCE} ({why})")
+        return Assumed(lo, mid, hi, f"FITTED: {cal.SOURCE} ({why})", spec)
     if key == "moe_gemm_eff":  # a ratio: widened by factors
         lo, hi = mid * (lo / mid) ** 2, mid * (hi / mid) ** 2
     else:
         lo, hi = max(mid - 2 * (mid - lo), 0.0), mid + 2 * (hi - mid)
-    return Assumed(lo, mid, hi, f"ASSUMED: vLLM's fitted value carried ({why})")
+    return Assumed(lo, mid, hi, f"ASSUMED: vLLM's fitted value carried ({why})", spec)
 
 
 LAUNCH_US = Assumed(
     8.0, 15.0, 40.0, "ASSUMED: CPU time per kernel launched outside graphs (the framework's "
     "dispatch and the engine's module code); no public per-launch figure for a current engine",
+    spec=+1,  # launches are paid per step
 )  # fmt: skip
 
 
@@ -89,33 +91,33 @@ def _engine(name: str, step: Assumed, per_request: Assumed) -> Engine:
     carried = name != "vllm"
     return Engine(
         name, step, per_request, 512, 256, 8192,  # capture, max running, batched tokens
-        _fitted("moe_gemm_eff", "MoE grouped GEMM", carried),
+        _fitted("moe_gemm_eff", "MoE grouped GEMM", carried, spec=+1),  # high: cheap tokens
         LAUNCH_US,
-        _fitted("draft_launch_ms", "drafter fixed cost per call", carried),
-        _fitted("draft_position_us", "drafter cost per drafted position", carried),
+        _fitted("draft_launch_ms", "drafter fixed cost per call", carried, spec=-1),
+        _fitted("draft_position_us", "drafter cost per drafted position", carried, spec=-1),
     )  # fmt: skip
 
 
 ENGINES = {
     "vllm": _engine(
         "vllm",
-        Assumed(*cal.VLLM["step_ms"], f"FITTED: {cal.SOURCE} (fixed cost per step)"),
-        Assumed(3.0, 10.0, 30.0, "vLLM per-request bookkeeping (not in fig. 2: assumed)"),
+        Assumed(*cal.VLLM["step_ms"], f"FITTED: {cal.SOURCE} (fixed cost per step)", +1),
+        Assumed(3.0, 10.0, 30.0, "vLLM per-request bookkeeping (not in fig. 2: assumed)", +1),
     ),
     "sglang": _engine(
         "sglang",
-        Assumed(0.3, 0.8, 2.0, "SGLang scheduler loop per step (overlap scheduling)"),
-        Assumed(2.0, 8.0, 25.0, "SGLang per-request bookkeeping and streaming"),
+        Assumed(0.3, 0.8, 2.0, "SGLang scheduler loop per step (overlap scheduling)", +1),
+        Assumed(2.0, 8.0, 25.0, "SGLang per-request bookkeeping and streaming", +1),
     ),
     "trtllm": _engine(
         "trtllm",
-        Assumed(0.2, 0.5, 1.5, "TensorRT-LLM C++ executor loop per step"),
-        Assumed(1.0, 5.0, 15.0, "TensorRT-LLM per-request bookkeeping"),
+        Assumed(0.2, 0.5, 1.5, "TensorRT-LLM C++ executor loop per step", +1),
+        Assumed(1.0, 5.0, 15.0, "TensorRT-LLM per-request bookkeeping", +1),
     ),
 }
 SAMPLING_PASSES = Assumed(
     1.0, 2.0, 6.0, "passes over each verified row's fp32 logits: argmax 1-2, softmax + "
-    "rejection sampling at T > 0 up to 6",
+    "rejection sampling at T > 0 up to 6", spec=-1,  # paid per verified token
 )  # fmt: skip
 ACTIVATION_GIB = Assumed(1.0, 2.0, 4.0, "GiB per GPU kept for activations and graphs")
 HBM_SHARE = 0.90  # vLLM's gpu_memory_utilization default: the share of HBM the engine uses
@@ -186,8 +188,8 @@ def check(dep: Deployment, engine: Engine | None = None) -> Priced:
     m = check_arch(dep.model, f"model {dep.model.name!r}")
     if dep.engine not in ENGINES:
         raise SpecsimError(f"unknown engine {dep.engine!r}; use one of {', '.join(ENGINES)}")
-    if dep.point not in POINTS:
-        raise SpecsimError(f"unknown assumption point {dep.point!r}; use one of {POINTS}")
+    if dep.point not in FLIP:
+        raise SpecsimError(f"unknown assumption point {dep.point!r}; use one of {', '.join(FLIP)}")
     dep = replace(dep, **{k: degree(getattr(dep, k), f"--{k}") for k in ("tp", "ep", "dp")})
     if dep.gpus > MAX_GPUS:
         raise SpecsimError(

@@ -12,6 +12,7 @@ import numpy as np
 from specsim.errors import SpecsimError
 from specsim.sim.cost import build as bd
 from specsim.sim.cost import paths
+from specsim.sim.cost.assumed import CORNERS
 from specsim.sim.cost.drafters import WEIGHTS_ASSUMED, Drafter, context_us, draft_ms, prefill_us
 from specsim.sim.cost.model import CostModel
 from specsim.sim.cost.profiles import cuda_graph_buckets
@@ -118,20 +119,20 @@ def _target_rows(p: bd.Priced, model: CostModel, tokens, requests) -> list[tuple
     e = p.eng
     rows: list[tuple] = [(k, v, None) for k, v in bd.step_terms(p, b).items()]
     rows.append(("kv read @1k ctx", model.kv_read_us_per_ktoken * r * KV_CTX / 1e6, None))
-    at = bd.POINTS.index(p.dep.point)  # the row shows what the profile writes (--assume)
-    samp = [bd.sampling_ms(p, q) * t for q in bd.POINTS]
-    rows.append(("sampling", samp[at], (samp[0], samp[2])))
-    over = [e.step_ms.at(q) + e.per_request_us.at(q) * r / 1000.0 for q in bd.POINTS]
-    rows.append(("engine overhead", over[at], (over[0], over[2])))
+    pt = p.dep.point  # the row shows what the profile writes (--assume), the range beside it
+    samp = {q: bd.sampling_ms(p, q) * t for q in (*bd.POINTS, pt)}
+    rows.append(("sampling", samp[pt], (samp["low"], samp["high"])))
+    over = {q: e.step_ms.at(q) + e.per_request_us.at(q) * r / 1000.0 for q in (*bd.POINTS, pt)}
+    rows.append(("engine overhead", over[pt], (over["low"], over["high"])))
     return rows
 
 
 def _drafter_row(p: bd.Priced, drafter: Drafter, requests) -> tuple:
     r = np.asarray(requests, dtype=np.float64)
-    drafts = [draft_ms(p, drafter, r, q) for q in bd.POINTS]
+    drafts = {q: draft_ms(p, drafter, r, q) for q in (*bd.POINTS, p.dep.point)}
     dctx = context_us(p, drafter) * r * KV_CTX / 1000.0
-    at = bd.POINTS.index(p.dep.point)
-    return (f"drafter ({drafter.kind})", drafts[at] + dctx, (drafts[0] + dctx, drafts[2] + dctx))
+    return (f"drafter ({drafter.kind})", drafts[p.dep.point] + dctx,
+            (drafts["low"] + dctx, drafts["high"] + dctx))  # fmt: skip
 
 
 def _table(title: str, heads: list[str], rows: list[tuple], total: str) -> list[str]:
@@ -184,11 +185,10 @@ def _graphs_line(p: bd.Priced, model: CostModel) -> str:
 
     e, d = p.eng, p.dep
     n = kernels(d.model, d.tp, d.ep)
-    at = bd.POINTS.index(d.point)
 
     def ms(count: float) -> str:
-        lo, mid, hi = (count * e.launch_us.at(q) / 1000.0 for q in bd.POINTS)
-        return f"+{(lo, mid, hi)[at]:.1f} ms ({lo:.1f}-{hi:.1f})"
+        lo, at, hi = (count * e.launch_us.at(q) / 1000.0 for q in ("low", d.point, "high"))
+        return f"+{at:.1f} ms ({lo:.1f}-{hi:.1f})"
 
     extra = f", {d.model.extra_kernels:g} a layer FITTED for V4" if d.model.extra_kernels else ""
     if e.graph_mode == "none":
@@ -220,7 +220,11 @@ def bill(dep: bd.Deployment) -> tuple[CostModel, str]:
     dep = p.dep
     r = np.array(SHOW_TOKENS, dtype=np.float64)
     lines = [f"{model.name}: {model.meta['source']}"]
-    if dep.point != "mid":
+    if dep.point in CORNERS:
+        lines.append(f"  --assume {dep.point}: each assumed term at the end of its range that "
+                     f"{'lowers' if dep.point == 'against' else 'raises'} the gain of "
+                     "speculation (the profile's); the range beside it")  # fmt: skip
+    elif dep.point != "mid":
         lines.append(f"  --assume {dep.point}: each assumed term at its {dep.point} end (the "
                      "profile's); the range beside it")  # fmt: skip
     lines += _table("decode (ms)", [f"{t} req = {t} tok" for t in SHOW_TOKENS],

@@ -26,9 +26,10 @@ from specsim.sim.cost.operators import WEIGHT_DTYPES
 AR_LATENCY = {
     "blackwell": Assumed(0.8, 1.0, 3.0, "Blackwell small-message all-reduce latency x the "
                          "H100's (vLLM's fig. 2, B300 TP4, fits at x1.0; NVIDIA/nccl #1940 "
-                         "x1.3 at one tuning; nccl-tests #333 up to x3)"),
+                         "x1.3 at one tuning; nccl-tests #333 up to x3)", spec=+1),
     "amd": Assumed(0.8, 1.0, 2.0, "AMD small-message all-reduce latency x the H100's (ASSUMED: "
-                   "no published RCCL table; ~5 us fused on 8x MI300X, Epliz/muiLLM PR #6)"),
+                   "no published RCCL table; ~5 us fused on 8x MI300X, Epliz/muiLLM PR #6)",
+                   spec=+1),
 }  # fmt: skip
 BLACKWELL = frozenset({"B200", "B300", "GB200", "GB300"})
 AMD = frozenset({"MI300X", "MI355X"})
