@@ -253,26 +253,41 @@ def report(name: str, theta: dict[str, float], cfg: dict, arms: list[str]) -> No
 
 
 def coverage(cfg: dict, arms: list[str]) -> None:
-    """Whether the printed low-high range holds the published value: every point predicted with
-    the shipped terms at ``--assume`` low, mid and high (each engine term at its range's end),
-    and counted as held where the published value lies within the three predictions' span.
-    The scoring rule, committed before the run: gains as (1 + gain), levels as tok/s."""
+    """Whether the printed range holds the published value: every point predicted with the
+    shipped terms at several ``--assume`` points, and counted as held where the published value
+    lies within their span. The scoring rule, committed before each run:
+
+    - v5 (first run 6 Dec 2026, at 19/40): gains as (1 + gain) and levels as tok/s, each over
+      low / mid / high;
+    - v5.1 (committed before its run): a gain's range over against / mid / favour (the corners
+      that put every assumed fact at the end lowering / raising the gain), a level's over low /
+      mid / high, as ``profile build`` prints them. Both are printed, v5 first."""
     shipped: dict[str, float] = {}
-    f3 = {pt: score_fig3(predict_fig3(shipped, cfg, arms, pt)) for pt in ("low", "mid", "high")}
-    b = {pt: predict_paper(shipped, cfg, pt) for pt in ("low", "mid", "high")}
+    pts = ("low", "mid", "high", "against", "favour")
+    f3 = {pt: score_fig3(predict_fig3(shipped, cfg, arms, pt)) for pt in pts}
+    b = {pt: predict_paper(shipped, cfg, pt) for pt in pts}
     rows = []
     for src, tabs in (("A fig. 3", f3), ("B", b)):
         for i, r in tabs["mid"].iterrows():
             pub = r["published"]
-            pred = [tabs[pt].loc[i, "predicted"] for pt in ("low", "mid", "high")]
-            lo, hi = min(pred), max(pred)
-            rows.append({"source": src, "point": r["point"], "published": pub, "low": lo,
-                         "mid": pred[1], "high": hi, "held": bool(lo <= pub <= hi)})  # fmt: skip
+            at = {pt: tabs[pt].loc[i, "predicted"] for pt in pts}
+            v5 = [at[pt] for pt in ("low", "mid", "high")]
+            gain = r["kind"] == "gain"
+            v51 = [
+                at[pt] for pt in (("against", "mid", "favour") if gain else ("low", "mid", "high"))
+            ]
+            rows.append({"source": src, "point": r["point"], "published": pub,
+                         "mid": at["mid"], "v5 low": min(v5), "v5 high": max(v5),
+                         "v5 held": bool(min(v5) <= pub <= max(v5)),
+                         "v5.1 low": min(v51), "v5.1 high": max(v51),
+                         "v5.1 held": bool(min(v51) <= pub <= max(v51))})  # fmt: skip
     df = pd.DataFrame(rows)
-    for src, g in df.groupby("source"):
-        print(f"  range coverage {src}: {int(g['held'].sum())}/{len(g)} published values inside "
-              "the low-high span")  # fmt: skip
-    with pd.option_context("display.width", 160):
+    for rule in ("v5", "v5.1"):
+        for src, g in df.groupby("source"):
+            print(f"  range coverage ({rule}) {src}: {int(g[f'{rule} held'].sum())}/{len(g)} "
+                  "published values inside the span")  # fmt: skip
+        print(f"  range coverage ({rule}) all: {int(df[f'{rule} held'].sum())}/{len(df)}")
+    with pd.option_context("display.width", 200):
         print(df.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
 
 
@@ -295,8 +310,9 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = LineParser(prog="calibrate_profile_build.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--fit-only", action="store_true", help="fit and fig. 2 errors only")
-    ap.add_argument("--ranges", action="store_true", help="also: whether the shipped low-high "
-                    "ranges hold the published values (3x the replays)")  # fmt: skip
+    ap.add_argument("--ranges", action="store_true", help="also: whether the shipped ranges "
+                    "hold the published values (5x the replays: low, mid, high and the two "
+                    "corners of a gain)")  # fmt: skip
     ap.add_argument(
         "--arms",
         default="none,k1,k3,k5,k7,adaptive",
@@ -331,8 +347,8 @@ def _run(args: argparse.Namespace) -> int:
         arms,
     )
     if args.ranges:
-        print("\n=== the shipped ranges (--assume low / mid / high): do they hold the published "
-              "values?")  # fmt: skip
+        print("\n=== the shipped ranges (--assume low / mid / high; a gain's against / favour): "
+              "do they hold the published values?")  # fmt: skip
         coverage(cfg, arms)
     print(f"\ntotal {time.perf_counter() - t0:.0f} s")
     return 0
