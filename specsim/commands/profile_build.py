@@ -105,7 +105,9 @@ def run_build(args: argparse.Namespace) -> int:
         model, text = bill(dep)
         write_profile_csv(model, out, force=True)
     print(text)
-    print(f"wrote {out}; replay with --profile {out}", file=sys.stderr)
+    print(f"wrote {out}; replay with --profile {out} (what the assumptions move: build again "
+          "with --assume low and high, or against and favour for a gain, and add --spread "
+          "LOW.csv,HIGH.csv to replay)", file=sys.stderr)  # fmt: skip
     return 0
 
 

@@ -75,8 +75,36 @@ def register(sub: argparse._SubParsersAction) -> None:
         "same counts, means, SLA/SLO shares and goodput; percentiles exact up to 100,000 "
         "requests, within 0.5%% (a DDSketch) beyond; --out (.parquet) is written in row groups",
     )
+    p.add_argument("--spread", metavar="P1,P2,...",
+                   help="also replay on these profiles (e.g. the --assume low and high builds "
+                   "of --profile) and print each headline's span over them")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print one JSON object (summary+config)")
     p.set_defaults(func=run)
+
+
+SPREAD = (("Output token throughput (tok/s)", "throughput_tok_s", ",.0f"),
+          ("Steady-state output throughput (tok/s)", "steady_throughput_tok_s", ",.0f"),
+          ("Mean TTFT (ms)", "ttft_ms_mean", ".1f"),
+          ("Mean TPOT (ms)", "tpot_ms_mean", ".2f"),
+          ("Per-user speed, mean (tok/s)", "per_user_tps_mean", ".1f"))  # fmt: skip
+
+
+def spread_text(summary: dict, others: dict[str, dict]) -> str:
+    """Each headline of the run beside its span over the ``--spread`` profiles' runs (the same
+    trace, load and seed): what the assumptions behind a built profile move, in the units the
+    user reads. Why: a single number from an assumed profile reads as a measurement."""
+    names = ", ".join(others)
+    lines = [f" Spread over {len(others)} profile{'s' * (len(others) > 1)} ".center(60, "-"),
+             f"(the same trace, load and seed on: {names})"]  # fmt: skip
+    for label, key, spec in SPREAD:
+        vals = [o.get(key, math.nan) for o in others.values()]
+        vals = [v for v in vals if isinstance(v, int | float) and math.isfinite(v)]
+        x = summary.get(key, math.nan)
+        if not vals or not math.isfinite(x):
+            continue
+        lo, hi = min(vals + [x]), max(vals + [x])
+        lines.append(f"{label:<42}{_fmt(x, spec):>12}  ({_fmt(lo, spec)} - {_fmt(hi, spec)})")
+    return "\n".join(lines)
 
 
 def _fmt(x: float, spec: str = ".1f") -> str:
@@ -226,6 +254,7 @@ def _run(args: argparse.Namespace, out: Path | None) -> int:
     from specsim.trace.io import read_trace
 
     trace = read_trace(args.trace)
+    spread = _spread_names(args)  # before the run: a typo costs no minutes
     total = args.requests or 0
     with Progress(total, "replay", " req") as bar, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -260,10 +289,50 @@ def _run(args: argparse.Namespace, out: Path | None) -> int:
         sys.stderr.write(f"specsim: warning: {w.message}\n")
     if out is not None and not stream:  # streamed: written as the run went
         write_table(res.requests, out)
+    others = _spread(args, trace, cv, spread)
     if args.json:
-        print(json.dumps(jsonable({**res.summary, "config": res.config}), sort_keys=True))
+        extra = {"spread": others} if others else {}
+        print(json.dumps(jsonable({**res.summary, "config": res.config, **extra}),
+                         sort_keys=True))  # fmt: skip
     else:
         print(table(res.summary, res.config, requested=args.policy))
+        if others:
+            print(spread_text(res.summary, others))
         if out is not None:
             print(f"per-request table: {out}")
     return 0
+
+
+def _spread_names(args: argparse.Namespace) -> list[str]:
+    """The ``--spread`` profiles as given, each loaded once to refuse a missing or malformed
+    one in a line before any replay."""
+    if getattr(args, "spread", None) is None:
+        return []
+    from specsim.options import split_items
+    from specsim.sim.cost.profiles import get_profile
+
+    names = split_items(args.spread, "--spread")
+    for name in names:
+        get_profile(name)
+    return names
+
+
+def _spread(args: argparse.Namespace, trace: object, cv: float | None, names: list[str]
+            ) -> dict[str, dict]:  # fmt: skip
+    """The ``--spread`` profiles' summaries, keyed by the profile as given (each one replayed
+    with every other setting of the run)."""
+    if not names:
+        return {}
+    from specsim.sim.simulate import replay
+
+    kw = dict(rate=args.rate, concurrency=args.concurrency, arrivals=args.arrivals, cv=cv,
+              requests=args.requests, duration=args.duration, seed=args.seed,
+              sla_tps=args.sla_tps, slo=args.slo, calibrate=args.calibrate,
+              max_running=args.max_running, kv_tokens=args.kv_tokens,
+              prefill_budget=args.prefill_budget, max_batched_tokens=args.max_batched_tokens,
+              kv_block=args.kv_block if args.kv_block is not None else 16,
+              serving=args.serving, kv=args.kv, require_steady=args.require_steady,
+              record_tokens=False, stream=True)  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the main run said them
+        return {n: replay(trace, args.policy, profile=n, **kw).summary for n in names}
