@@ -35,9 +35,13 @@ def add_build_args(acts: argparse._SubParsersAction) -> None:
         "--report_json JSON, specsim bench --json output, or a CSV (concurrency, prompt_tokens, "
         "output_tokens, output_tok_s, mean_tpot_ms). The "
         "built profile's GPU time, fixed step cost and per-request cost are fitted to the runs' "
-        "TPOT; the drafter stays as built. docs/vllm.md, 'Anchor on your baseline'.",
+        "TPOT; the drafter stays as built. Instead of the deployment, --profile anchors any "
+        "profile (measured, imported or built). docs/vllm.md, 'Anchor on your baseline'.",
     )
-    _deployment_args(f)
+    _deployment_args(f, model_required=False)
+    f.add_argument("--profile", metavar="PROFILE", help="instead of --model and the "
+                   "deployment: a profile to anchor (a shipped name or a CSV: measured by "
+                   "specsim profile, imported from an engine, or built)")  # fmt: skip
     f.add_argument("--baseline", type=Path, nargs="+", required=True, metavar="FILE",
                    help="benchmark results without speculation, one run a file (JSONL / CSV: "
                    "one a line)")  # fmt: skip
@@ -52,10 +56,11 @@ def _run_fit(args: argparse.Namespace) -> int:
     return run_fit(args)
 
 
-def _deployment_args(b: argparse.ArgumentParser) -> None:
+def _deployment_args(b: argparse.ArgumentParser, model_required: bool = True) -> None:
     """The deployment's flags, shared by ``profile build`` and ``profile fit``."""
-    b.add_argument("--model", required=True, help="a built-in model name (or its HF repo id, "
-                   "e.g. meta-llama/Llama-3.3-70B-Instruct) or a HF config.json")  # fmt: skip
+    b.add_argument("--model", required=model_required, help="a built-in model name (or its HF "
+                   "repo id, e.g. meta-llama/Llama-3.3-70B-Instruct) or a HF config.json"
+                   + ("" if model_required else "; or give --profile"))  # fmt: skip
     b.add_argument("--gpu", default="H100", help="H100, H200, H20, H800, B200, B300, GB200, "
                    "GB300, MI300X, MI355X or A100, the SXM/OAM parts (default H100)")  # fmt: skip
     for key in ("tp", "ep", "dp"):

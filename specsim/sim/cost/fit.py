@@ -60,15 +60,21 @@ class Fit:
 
 
 def gpu_ms(model: CostModel, p: BaselinePoint) -> float:
-    """``G(C)``: the built profile's GPU time of a steady step of run ``p`` (no engine terms)."""
+    """``G(C)``: the profile's GPU time of a steady step of run ``p`` (no engine terms): its
+    table at the step's tokens (at the mean context, for a table measured against context),
+    or at the decode tokens with the prompt tokens at ``prefill_token_ms`` where the profile
+    charges them apart, the KV read or attention compute, and sampling."""
     c = float(p.concurrency)
-    b = c * (1.0 + p.prompt_tokens / max(p.output_tokens, 1.0))
-    b = min(b, float(model.max_batched_tokens))
-    ctx = c * (p.prompt_tokens + p.output_tokens / 2.0)
-    table = float(model.step_time(int(round(b)))) * 1000.0
-    kv = model.kv_read_us_per_ktoken * ctx / 1e6
-    attn = model.attn_us_per_qk_ktoken * ctx / 1e6  # one query token a request
-    return table + max(kv, attn) + model.accept_per_token_ms * c
+    prompt = c * p.prompt_tokens / max(p.output_tokens, 1.0)  # prompt tokens a steady step
+    per_seq = p.prompt_tokens + p.output_tokens / 2.0
+    if model.prefill_token_ms:
+        b, extra = c, model.prefill_token_ms * prompt
+    else:
+        b, extra = min(c + prompt, float(model.max_batched_tokens)), 0.0
+    table = float(model.step_time(int(round(b)), per_seq)) * 1000.0
+    kv = model.kv_read_us_per_ktoken * c * per_seq / 1e6
+    attn = model.attn_us_per_qk_ktoken * c * per_seq / 1e6  # one query token a request
+    return table + extra + max(kv, attn) + model.accept_per_token_ms * c
 
 
 def predict_tpot(
@@ -163,15 +169,19 @@ def _check(f: Fit) -> None:
 
 
 def _apply(model: CostModel, scale: float, step: float, per_req: float) -> CostModel:
-    """``model`` with its GPU time scaled and the engine's terms replaced (meta unchanged)."""
+    """``model`` with its GPU time scaled and the engine's terms replaced (meta unchanged). A
+    measured overhead curve gives way to the fitted line (the runs say nothing of its shape
+    between their concurrencies; ``fitted_profile`` says so)."""
     return replace(
         model,
         step_ms=np.asarray(model.step_ms, dtype=np.float64) * scale,
         kv_read_us_per_ktoken=model.kv_read_us_per_ktoken * scale,
         attn_us_per_qk_ktoken=model.attn_us_per_qk_ktoken * scale,
         accept_per_token_ms=model.accept_per_token_ms * scale,
+        prefill_token_ms=model.prefill_token_ms * scale,
         step_overhead_ms=step,
         verify_per_request_ms=per_req,
+        overhead_curve=(),
     )
 
 
@@ -187,7 +197,12 @@ def fitted_profile(model: CostModel, f: Fit) -> CostModel:
             f"x{f.scale:.3f} the built, step {f.step_ms:.3f} ms (built {f.built_step_ms:.3f}), "
             f"per request {f.per_request_ms * 1000:.1f} us (built "
             f"{f.built_per_request_ms * 1000:.1f}); fitted: {', '.join(f.fitted)}; the drafter "
-            "as built"
+            "as given"
+            + (
+                "; the measured overhead curve replaced by the fitted line"
+                if model.overhead_curve
+                else ""
+            )
         ),
         "fit_residual": f"TPOT {f.residual_text()}",
         # the measured throughput a tune at one of these concurrencies is anchored on
