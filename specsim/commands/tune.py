@@ -3,13 +3,17 @@
 specsim tune synthetic-chat --engine vllm --concurrency 64 --slo tpot=15 --profile v4-flash-like
 specsim tune traces/code.parquet --engine trtllm --concurrency 1,4,16,64 --profile v4-flash-like
 specsim tune my.parquet --engine llama --rate 4 --slo ttft=500,tpot=60 --json
+specsim tune --engine vllm --concurrency 1,16,64 --family eagle3=e3.parquet@e3.csv \
+    --family dspark=synthetic-chat@ds.csv --family none@none.csv   # which drafter, per load
 
 Each setting of the engine's knobs is replayed at the load with the same --seeds seeds (common
 random numbers), beside the engine's default and no speculation; the best meets the SLA and
 maximises the objective's mean (see --objective), the settings whose paired difference to it is
 within noise tie with it, and a stated rule picks the one to paste among them. The grid per
 engine, the objective and the SLA rule: the docstring of specsim/analysis/tune/run.py; the ties and
-the rule: specsim/analysis/tune/score.py.
+the rule: specsim/analysis/tune/score.py. With --family (two or more drafters, each its trace
+and built profile), each is tuned so and the picks are ranked per load:
+specsim/analysis/tune/families.py, printed by specsim/commands/tune_families.py.
 """
 
 from __future__ import annotations
@@ -35,8 +39,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=__doc__.split("\n")[0],
     )
     p.add_argument(
-        "trace", metavar="TRACE", help="trace file (.parquet) or a shipped trace name (chat, ...)"
-    )
+        "trace", metavar="TRACE", nargs="?",
+        help="trace file (.parquet) or a shipped trace name (chat, ...); or --family",
+    )  # fmt: skip
+    p.add_argument(
+        "--family", action="append", metavar="NAME=TRACE@PROFILE",
+        help="instead of TRACE and --profile, two or more times: a drafter family (dspark, "
+        "eagle, eagle3, mtp, ngram, dflash or a label), its trace and its built profile; "
+        "none@PROFILE: no speculation. Each is tuned, then they are ranked per load",
+    )  # fmt: skip
     p.add_argument("--engine", required=True, choices=ENGINES, help="the engine you deploy")
     load = p.add_mutually_exclusive_group(required=True)
     load.add_argument(
@@ -47,6 +58,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     load.add_argument("--arrivals", metavar="CSV", help="arrival times (Azure CSV, azure-conv)")
     add_burstiness(p)
     add_profile(p)
+    p.set_defaults(profile=None)  # None: not given (--family refuses it), else the default
     add_seed(p, "random seed: the replays use seeds --seed x --seeds .. + --seeds - 1, the same "
              "for every setting")  # fmt: skip
     add_options(p, TuneConfig, skip=("engine",))
@@ -76,13 +88,22 @@ def config_from_args(args: argparse.Namespace):  # noqa: ANN201 - TuneConfig
         )
     if args.rate is not None:
         rate = tuple(parse_numbers(args.rate, "--rate"))
-    return from_args(TuneConfig, args, concurrency=conc, rate=rate, cv=resolve_cv(args))
+    from specsim.sim.config import default
+
+    return from_args(TuneConfig, args, concurrency=conc, rate=rate, cv=resolve_cv(args),
+                     profile=args.profile or default("profile"))  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
     from specsim.outputs import check_out, claim
 
+    _one_mode(args)
     cfg = config_from_args(args)
+    if args.family:
+        from specsim.commands.tune_families import run_families
+
+        with claim(args.out, force=args.force) as out:
+            return run_families(args, cfg, out)
     table_path = None
     if args.trtllm_cost_table is not None:  # checked before the work; locked when written
         table_path = check_out(
@@ -91,6 +112,24 @@ def run(args: argparse.Namespace) -> int:
         )  # fmt: skip
     with claim(args.out, force=args.force) as out:  # checked and locked before the work
         return _run(args, cfg, out, table_path)
+
+
+def _one_mode(args: argparse.Namespace) -> None:
+    """TRACE (and --profile) for one drafter, or --family for several: one of the two."""
+    from specsim.errors import SpecsimError
+
+    if args.family and (args.trace is not None or args.profile is not None):
+        given = " and ".join(x for x, v in (("TRACE", args.trace), ("--profile", args.profile))
+                             if v is not None)  # fmt: skip
+        raise SpecsimError(
+            f"--family carries each drafter's trace and profile: drop {given}, or drop --family "
+            "to tune one drafter"
+        )
+    if not args.family and args.trace is None:
+        raise SpecsimError(
+            "give TRACE (one drafter: specsim tune TRACE --engine E --profile P ...) or two "
+            "or more --family NAME=TRACE@PROFILE"
+        )
 
 
 def _run(args: argparse.Namespace, cfg: Any, out: Path | None, table_path: Path | None) -> int:
@@ -148,13 +187,16 @@ def _config_for(res: Any, row: dict | None, cost_table: str | None, lr: Any = No
     )
 
 
-def as_json(res: Any, cost_table: str | None = None) -> dict[str, Any]:
+def as_json(res: Any, cost_table: str | None = None, config_for: Any = None) -> dict[str, Any]:
     """The ``--json`` object: what was searched and scored, and per load the rows, the best, the
     settings within noise of it, the recommended one (by the tie rule), the default, no
-    speculation, the verdict and the config to paste (the recommended setting's)."""
+    speculation, the verdict and the config to paste (the recommended setting's; ``config_for``
+    ``(res, row, lr) -> EngineConfig`` renders it for a drafter other than DSpark)."""
     loads = []
     for lr in res.loads:
-        ec = _config_for(res, lr.recommended_row, cost_table, lr)
+        row = lr.recommended_row
+        ec = (config_for(res, row, lr) if config_for and row else
+              _config_for(res, row, cost_table, lr))  # fmt: skip
         loads.append(
             {
                 "load_kind": lr.load.kind,

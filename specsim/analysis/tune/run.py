@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -245,9 +246,15 @@ def _run_rows(trace: Any, cands: list[Candidate], load: Load, cfg: TuneConfig, p
     return summaries, list(seen)
 
 
-def tune(trace: Any, cfg: TuneConfig, progress: Any = None) -> TuneResult:
+Grid = Callable[[TuneConfig, int], list[Candidate]]  # (cfg, the trace's block) -> settings
+
+
+def tune(trace: Any, cfg: TuneConfig, progress: Any = None, grid: Grid | None = None) -> TuneResult:
     """Search ``cfg.engine``'s knobs at every load of ``cfg`` on ``trace`` (a Trace, a path or
-    a shipped trace's name); see the module docstring for the grid and the scoring."""
+    a shipped trace's name); see the module docstring for the grid and the scoring. ``grid``:
+    the settings to search instead of the engine's DSpark grid (``(cfg, block) -> candidates``,
+    no speculation and one ``default`` among them), for drafters whose engine knobs differ
+    (:mod:`specsim.analysis.tune.families`)."""
     from specsim.sim.config import ReplayConfig
     from specsim.sim.cost.profiles import get_profile
     from specsim.trace.io import read_trace
@@ -263,12 +270,12 @@ def tune(trace: Any, cfg: TuneConfig, progress: Any = None) -> TuneResult:
     profile = get_profile(cfg.profile)
     block = tr.block_size
     notes = _draft_len_notes(cfg, block)
-    cands = candidates(cfg, block)
+    cands = (grid or candidates)(cfg, block)
     if cfg.max_batched_tokens is not None:  # every grid setting at every limit asked for
-        grid = [c for c in cands if c.role == "grid"]
+        settings = [c for c in cands if c.role == "grid"]
         cands = [*(c for c in cands if c.role != "grid"),
                  *(c.with_batched_tokens(n) for n in cfg.max_batched_tokens
-                   for c in grid)]  # fmt: skip
+                   for c in settings)]  # fmt: skip
     obj, q = cfg.objective_name(), cfg.sla_quantile
     gpus = int(getattr(profile, "gpus", 1) or 1)
     if progress is not None and not getattr(progress, "total", 1):
