@@ -104,3 +104,21 @@ def test_out_may_not_overwrite_the_profile_it_anchors(world, tmp_path, capsys):
     assert main(argv) == 2
     assert "is the --profile it anchors" in capsys.readouterr().err
     assert mine.read_bytes() == before
+
+
+def test_a_base_dearer_a_step_than_the_server_is_fitted_below_zero_and_said_so(world):
+    base, _, _ = world
+    table = np.asarray(base.step_ms)
+    truth = replace(base, step_ms=table * 0.6 - 30.0)  # 30 ms less fixed cost a step
+    runs = []
+    for c in (2, 8, 16):
+        tpot = simulated_tpot(truth, BaselinePoint(c, PROMPT, OUT, 1.0, 1.0, None, "x"), seed=1)
+        runs.append(BaselinePoint(c, PROMPT, OUT, 1000.0 * c / tpot, tpot, None, f"C={c}"))
+    f = fit(base, runs)
+    assert f.step_ms < 0 and np.abs(f.residuals).max() < 0.10
+    model = fitted_profile(base, f)
+    assert model.step_overhead_ms == 0.0 and float(np.min(model.step_ms)) > 0
+    assert "negative step taken off the table" in model.meta["fitted"]
+    held = BaselinePoint(4, PROMPT, OUT, 1.0, 1.0, None, "x")
+    want = simulated_tpot(truth, held, seed=1)
+    assert simulated_tpot(model, held, seed=1) == pytest.approx(want, rel=0.10)

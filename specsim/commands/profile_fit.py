@@ -72,6 +72,9 @@ def fit_text(result: Any, fitted: Any) -> str:
     for p, pred, r in zip(result.points, result.predicted_tpot_ms, result.residuals,
                           strict=True):  # fmt: skip
         lines.append(f"  {p.describe():<48} {p.mean_tpot_ms:10.2f} {pred:8.2f} {100 * r:+9.1f}%")
+    if result.step_ms < 0:
+        lines.append("  the step cost is below zero: the base's fixed cost a step is above the "
+                     "runs', so it is taken off the profile's table")  # fmt: skip
     lines.append(f"  residual: TPOT {result.residual_text()} (the fitted terms' own runs)")
     return "\n".join(lines)
 

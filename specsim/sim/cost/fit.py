@@ -17,9 +17,17 @@ with ``G`` the built profile's GPU time at that step (its table at B, KV read or
 compute, sampling), ``a`` the engine's fixed cost a step and ``b`` its cost a request. The rule
 (stated, fixed before any fit): least squares on TPOT relative to the measured (each point
 weighs the same), s > 0 and a, b >= 0; two runs fit (s, a) with b as built, three or more fit
-(s, a, b). Refused: fewer than two distinct concurrencies, and runs no profile of this
-deployment explains (a residual over ``MAX_RESIDUAL`` on any run, or s outside ``S_RANGE``:
-the runs disagree with each other or are not this deployment).
+(s, a, b). Where that explains the runs no better than the refusal below (a base whose fixed
+cost a step is above the server's: the torch engine's table anchored on llama-server, whose
+first point is twice the server's whole step at 3 in flight), ``a`` may go below zero, with
+``b`` as given (a table nearly straight in the requests leaves s, a and b one degree too
+many), and the fitted profile subtracts it from its table, every point kept at 5% of the first
+or above (a step cost cannot be negative in a profile). Added 6 Dec 2026 after that base was
+refused (its first run), before any prediction was made with it.
+
+Refused: fewer than two distinct concurrencies, and runs no profile of this deployment
+explains (a residual over ``MAX_RESIDUAL`` on any run, or s outside ``S_RANGE``: the runs
+disagree with each other or are not this deployment).
 """
 
 from __future__ import annotations
@@ -93,18 +101,20 @@ def predict_tpot(
 REFINE = 2  # replays of each run on the fitted profile, each refitting G from the simulator
 
 
-def _solve(g: np.ndarray, meas: np.ndarray, c: np.ndarray, b0: float
+def _solve(g: np.ndarray, meas: np.ndarray, c: np.ndarray, b0: float, below: bool = False
            ) -> tuple[float, float, float, tuple[str, ...]]:  # fmt: skip
-    """The stated least squares: (scale, step, per request, which were fitted)."""
+    """The stated least squares: (scale, step, per request, which were fitted); ``below``:
+    the step may be negative and the per-request cost stays as given (the module docstring's
+    second rule)."""
     from scipy.optimize import lsq_linear
 
     w = 1.0 / meas  # relative errors
-    if len(meas) >= 3:
+    if len(meas) >= 3 and not below:
         cols, names, target = [g, np.ones_like(g), c], ("scale", "step", "per request"), meas
     else:
         cols, names, target = [g, np.ones_like(g)], ("scale", "step"), meas - b0 * c
     a_mat = np.stack(cols, axis=1) * w[:, None]
-    lo = [1e-6] + [0.0] * (len(cols) - 1)
+    lo = [1e-6, -np.inf if below else 0.0] + [0.0] * (len(cols) - 2)
     sol = lsq_linear(a_mat, target * w, bounds=(lo, [np.inf] * len(cols))).x
     return float(sol[0]), float(sol[1]), float(sol[2]) if len(sol) > 2 else b0, names
 
@@ -134,22 +144,41 @@ def fit(model: CostModel, points: list[BaselinePoint], refine: int = REFINE) -> 
             "profile fit needs runs at two or more concurrencies (e.g. vllm bench serve "
             "--max-concurrency 1 and 32): one run cannot tell a fixed cost from a per-token one"
         )
+    try:
+        out = _fit(model, points, refine, below=False)
+        _check(out)
+        return out
+    except SpecsimError as first:
+        try:
+            out = _fit(model, points, refine, below=True)
+        except SpecsimError:
+            raise first from None
+        try:
+            _check(out)
+        except SpecsimError:
+            raise first from None
+        return out
+
+
+def _fit(model: CostModel, points: list[BaselinePoint], refine: int, below: bool) -> Fit:
     meas = np.array([p.mean_tpot_ms for p in points])
     g = np.array([gpu_ms(model, p) for p in points])
     c = np.array([float(p.concurrency) for p in points])
     b0 = model.verify_per_request_ms
-    scale, step, per_req, names = _solve(g, meas, c, b0)
+    scale, step, per_req, names = _solve(g, meas, c, b0, below)
     pred = scale * g + step + per_req * c
     for _ in range(refine):
         trial = _apply(model, scale, step, per_req)
         sim = np.array([simulated_tpot(trial, p) for p in points])
-        g = np.maximum(sim - step - per_req * c, 1e-6) / scale  # the simulator's G
-        scale, step, per_req, names = _solve(g, meas, c, b0)
+        # the simulator's G (a negative step is inside the trial's table: take it out too)
+        g = np.maximum(sim - step - per_req * c, 1e-6) / scale
+        scale, step, per_req, names = _solve(g, meas, c, b0, below)
         pred = scale * g + step + per_req * c
-    out = Fit(scale, step, per_req, model.step_overhead_ms, b0, tuple(points),
-              tuple(float(x) for x in pred), names)  # fmt: skip
-    _check(out)
-    return out
+    return Fit(scale, step, per_req, model.step_overhead_ms, b0, tuple(points),
+               tuple(float(x) for x in pred), names)  # fmt: skip
+
+
+KEEP = 0.05  # a negative step leaves at least this share of the scaled table's first point
 
 
 def _check(f: Fit) -> None:
@@ -171,15 +200,19 @@ def _check(f: Fit) -> None:
 def _apply(model: CostModel, scale: float, step: float, per_req: float) -> CostModel:
     """``model`` with its GPU time scaled and the engine's terms replaced (meta unchanged). A
     measured overhead curve gives way to the fitted line (the runs say nothing of its shape
-    between their concurrencies; ``fitted_profile`` says so)."""
+    between their concurrencies; ``fitted_profile`` says so). A negative step is taken off the
+    table (a profile's step cost is not negative), floored at ``KEEP`` of its first point."""
+    table = np.asarray(model.step_ms, dtype=np.float64) * scale
+    if step < 0:
+        table = np.maximum(table + step, KEEP * float(table.min()))
     return replace(
         model,
-        step_ms=np.asarray(model.step_ms, dtype=np.float64) * scale,
+        step_ms=table,
         kv_read_us_per_ktoken=model.kv_read_us_per_ktoken * scale,
         attn_us_per_qk_ktoken=model.attn_us_per_qk_ktoken * scale,
         accept_per_token_ms=model.accept_per_token_ms * scale,
         prefill_token_ms=model.prefill_token_ms * scale,
-        step_overhead_ms=step,
+        step_overhead_ms=max(step, 0.0),
         verify_per_request_ms=per_req,
         overhead_curve=(),
     )
@@ -196,7 +229,14 @@ def fitted_profile(model: CostModel, f: Fit) -> CostModel:
             f"profile fit on {len(f.points)} runs without speculation ({runs}): GPU time "
             f"x{f.scale:.3f} the built, step {f.step_ms:.3f} ms (built {f.built_step_ms:.3f}), "
             f"per request {f.per_request_ms * 1000:.1f} us (built "
-            f"{f.built_per_request_ms * 1000:.1f}); fitted: {', '.join(f.fitted)}; the drafter "
+            f"{f.built_per_request_ms * 1000:.1f}); fitted: {', '.join(f.fitted)}"
+            + (
+                "; the negative step taken off the table (the base's fixed cost a step is above "
+                "the runs')"
+                if f.step_ms < 0
+                else ""
+            )
+            + "; the drafter "
             "as given"
             + (
                 "; the measured overhead curve replaced by the fitted line"
