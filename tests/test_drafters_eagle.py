@@ -95,3 +95,33 @@ def test_a_trace_from_a_published_acceptance_length(tmp_path, capsys):
                  str(tmp_path / "x.parquet")]) == 2  # fmt: skip
     assert "lies in [1, 4]" in capsys.readouterr().err
     assert main(["traces", "synth", "--al", "3", "--out", str(tmp_path / "y.parquet")]) == 2
+
+
+# ---- a sequential drafter's call by the drafts it runs (issue 67): the engine may draft
+# fewer than the drafter was built for (tune's k), and each step it skips is not paid
+@pytest.mark.parametrize("spec", ["eagle3:layers=1,steps=3,topk=1,draft_tokens=4", "mtp:3",
+                                  "eagle1:layers=1,steps=4,topk=2,draft_tokens=8"])  # fmt: skip
+def test_a_sequential_drafter_pays_each_step_it_drafts(spec, tmp_path):
+    from specsim.sim.cost.profile_csv import read_profile_csv, write_profile_csv
+
+    model, p, drafter = build(bd.Deployment(model=builtin_model("llama-3-8b"), drafter=spec))
+    k = drafter.drafts
+    assert model.draft_step_curve
+    for r in (1, 16, 64):
+        full = float(draft_ms(p, drafter, [r])[0])
+        assert float(model.draft_ms(r, k)) == pytest.approx(full, rel=1e-6)  # as built
+        costs = [float(model.draft_ms(r, j)) for j in range(1, k + 1)]
+        assert all(b > a for a, b in zip(costs, costs[1:], strict=False))  # each step paid
+        steps = np.diff(costs)
+        assert np.allclose(steps, steps[0])  # the same later step each time
+    path = tmp_path / "p.csv"
+    write_profile_csv(model, path)
+    back = np.array(read_profile_csv(path).draft_step_curve)
+    assert np.allclose(back, np.array(model.draft_step_curve), rtol=1e-5)
+
+
+def test_a_block_drafter_pays_one_forward_whatever_k():
+    model = build(bd.Deployment(model=builtin_model("llama-3-8b"),
+                                drafter="dspark:layers=5,block=7"))[0]  # fmt: skip
+    assert model.draft_step_curve == ()
+    assert float(model.draft_ms(16, 2)) == float(model.draft_ms(16, 7))

@@ -27,11 +27,12 @@ consecutive loads with one (family, setting), each with the config to paste.
 The specs, and what is refused or warned about before any replay:
 :mod:`specsim.analysis.tune.family_configs`.
 
-Sequential drafters (EAGLE, MTP) draft one position a forward, so their cost grows with k, but
-a built profile prices the drafter as built (``steps=3``: three forwards) at every k: k above it
-is left out (unpriced), k below it is charged the built drafter's cost (overstated: a smaller k
-that still wins, wins). To compare k fairly, build one profile per k and give each as a family
-of its own (``eagle3-k2=e.parquet@e-s2.csv --family eagle3-k4=e.parquet@e-s4.csv``).
+Sequential drafters (EAGLE, MTP) draft one position a forward, so their cost grows with k: a
+built profile prices a call as its fixed part (EAGLE's extend pass) plus k later steps
+(``draft_step_curve``), so every k up to the built steps is priced as it runs; k above them is
+left out (the profile's graphs and tree were built for those steps: build one with more,
+``--drafter eagle3:steps=5``, and give it as a family of its own). A profile without a step
+curve (imported, or built before it existed) charges its built steps at every k, and says so.
 """
 
 from __future__ import annotations
@@ -275,9 +276,10 @@ def tune_families(specs: Sequence[str], cfg: TuneConfig,
 def _priced_note(f: Family) -> str:
     """What a sequential drafter's profile charges at each k (module docstring)."""
     return (
-        f"family {f.name}: its profile prices {f.max_k} draft steps at every k, so k above "
-        f"{f.max_k} is left out and k below it is charged {f.max_k} steps (overstated); one "
-        "profile per k, each a family of its own, compares k fairly"
+        f"family {f.name}: its profile prices up to {f.max_k} draft steps, so k above "
+        f"{f.max_k} is left out (build one with more steps as a family of its own); below it "
+        "each k pays its own steps where the profile has a draft step curve, else the built "
+        f"{f.max_k} (overstated)"
     )
 
 

@@ -13,7 +13,14 @@ from specsim.errors import SpecsimError
 from specsim.sim.cost import build as bd
 from specsim.sim.cost import paths
 from specsim.sim.cost.assumed import CORNERS
-from specsim.sim.cost.drafters import WEIGHTS_ASSUMED, Drafter, context_us, draft_ms, prefill_us
+from specsim.sim.cost.drafters import (
+    WEIGHTS_ASSUMED,
+    Drafter,
+    context_us,
+    draft_ms,
+    draft_step_ms,
+    prefill_us,
+)
 from specsim.sim.cost.model import CostModel
 from specsim.sim.cost.profiles import cuda_graph_buckets
 
@@ -38,6 +45,12 @@ def build(dep: bd.Deployment, engine: bd.Engine | None = None
     reqs = np.append(grid[grid < max_running], max_running)
     dcurve = np.maximum.accumulate(draft_ms(p, drafter, reqs, pt))
     _check_terms(p, b, reqs, dcurve)
+    dstep = draft_step_ms(p, drafter, reqs, pt)
+    step_curve: tuple = ()
+    if dstep is not None:  # sequential: the call is its fixed part + k x a step
+        dstep = np.maximum.accumulate(dstep)
+        dcurve = np.maximum(dcurve - drafter.drafts * dstep, 0.0)
+        step_curve = tuple((int(r), float(v)) for r, v in zip(reqs, dstep, strict=True))
     meta = {
         "source": f"specsim profile build: {m.name} on {dep.gpus} x {p.ops.gpu} (TP {dep.tp}, "
         f"EP {dep.ep}, DP {dep.dp}), {dep.engine}, drafter {drafter.label}",
@@ -63,6 +76,7 @@ def build(dep: bd.Deployment, engine: bd.Engine | None = None
         draft_curve=tuple(
             (int(r), float(max(ms, 0.0))) for r, ms in zip(reqs, dcurve, strict=True)
         ),  # fmt: skip
+        draft_step_curve=step_curve,
         draft_per_context_us=context_us(p, drafter),
         draft_prefill_us_per_token=prefill_us(p, drafter),
         max_running=max_running,

@@ -232,6 +232,22 @@ def draft_ms(p, drafter: Drafter, requests, point: str = "mid"):  # type: ignore
     return (drafter.layers * layer + head + fc + reduce) * 1000.0 + launch + per_pos * t
 
 
+def draft_step_ms(p, drafter: Drafter, requests, point: str = "mid"):  # type: ignore[no-untyped-def]
+    """Milliseconds a SEQUENTIAL drafter's call adds per drafted position for ``requests``
+    requests (EAGLE: a later step; MTP: one of its K layers and the head), or None for a
+    drafter that proposes its block in one forward. Why: the engine may draft fewer tokens than
+    the drafter was built for (``tune``'s k), and a sequential drafter's call is that much
+    cheaper; ``draft_ms`` at the built count stays the sum."""
+    r = np.asarray(requests, dtype=np.float64)
+    if drafter.kind in EAGLE:
+        from specsim.sim.cost.eagle import eagle_step_ms
+
+        return eagle_step_ms(p, drafter, r, point)
+    if drafter.kind == "mtp":
+        return draft_ms(p, drafter, r, point) / drafter.layers
+    return None
+
+
 def context_us(p, drafter: Drafter) -> float:  # type: ignore[no-untyped-def]
     """µs per context token a drafter's attention reads per request and draft call (its own
     KV: K and V at its width, BF16), at the measured memory bandwidth. Split over TP as the
@@ -261,6 +277,7 @@ def prefill_us(p, drafter: Drafter) -> float:  # type: ignore[no-untyped-def]
 
 
 __all__ = [
-    "BLOCK_KINDS", "EAGLE", "KINDS", "Drafter", "context_us", "draft_ms", "parse_drafter",
+    "BLOCK_KINDS", "EAGLE", "KINDS", "Drafter", "context_us", "draft_ms", "draft_step_ms",
+    "parse_drafter",
     "prefill_us", "weight_params",
 ]  # fmt: skip

@@ -80,11 +80,27 @@ def eagle_draft_ms(p: Any, d: Any, requests: Any, point: str = "mid") -> np.ndar
     ext = t * (1 + d.steps) / 2.0  # the accepted tokens the drafter extends over (ASSUMED)
     fc = o.gemm_s(ext, d.features * m.hidden * w * p.bpp / tp)
     total = fc + layers(ext) + head(t)  # the extend pass proposes the first draft
-    cand = t * d.topk  # each later step: topk candidates a request
-    total = total + (d.steps - 1) * (layers(cand) + head(cand))
     launch, per_pos = p.eng.draft_launch_ms.at(point), p.eng.draft_position_us.at(point) / 1e3
-    positions = t * (1 + (d.steps - 1) * d.topk)
-    return total * 1000.0 + launch + per_pos * positions
+    first = total * 1000.0 + launch + per_pos * t
+    return first + (d.steps - 1) * eagle_step_ms(p, d, requests, point)
 
 
-__all__ = ["EAGLE3_DRAFT_VOCAB", "EAGLE_KINDS", "eagle_draft_ms", "eagle_values"]
+def eagle_step_ms(p: Any, d: Any, requests: Any, point: str = "mid") -> np.ndarray:
+    """Milliseconds each later draft step adds for ``requests`` requests: its layer(s) and
+    head over ``topk`` candidates a request, and the engine's cost a drafted position. A
+    chain of k drafts pays the first (the extend pass) and k - 1 of these."""
+    from specsim.sim.cost.operators import layer_s as _layer_s
+
+    o, m, tp = p.ops, p.dep.model, p.dep.tp
+    cand = np.ceil(np.asarray(requests, dtype=np.float64) / p.dep.dp) * d.topk
+    w = d.width
+    scale = (w / m.hidden) ** 2
+    one = _layer_s(o, cand, w, m.attn_layer_params * scale, int(m.intermediate * w / m.hidden),
+                   p.bpp, tp)  # fmt: skip
+    ar = 2 * o.all_reduce_s(cand * w * 2.0, tp) if tp > 1 else 0 * cand
+    head = o.gemm_s(cand, d.vocab * w * 2.0 / tp)
+    per_pos = p.eng.draft_position_us.at(point) / 1e3
+    return (d.layers * (one + ar) + head) * 1000.0 + per_pos * cand
+
+
+__all__ = ["EAGLE3_DRAFT_VOCAB", "EAGLE_KINDS", "eagle_draft_ms", "eagle_step_ms", "eagle_values"]

@@ -57,6 +57,7 @@ import numpy as np
 from specsim.errors import SpecsimError
 from specsim.sim.cost.tables import (
     COST_KEYS,
+    CURVE_KEYS,
     INTERPOLATIONS,
     MAX_COST,
     MAX_PROFILE_BATCH,
@@ -91,6 +92,10 @@ class CostModel:
     accept_per_token_ms: float = 0.0  # the loop's cost per verified token (accept, stream)
     overhead_curve: tuple[tuple[int, float], ...] = ()  # (requests, ms): replaces the linear
     draft_curve: tuple[tuple[int, float], ...] = ()  # (requests, ms): replaces base + per-request
+    # (requests, ms) a SEQUENTIAL drafter (EAGLE, MTP) adds per drafted position: a call
+    # drafting k tokens pays draft_curve + k x this, so a shorter k is cheaper; () for a
+    # drafter that proposes its block in one forward (DSpark) or a table that does not say
+    draft_step_curve: tuple[tuple[int, float], ...] = ()
     # serving model v2: the drafter's own prefill of prompt tokens (its KV of the target's
     # features), and the KV a step reads per context token of every sequence in it (the
     # roofline profiles' table then covers weights and compute only)
@@ -159,7 +164,7 @@ class CostModel:
                 raise SpecsimError(
                     f"profile {self.name!r}: {key} = {v} must be a whole number in [1, {hi:,}]"
                 )
-        for key in ("overhead_curve", "draft_curve"):
+        for key in CURVE_KEYS:
             object.__setattr__(self, key, checked_curve(self.name, key, getattr(self, key)))
         if self.interpolation not in INTERPOLATIONS:
             raise SpecsimError(
@@ -356,6 +361,9 @@ class CostModel:
             fixed = curve_at(self.draft_curve, r, step=self.interpolation == "step")
         else:
             fixed = self.draft_base_ms + self.draft_per_request_ms * r
+        if self.draft_step_curve:
+            step = self.interpolation == "step"
+            fixed = fixed + gamma * curve_at(self.draft_step_curve, r, step=step)
         out = np.where(r > 0, fixed + self.draft_per_token_ms * r * gamma, 0.0)
         return float(out) if np.ndim(n_requests) == 0 else out
 

@@ -24,7 +24,7 @@ import numpy as np
 
 from specsim.errors import SpecsimError
 from specsim.sim.cost.model import CostModel
-from specsim.sim.cost.tables import COST_KEYS, MAX_PROFILE_BATCH
+from specsim.sim.cost.tables import COST_KEYS, CURVE_KEYS, MAX_PROFILE_BATCH
 
 _INT_KEYS = (
     "max_running",
@@ -257,7 +257,7 @@ def parse_profile_csv(text: str, name: str, source: str = "") -> CostModel:
                 kwargs[key] = float(meta.pop(key))
             except ValueError:
                 raise SpecsimError(f"profile {where!r}: header {key} is not a number") from None
-    for key in ("overhead_curve", "draft_curve"):
+    for key in CURVE_KEYS:
         if key in meta:
             kwargs[key] = parse_curve(meta.pop(key), where, key)
     if "interpolation" in meta:
@@ -330,7 +330,7 @@ def write_profile_csv(model: CostModel, path: str | os.PathLike, force: bool = F
         plain_text(v, f"profile {k}")
     lines = [f"# name: {model.name}"]
     lines += [f"# {k}: {v}" for k, v in model.scalars().items()]
-    for key in ("overhead_curve", "draft_curve"):
+    for key in CURVE_KEYS:
         if getattr(model, key):
             lines.append(f"# {key}: {format_curve(getattr(model, key))}")
     lines += [f"# {k}: {v}" for k, v in head.items() if k != "name"]

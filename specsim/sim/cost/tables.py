@@ -71,6 +71,9 @@ COST_KEYS = (
     "verify_draft_token_ms",
     "mixed_step_ms",
 )
+# the (requests, ms) curves a profile header may hold: the engine loop's overhead, a draft
+# call's cost, and a sequential drafter's cost a drafted position (EAGLE, MTP)
+CURVE_KEYS = ("overhead_curve", "draft_curve", "draft_step_curve")
 
 
 def checked_curve(name: str, key: str, curve) -> tuple[tuple[int, float], ...]:  # type: ignore[no-untyped-def]
@@ -108,6 +111,6 @@ def curve_at(curve: tuple[tuple[int, float], ...], n, step: bool = False):  # ty
 
 
 __all__ = [
-    "COST_KEYS", "INTERPOLATIONS", "MAX_COST", "MAX_PROFILE_BATCH", "checked_curve", "curve_at",
-    "dense_lookup",
+    "COST_KEYS", "CURVE_KEYS", "INTERPOLATIONS", "MAX_COST", "MAX_PROFILE_BATCH",
+    "checked_curve", "curve_at", "dense_lookup",
 ]  # fmt: skip
