@@ -1,6 +1,7 @@
-"""The admission rule is written once (specsim.sim.admission) and both engines obey it: the
-simulator admits exactly the requests the rule says, step by step, on a queue built to hit
-every branch (KV full, prefill budget, the first request whatever its prompt, slots)."""
+"""The admission rule is written once (specsim.sim.admission) and the simulator obeys it: it
+admits exactly the requests the rule says, step by step, on a queue built to hit every branch
+(KV full, prefill budget, the first request whatever its prompt, slots). The torch engine that
+shared it was retired at commit 574e4c8."""
 
 from __future__ import annotations
 
@@ -80,9 +81,9 @@ def test_the_simulator_admits_what_the_rule_says():
         )
 
 
-def test_both_engines_call_the_one_rule():
-    """No engine restates the rule: each imports it from specsim.sim.admission."""
-    for rel in ("sim/engine.py", "torch_engine/engine.py"):
+def test_the_engine_calls_the_one_rule():
+    """The engine does not restate the rule: it imports it from specsim.sim.admission."""
+    for rel in ("sim/engine.py",):
         tree = ast.parse((ROOT / rel).read_text())
         names = {
             a.name

@@ -6,7 +6,8 @@ lazy ones inside functions included (a lazy import is still a dependency). The r
 - a package imports only from its own floor or the floors below it (``LAYERS``);
 - two packages on one floor do not import each other both ways (no circles);
 - no two-module import circle anywhere;
-- torch (and transformers) only in ``specsim.record`` and ``specsim.torch_engine``.
+- torch (and transformers) only in ``specsim.record`` (the torch engine, the other room that
+  imported them, was retired at commit 574e4c8).
 """
 
 from __future__ import annotations
@@ -25,11 +26,10 @@ LAYERS: list[set[str]] = [
     {"trace", "policies"},
     {"sim", "lossless"},
     {"record", "serve"},
-    {"torch_engine"},
     {"analysis", "fidelity"},
     {"commands", "cli", "__init__", "__main__"},
 ]
-TORCH_ROOMS = {"record", "torch_engine"}
+TORCH_ROOMS = {"record"}
 HEAVY = ("torch", "transformers", "accelerate", "gguf", "safetensors")
 
 
@@ -132,13 +132,12 @@ def test_no_two_module_circles():
 
 
 @pytest.mark.parametrize("mod", sorted(MODULES))
-def test_torch_only_in_the_recording_and_engine_rooms(mod):
+def test_torch_only_in_the_recording_room(mod):
     if _room(mod) in TORCH_ROOMS:
         return
     for name, line in GRAPH[mod]:
         assert name.split(".")[0] not in HEAVY, (
-            f"{mod} (line {line}) imports {name}: torch and transformers belong in "
-            "specsim.record or specsim.torch_engine"
+            f"{mod} (line {line}) imports {name}: torch and transformers belong in specsim.record"
         )
 
 
@@ -174,8 +173,8 @@ def _top_level_functions() -> dict[str, list[str]]:
 
 # rules a test can see: each is defined by exactly one function in the package
 ONE_PLACE = {
-    "reservation": "specsim.sim.admission",  # the KV a request reserves (both engines)
-    "fits": "specsim.sim.admission",  # the FIFO admission test (both engines)
+    "reservation": "specsim.sim.admission",  # the KV a request reserves
+    "fits": "specsim.sim.admission",  # the FIFO admission test
     "check_steady_window": "specsim.sim.workload",  # the closed-loop rule (replay and sweep)
     "get_profile": "specsim.sim.cost.profiles",  # profile names, files and @sched-xS
     "check_lossless": "specsim.lossless.api",  # the checker from a notebook

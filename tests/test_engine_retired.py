@@ -55,6 +55,13 @@ def test_listed_in_the_commands_help(capsys):
     assert f"engine retired (specsim's own torch engine; runs from commit {RETIRED_AT})" in out
 
 
+def test_the_torch_engine_is_gone_here():
+    """No module of it is left, and nothing in the package imports it."""
+    assert not list((ROOT / "specsim" / "torch_engine").glob("*.py"))
+    for path in (ROOT / "specsim").rglob("*.py"):
+        assert "specsim.torch_engine" not in path.read_text(), path
+
+
 def test_the_commit_named_runs_it():
     """The commit the line names holds the engine (where this checkout has that history)."""
     if shutil.which("git") is None or not (ROOT / ".git").exists():

@@ -35,8 +35,8 @@ def trace():
 
 
 def run(trace, cost, policy="static:3", concurrency=4, **kw):
-    """The measured-engine terms model the mirror engine (specsim.torch_engine), which runs
-    serving model v1: a full draft every step, whole prompts."""
+    """The measured-engine terms modelled the mirror engine (specsim's torch engine, retired at
+    commit 574e4c8), which ran serving model v1: a full draft every step, whole prompts."""
     kw.setdefault("serving", "v1")
     return replay(
         trace, policy, concurrency=concurrency, profile=cost, seed=0, record_tokens=False, **kw

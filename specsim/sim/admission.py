@@ -1,6 +1,5 @@
-"""The admission rule, written once for both engines: the simulated one
-(:class:`specsim.sim.engine.Engine`) and the real one
-(:class:`specsim.torch_engine.engine.RealEngine`).
+"""The admission rule, written once: the simulated engine's (:class:`specsim.sim.engine.Engine`;
+specsim's own torch engine, which shared it, was retired at commit 574e4c8).
 
 FIFO, no skipping: queued requests are admitted head first while a running slot is free, the
 request's KV reservation fits what is left of the cache, and its prompt fits what is left of the

@@ -1,8 +1,9 @@
 """The raw log of a simulated run: per-job arrays and the per-step table (``RawLog``), or, for
 sweeps that read only the summary, the step table reduced to running sums (``StepSums``).
 
-Metrics are derived from these by pure functions (:mod:`specsim.sim.metrics`); the real engine
-(:mod:`specsim.torch_engine.engine`) writes the same ``RawLog``, so both are measured alike.
+Metrics are derived from these by pure functions (:mod:`specsim.sim.metrics`). (specsim's own
+torch engine wrote the same ``RawLog``, so both were measured alike; it was retired at commit
+574e4c8.)
 """
 
 from __future__ import annotations
