@@ -142,8 +142,12 @@ def _run(args: argparse.Namespace, cfg: Any, out: Path | None, table_path: Path 
         raise SpecsimError(
             "--trtllm-cost-table is TensorRT-LLM's file: use it with --engine trtllm"
         )
+    from specsim.analysis.tune.spread import check_spread, spread_rows, spread_text
+
+    check_spread(cfg.spread)  # before the search: a typo costs no minutes
     with Progress(0, "tune", " replays") as bar:
         res = tune(args.trace, cfg, progress=bar)
+    spread = spread_rows(args.trace, res)
     acceptance = res.acceptance.get("warning")
     for w in dict.fromkeys([*([acceptance] if acceptance else []),
                             *(w for lr in res.loads for w in lr.warnings)]):  # fmt: skip
@@ -154,9 +158,12 @@ def _run(args: argparse.Namespace, cfg: Any, out: Path | None, table_path: Path 
     if out is not None:
         write_table(res.frame(), out)
     if args.json:
-        print(json.dumps(jsonable(as_json(res, cost_table)), sort_keys=True))
+        obj = as_json(res, cost_table)
+        if spread:
+            obj["spread"] = spread
+        print(json.dumps(jsonable(obj), sort_keys=True))
     else:
-        print(report(res, cost_table))
+        print("\n".join([report(res, cost_table), *spread_text(spread)]))
         if out is not None:
             print(f"table: {out}")
     return 0

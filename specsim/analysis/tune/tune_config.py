@@ -85,6 +85,13 @@ class TuneConfig:
         None, "the drafter path the printed config names (default: a placeholder per engine)"
     )
     workers: int = _f(1, "local processes replaying candidates (1: this process)")
+    # -- what the profile's assumptions move
+    spread: tuple[str, ...] | None = _f(
+        None, "profiles to replay the recommended setting and no speculation on (the same "
+        "seeds), e.g. profile build's --assume against and favour builds: each load's gain "
+        "over no speculation is printed with its span over them", type=str, sequence=True,
+        metavar="P1,P2,...",
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
