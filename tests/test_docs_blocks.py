@@ -21,14 +21,31 @@ ROOT = Path(__file__).resolve().parent.parent
 PAGES = sorted(p for p in (ROOT / "docs").glob("*.md") if p.name != "api.md")
 
 
+def _blocks(page: Path, langs: tuple[str, ...]) -> list[str]:
+    """The fenced blocks of ``page`` whose language is one of ``langs`` ("" for none), read
+    fence by fence: a closing fence is never taken for the next block's opening."""
+    out, lang, body = [], None, []
+    for line in page.read_text(encoding="utf-8").splitlines():
+        if line.startswith("```"):
+            if lang is None:
+                lang, body = line[3:].strip(), []
+            else:
+                if lang in langs:
+                    out.append("\n".join(body) + "\n")
+                lang = None
+        elif lang is not None:
+            body.append(line)
+    return out
+
+
 def _python_blocks(page: Path) -> list[str]:
-    return re.findall(r"```python\n(.*?)```", page.read_text(encoding="utf-8"), flags=re.S)
+    return _blocks(page, ("python",))
 
 
 def _command_lines(page: Path) -> list[str]:
     """``specsim ...`` lines inside bash blocks, continuation lines joined, comments cut."""
     out = []
-    for block in re.findall(r"```(?:bash)?\n(.*?)```", page.read_text(encoding="utf-8"), re.S):
+    for block in _blocks(page, ("bash", "")):
         text = block.replace("\\\n", " ")
         for line in text.splitlines():
             line = line.split(" # ")[0].strip()
