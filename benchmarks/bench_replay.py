@@ -1,7 +1,7 @@
 """Simulator speed: simulated output tokens per wall-clock second of ``specsim.sim.simulate``.
 
 Scenarios (``hw-aware`` on a synthetic chat trace of 7-token blocks, h100-dense-8b profile,
-serving model v2 unless ``--serving v1``):
+serving model v2, the one serving model; v1 was retired, it runs at commit 77e1490):
 - closed loop at 1 (single-user latency), 64, 128 and 256 concurrent requests;
 - the Azure conversation arrivals (built-in ``azure-conv``), time-compressed by
   ``--azure-speedup`` so that 64+ requests run at once (the raw trace averages only a few).
@@ -75,24 +75,19 @@ def scenarios(args, tmp: str) -> dict[str, dict]:
 def _bound(
     trace, policy: str, profile: str, load: dict, seed: int, serving: str = "v2"
 ) -> tuple[float, tuple]:
-    """CPU seconds of the bare numpy loop on the same workload (serving model ``serving``'s
+    """CPU seconds of the bare numpy loop on the same workload (the serving model's
     accounting), and what it simulated."""
-    from numpy_bound import bound_loop, bound_loop_v2
+    from numpy_bound import bound_loop_v2
 
     from specsim.policies.base import get_policy
     from specsim.sim.cost.profiles import get_profile
     from specsim.sim.workload import make_workload
 
-    cost = get_profile(profile).for_serving(serving)  # as replay() reads the profile
+    cost = get_profile(profile)  # as replay() reads the profile
     wl = make_workload(trace, seed=seed, **load)
     pol = get_policy(policy)
     c0 = time.process_time()
-    if serving == "v1":
-        got = bound_loop(
-            trace, pol, cost, wl, cost.max_running, cost.kv_tokens, cost.prefill_budget
-        )
-    else:
-        got = bound_loop_v2(trace, pol, cost, wl)
+    got = bound_loop_v2(trace, pol, cost, wl)
     return time.process_time() - c0, got
 
 
@@ -107,12 +102,12 @@ def _log_bytes_per_step(
 
     from specsim.policies.base import get_policy
     from specsim.sim.cost.profiles import get_profile
-    from specsim.sim.engine import Engine, EngineLimits
+    from specsim.sim.serving import Engine, EngineLimits
     from specsim.sim.workload import make_workload
 
     cost = get_profile(profile)
     wl = make_workload(trace, seed=seed, **load)
-    limits = EngineLimits(cost.max_running, cost.kv_tokens, cost.prefill_budget)
+    limits = EngineLimits(cost.max_running, cost.kv_tokens)
     kw = {"record_steps": False} if lean else {}
     eng = Engine(trace, get_policy(policy), cost, wl, limits, record_tokens=False, **kw)
     raw = eng.run()
@@ -141,8 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--serving",
         default="v2",
-        choices=("v1", "v2"),
-        help="serving model (v2, the default: chunked prefill, paged KV); the bound does the "
+        choices=("v2",),
+        help="serving model (v2, the one model: chunked prefill, paged KV); the bound does the "
         "same model's accounting and is checked to simulate the same steps and time",
     )
     ap.add_argument("--azure-speedup", type=float, default=4.5, help="arrival time divisor (4.5)")

@@ -104,7 +104,7 @@ def _child_bound(tr, args: argparse.Namespace, t_proc: float) -> None:
     from specsim.sim.cost.profiles import get_profile
     from specsim.sim.workload import make_workload
 
-    cost = get_profile(args.profile).for_serving("v2")
+    cost = get_profile(args.profile)
     wl = make_workload(tr, concurrency=args.concurrency, requests=args.child_size, seed=0)
     t0 = time.process_time()
     tokens, steps, sim_s = bound_loop_v2(tr, get_policy("hw-aware"), cost, wl)

@@ -174,7 +174,6 @@ def _top_level_functions() -> dict[str, list[str]]:
 # rules a test can see: each is defined by exactly one function in the package
 ONE_PLACE = {
     "reservation": "specsim.sim.admission",  # the KV a request reserves
-    "fits": "specsim.sim.admission",  # the FIFO admission test
     "check_steady_window": "specsim.sim.workload",  # the closed-loop rule (replay and sweep)
     "get_profile": "specsim.sim.cost.profiles",  # profile names, files and @sched-xS
     "check_lossless": "specsim.lossless.api",  # the checker from a notebook

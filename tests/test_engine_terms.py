@@ -35,9 +35,10 @@ def trace():
 
 
 def run(trace, cost, policy="static:3", concurrency=4, **kw):
-    """The measured-engine terms modelled the mirror engine (specsim's torch engine, retired at
-    commit 574e4c8), which ran serving model v1: a full draft every step, whole prompts."""
-    kw.setdefault("serving", "v1")
+    """The terms on the serving model (``static:3`` drafts 3 tokens a step; prompts within one
+    step's budget). They were fitted to the mirror engine (specsim's torch engine, retired at
+    commit 574e4c8), which ran serving model v1 (retired at 77e1490); these tests ran on v1
+    until then."""
     return replay(
         trace, policy, concurrency=concurrency, profile=cost, seed=0, record_tokens=False, **kw
     )
@@ -154,7 +155,7 @@ DRAFT_CURVE = ((1, 2.0), (2, 3.0), (4, 8.0), (8, 20.0))
 @pytest.mark.parametrize("concurrency", [1, 4])
 def test_draft_curve_is_charged_at_each_step(trace, concurrency):
     """A measured draft curve replaces draft_base + draft_per_request R; the per-token term
-    still adds R x gamma. Each decoding step pays exactly that (the one-request walk too)."""
+    still adds R x k (``static:3`` drafts k = 3). Each decoding step pays exactly that."""
     cost = CostModel(
         "d", **TABLE, draft_curve=DRAFT_CURVE, draft_base_ms=50.0, draft_per_request_ms=9.0,
         draft_per_token_ms=0.05,
@@ -166,7 +167,7 @@ def test_draft_curve_is_charged_at_each_step(trace, concurrency):
     st = run(trace, cost, concurrency=concurrency).steps
     dec = st["decoding"].to_numpy()
     want = cost.step_time((dec + st["verified_drafts"] + st["prefill_tokens"]).to_numpy())
-    curve = np.interp(dec, *np.array(DRAFT_CURVE).T) + 0.05 * dec * gamma
+    curve = np.interp(dec, *np.array(DRAFT_CURVE).T) + 0.05 * dec * 3
     want = want + np.where(dec > 0, curve, 0.0) * 1e-3
     np.testing.assert_allclose(st["duration_s"], want, rtol=1e-12)
 

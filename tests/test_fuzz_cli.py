@@ -186,7 +186,7 @@ PROFILE_EDITS = [
     ("# draft_per_request_ms: 1.971", "# draft_per_request_ms: -2"),
     ("# max_running: 256", "# max_running: 0"),
     ("# kv_tokens: 1048576", "# kv_tokens: 1e30"),
-    ("# prefill_budget: 16384", "# prefill_budget: abc"),
+    ("# max_batched_tokens: 256", "# max_batched_tokens: abc"),
     ("128,1,88.769", "128,abc,88.769"),
     ("128,2,94.729", "128,1000000000000,94.729"),
     ("128,4,138.295", "128,4,-5"),

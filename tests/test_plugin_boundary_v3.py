@@ -167,7 +167,7 @@ def _solo(conf, accept_len, step_time):
 
 
 def with_solo():
-    return Policy(name="two-solo", schedule=_two, solo=_solo, rowwise=True)
+    return Policy(name="two-solo", schedule=_two, solo=_solo, rowwise=True, solo_rows=True)
 
 
 def without_solo():
@@ -177,13 +177,14 @@ def without_solo():
 
 def test_a_plugins_solo_value_error_falls_back_to_step_by_step(tmp_path, monkeypatch, capsys):
     """Policy's documented protocol: solo may raise ValueError where it does not apply, and the
-    engine then schedules step by step; a plug-in is held to the same protocol as a built-in."""
+    engine then schedules step by step; a plug-in is held to the same protocol as a built-in
+    (one request in flight: the serving model's walk asks a policy's solo form)."""
     name = f"plug_v3_solo_{next(_names)}"
     (tmp_path / f"{name}.py").write_text(textwrap.dedent(SOLO))
     monkeypatch.syspath_prepend(str(tmp_path))
     runs = []
     for attr in ("with_solo", "without_solo"):
-        code, out, err = _replay(f"{name}:{attr}", capsys, "--serving", "v1")
+        code, out, err = _replay(f"{name}:{attr}", capsys, "--concurrency", "1")
         assert code == 0, err
         summary = json.loads(out)
         (

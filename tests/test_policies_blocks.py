@@ -147,13 +147,13 @@ def test_plugin_equals_vllm_adaptive_on_random_steps(plugin):
         np.testing.assert_array_equal(plugin(inp), builtin(inp))
 
 
-@pytest.mark.parametrize("serving", ["v2", "v1"])
-def test_plugin_replays_like_vllm_adaptive(plugin, serving):
+@pytest.mark.parametrize("kv", ["paged", "reserve"])
+def test_plugin_replays_like_vllm_adaptive(plugin, kv):
     """The whole run, to the bit, on a shipped trace."""
     from specsim.sim.simulate import replay
 
     trace = Path(__file__).parent.parent / "traces" / "code.parquet"
-    opts = dict(concurrency=8, requests=30, profile="vllm-v4-flash-tp4-b300", serving=serving)
+    opts = dict(concurrency=8, requests=30, profile="vllm-v4-flash-tp4-b300", kv=kv)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         a = replay(trace, "vllm_adaptive_plugin:policy", **opts).summary

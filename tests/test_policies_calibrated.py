@@ -226,7 +226,7 @@ def test_history_counted_in_python_equals_the_array_path(monkeypatch):
     import dataclasses
 
     import specsim.sim.history as hist_mod
-    from specsim.sim.engine import Engine
+    from specsim.sim.serving import Engine
 
     tr = iid_trace(6, 40, gamma=5, seed=3)
     conf = np.random.default_rng(4).random(tr.conf.shape).astype(np.float32)

@@ -1,7 +1,7 @@
 """Serving model v2 (specsim.sim.serving): each mechanism against an analytic expectation.
 
 - chunked prefill: no decoding request waits longer than one step of a full token budget,
-  however long a prompt arrives (v1 stalls them for the whole prompt);
+  however long a prompt arrives (a whole prompt in one step would stall them for all of it);
 - paged KV admits at least as many requests as the clairvoyant reservation, and preempts only
   when its blocks run out; a preempted request is recomputed and still emits every token;
 - drafting is charged by what is drafted: ``ar`` does not move when the drafter costs 100x;
@@ -44,7 +44,8 @@ def _quiet(**kw):
 def test_chunked_prefill_bounds_every_decoders_wait():
     """Eight requests decode; one 64k-token prompt arrives. In v2 its prefill is cut into
     budget-sized chunks, so every step with decoders lasts at most one full-budget step (plus
-    drafting and KV); in v1 the decoders wait for the whole prompt in one step."""
+    drafting and KV); a whole prompt in one step (the retired serving model v1) stalls them
+    for all of it."""
     from specsim.sim.workload import make_workload
 
     prof = get_profile("h100-dense-8b")
@@ -62,8 +63,7 @@ def test_chunked_prefill_bounds_every_decoders_wait():
     bound = prof.step_time(budget) + prof.draft_ms(9, 2) * 1e-3 + worst_kv + 1e-12
     assert dec["duration_s"].max() <= bound
     assert (v2["prefill_tokens"] <= budget).all()
-    v1 = _quiet(**kw, serving="v1").steps
-    assert v1[v1["decoding"] > 0]["duration_s"].max() > 3 * bound  # the stall v2 removes
+    assert prof.step_time(64_000 + 8 * 3) > 3 * bound  # the stall chunking removes
 
 
 def test_chunked_prefill_emits_the_first_token_when_the_last_chunk_is_done():
@@ -132,7 +132,6 @@ def _scaled_draft(prof: CostModel, x: float) -> CostModel:
         draft_per_request_ms=prof.draft_per_request_ms * x,
         draft_per_token_ms=prof.draft_per_token_ms * x,
         draft_prefill_us_per_token=prof.draft_prefill_us_per_token * x,
-        v1=_scaled_draft(prof.v1, x) if prof.v1 is not None else None,
     )
 
 
@@ -144,13 +143,10 @@ def test_ar_does_not_pay_for_a_drafter(name):
     a = _quiet(profile=prof, **kw).summary
     b = _quiet(profile=_scaled_draft(prof, 100.0), **kw).summary
     assert a["throughput_tok_s"] == b["throughput_tok_s"]
-    # while a drafting policy does pay (and the v1 model charged ar too)
+    # while a drafting policy does pay
     full = [_quiet(profile=p, **{**kw, "policy": "full"}).summary["throughput_tok_s"]
             for p in (prof, _scaled_draft(prof, 100.0))]  # fmt: skip
     assert full[1] < full[0]
-    v1 = [_quiet(profile=p, serving="v1", **kw).summary["throughput_tok_s"]
-          for p in (prof, _scaled_draft(prof, 100.0))]  # fmt: skip
-    assert v1[1] < v1[0]
 
 
 def test_mtp1_pays_a_one_token_draft():

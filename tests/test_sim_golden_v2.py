@@ -1,7 +1,10 @@
 """Golden regression for serving model v2 (issue #33's model: chunked prefill, paged KV with
-preemption, drafting charged by what is drafted, KV read per sequence): the tables of a set of
-scenarios against the ones committed when the model was written (``tests/data/golden-v2/``),
-integers exactly, floats to 1e-9 (tests/compare.py). v1's tables stay in tests/data/golden/.
+preemption, drafting charged by what is drafted, KV read per sequence; the one serving model
+since v1 was retired at commit 77e1490, with its tables): the tables of a set of scenarios
+against the ones committed when the model was written (``tests/data/golden-v2/``), integers
+exactly, floats to 1e-9 (tests/compare.py). The lean run (``record_steps=False``) is compared
+with the full run of the same process bit for bit: there bit-identity is the point (the same
+arithmetic in the same order).
 
 Regenerate only when a change of v2's results is intended, and say why in the commit:
 
@@ -116,6 +119,55 @@ def test_golden_v2(name, golden):
         if kind == "summary":
             have = have[list(want.columns)].astype(want.dtypes.to_dict())
         assert_frames_close(have, want, obj=f"{name}/{kind}")
+
+
+@pytest.mark.parametrize("name", list(scenarios()))
+def test_golden_summary_without_step_log(name):
+    """``record_steps=False`` (what sweeps run) keeps only running sums and the per-step
+    values the summary's floating-point sums need: the same summary and requests as the full
+    run of this process, bit for bit, and no step or token tables. (Ported from serving
+    model v1's golden test.)"""
+    from specsim.sim.simulate import replay
+
+    kw = dict(scenarios()[name], record_steps=False, record_tokens=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = replay(_trace(kw.pop("trace")), kw.pop("policy"), **kw)
+    assert res.steps is None and res.tokens is None
+    full = tables(name, run_scenario(name))
+    want = full["summary"].reset_index(drop=True)
+    have = pd.DataFrame([{k: v for k, v in res.summary.items() if k not in WALL_KEYS}])
+    have = have.assign(scenario=name)[list(want.columns)]
+    pd.testing.assert_frame_equal(have, want, check_exact=True, obj=f"{name}/summary (lean)")
+    pd.testing.assert_frame_equal(
+        res.requests.reset_index(drop=True),
+        full["requests"].drop(columns="scenario").reset_index(drop=True),
+        check_exact=True,
+        obj=f"{name}/requests (lean)",
+    )
+
+
+def test_trace_changed_in_place_is_not_served_from_the_cache():
+    """The engine caches a per-trace row table; a trace whose arrays were edited in place must
+    replay as a fresh trace with those values would, not from the stale table. (Ported from
+    serving model v1's golden test.)"""
+    import dataclasses
+
+    import numpy as np
+
+    from specsim.sim.simulate import replay
+    from specsim.trace.io import read_trace
+
+    base = read_trace(str(ROOT / "traces" / "chat.parquet"))  # read-only: writeable copies
+    tr = dataclasses.replace(base, conf=base.conf.copy(), accept_len=base.accept_len.copy())
+    fresh = dataclasses.replace(base, conf=base.conf.copy(), accept_len=base.accept_len.copy())
+    replay(tr, "hw-aware", concurrency=4, requests=20, record_tokens=False)  # fills the cache
+    for t in (tr, fresh):
+        t.conf[:] = np.sqrt(t.conf)  # more confident drafts: more verified
+    got = replay(tr, "hw-aware", concurrency=4, requests=20, record_tokens=False).summary
+    want = replay(fresh, "hw-aware", concurrency=4, requests=20, record_tokens=False).summary
+    assert got["verified_draft_tokens"] == want["verified_draft_tokens"]
+    assert got["sim_time_s"] == want["sim_time_s"]
 
 
 def test_the_tight_scenarios_preempt_and_the_reserve_one_does_not():

@@ -1,5 +1,5 @@
 """The reduced step log (``record_steps=False``): what it keeps and how it finds the steady
-window. Its summaries against the full log's, exactly, are in test_sim_golden.py."""
+window. Its summaries against the full log's, exactly, are in test_sim_golden_v2.py."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def test_reduced_log_holds_16_bytes_a_step():
     and two int32 counts), where the full log keeps 13 float64 values (104 bytes)."""
     from specsim.policies.base import get_policy
     from specsim.sim.cost.profiles import get_profile
-    from specsim.sim.engine import Engine, EngineLimits
+    from specsim.sim.serving import Engine, EngineLimits
     from specsim.sim.workload import make_workload
     from specsim.trace.io import read_trace
 
@@ -45,7 +45,7 @@ def test_reduced_log_holds_16_bytes_a_step():
     tr = read_trace(str(root / "traces" / "synthetic-chat.parquet"))
     cost = get_profile("v4-flash-like")
     wl = make_workload(tr, concurrency=8, requests=40, seed=0)
-    limits = EngineLimits(cost.max_running, cost.kv_tokens, cost.prefill_budget)
+    limits = EngineLimits(cost.max_running, cost.kv_tokens)
     eng = Engine(tr, get_policy("hw-aware"), cost, wl, limits, record_tokens=False,
                  record_steps=False)  # fmt: skip
     raw = eng.run()

@@ -270,11 +270,12 @@ def test_streamed_summary_on_every_shipped_trace(path):
                 assert _bits_equal(got, exact), key
 
 
-def test_streamed_summary_under_preemption_and_v1():
-    """Preemption stalls (itl_ms_max), the steady window, and the v1 serving model."""
+def test_streamed_summary_under_preemption_and_a_reserved_cache():
+    """Preemption stalls (itl_ms_max), the steady window, and a reserved KV cache (the path
+    serving model v1's test here took, retired with it)."""
     for kw in (
         dict(concurrency=32, requests=200, kv_tokens=6000, kv_block=16),
-        dict(concurrency=8, requests=60, serving="v1"),
+        dict(concurrency=8, requests=60, kv="reserve"),
     ):
         whole = replay("code", "zos", record_tokens=False, **kw)
         for rows in (100_000, 0):
@@ -348,7 +349,7 @@ def test_recycled_slots_change_nothing(monkeypatch, tmp_path, flush):
     number and every row as the whole run's, while the job arrays stay the size in flight."""
     import functools
 
-    import specsim.sim.engine as engine_mod
+    import specsim.sim.serving as engine_mod
     import specsim.sim.streaming as streaming_mod
     from specsim.sim.jobs import Jobs
 
@@ -363,7 +364,7 @@ def test_recycled_slots_change_nothing(monkeypatch, tmp_path, flush):
     cfg = functools.partial(streaming_mod.StreamConfig, flush_rows=flush)
     monkeypatch.setattr(streaming_mod, "StreamConfig", cfg)
     for kw in (
-        dict(concurrency=8, requests=150, serving="v1"),
+        dict(concurrency=8, requests=150, kv="reserve"),
         dict(concurrency=24, requests=200, kv_tokens=6000, kv_block=16),  # preemptions
     ):
         whole = replay("chat", "hw-aware", record_tokens=False, slo="ttft=50", **kw)

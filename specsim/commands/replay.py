@@ -53,9 +53,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sla-tps", type=float, help=flag_help("sla_tps"))
     p.add_argument("--slo", metavar="ttft=MS,tpot=MS", help=flag_help("slo"))
     p.add_argument("--calibrate", choices=["sts"], help=flag_help("calibrate"))
-    for name in ("max_running", "kv_tokens", "prefill_budget", "max_batched_tokens", "kv_block"):
+    for name in ("max_running", "kv_tokens", "max_batched_tokens", "kv_block"):
         p.add_argument("--" + name.replace("_", "-"), type=int, help=flag_help(name))
-    p.add_argument("--serving", choices=("v2", "v1"), default=default("serving"),
+    # one model: any other value (a saved v1 command) is refused in a line by ReplayConfig
+    p.add_argument("--serving", metavar="v2", default=default("serving"),
                    help=flag_help("serving"))  # fmt: skip
     p.add_argument("--kv", choices=("paged", "reserve"), default=default("kv"),
                    help=flag_help("kv"))  # fmt: skip
@@ -274,7 +275,6 @@ def _run(args: argparse.Namespace, out: Path | None) -> int:
             calibrate=args.calibrate,
             max_running=args.max_running,
             kv_tokens=args.kv_tokens,
-            prefill_budget=args.prefill_budget,
             max_batched_tokens=args.max_batched_tokens,
             kv_block=args.kv_block if args.kv_block is not None else 16,
             serving=args.serving,
@@ -329,7 +329,7 @@ def _spread(args: argparse.Namespace, trace: object, cv: float | None, names: li
               requests=args.requests, duration=args.duration, seed=args.seed,
               sla_tps=args.sla_tps, slo=args.slo, calibrate=args.calibrate,
               max_running=args.max_running, kv_tokens=args.kv_tokens,
-              prefill_budget=args.prefill_budget, max_batched_tokens=args.max_batched_tokens,
+              max_batched_tokens=args.max_batched_tokens,
               kv_block=args.kv_block if args.kv_block is not None else 16,
               serving=args.serving, kv=args.kv, require_steady=args.require_steady,
               record_tokens=False, stream=True)  # fmt: skip

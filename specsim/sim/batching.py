@@ -1,4 +1,4 @@
-"""Serving model v2's BATCH phase: what joins the decoders in a step's token batch.
+"""The serving model's BATCH phase: what joins the decoders in a step's token batch.
 
 After the decoders (whose ``1 + l_r`` tokens come first), prompt chunks fill the rest of the
 step's token budget (``max_batched_tokens``): the requests already prefilling, oldest first,
@@ -6,8 +6,8 @@ then new admissions from the queue (FIFO, no skipping) while a slot, budget and 
 KV (``kv="paged"``): blocks of ``kv_block`` tokens, allocated as tokens are written; when the
 running requests need more blocks than exist, the most recently admitted is preempted (vLLM
 V1's recompute) and goes back to the head of the queue. New admissions need blocks for their
-first chunk (they never preempt). ``kv="reserve"``: v1's clairvoyant reservation, in whole
-blocks. :mod:`specsim.sim.serving` has the whole step.
+first chunk (they never preempt). ``kv="reserve"``: a clairvoyant reservation (prompt + whole
+output + gamma at admission), in whole blocks. :mod:`specsim.sim.serving` has the whole step.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def _batch_limit(cost: CostModel) -> int | None:
 
 
 class Batching(Step):
-    """The v2 step's running batch beyond the decoders: prefills, KV blocks, admissions.
+    """The step's running batch beyond the decoders: prefills, KV blocks, admissions.
 
     ``S`` holds the decoders first, then the ``n_pref`` requests still prefilling (oldest
     first); ``kv_all`` is the sum of ``S[KV]`` (the tokens cached by every running request),
@@ -49,7 +49,7 @@ class Batching(Step):
     )  # fmt: skip
 
     def __init__(self, eng) -> None:  # noqa: ANN001 - the Engine
-        super().__init__(eng, tracks_kv=True)
+        super().__init__(eng)
         lim = eng.limits
         self.paged = lim.kv == "paged"
         self.blk = int(lim.kv_block)

@@ -27,6 +27,14 @@ MIN_CV, MAX_CV = 1e-3, 100.0
 DEFAULT_POLICY = "auto"
 # More requests in flight than any server holds: a mistyped 1e30 is refused, not attempted.
 MAX_CONCURRENCY = 10_000_000
+# Serving model v1 (whole prompts, clairvoyant KV, a full draft every step) was retired; this
+# commit is the last that runs it. A saved config or script that asks for it gets this line.
+V1_COMMIT = "77e1490"
+V1_RETIRED = (
+    f"serving model v1 is retired: it runs at commit {V1_COMMIT} (git checkout {V1_COMMIT}); "
+    "replay runs serving model v2 only (--serving v2, the default; its step budget is "
+    "--max-batched-tokens)"
+)
 
 
 @dataclass(frozen=True)
@@ -46,28 +54,25 @@ class ReplayConfig:
     profile: str = _f("h100-dense-8b", "cost profile")
     serving: str = _f(
         "v2",
-        "serving model: v2 (chunked prefill under a token budget, paged KV with preemption, "
-        "drafting charged by what is drafted, KV read per sequence) or v1 (the earlier model: "
-        "whole prompts, clairvoyant KV reservation, a full draft every step)",
-        choices=("v2", "v1"),
+        "serving model: v2, the one model (chunked prefill under a token budget, paged KV with "
+        f"preemption, drafting charged by what is drafted, KV read per sequence); v1 was "
+        f"retired, it runs at commit {V1_COMMIT}",
+        metavar="v2",
     )
     kv: str = _f(
         "paged",
-        "v2 KV cache: paged (blocks allocated as tokens arrive, preemption by recompute when "
+        "KV cache: paged (blocks allocated as tokens arrive, preemption by recompute when "
         "they run out, as vLLM V1) or reserve (prompt + whole output reserved at admission)",
         choices=("paged", "reserve"),
     )
-    kv_block: int = _f(16, "v2 paged KV: tokens per block")
+    kv_block: int = _f(16, "paged KV: tokens per block")
     max_batched_tokens: int | None = _f(
-        None, "v2: tokens a step may hold, decodes first, prompt chunks fill the rest "
+        None, "tokens a step may hold, decodes first, prompt chunks fill the rest "
         "(vLLM's max_num_batched_tokens; profile default)",
         type=int,
     )  # fmt: skip
     max_running: int | None = _f(None, "max running requests (profile default)")
     kv_tokens: int | None = _f(None, "KV cache capacity, tokens (profile default)")
-    prefill_budget: int | None = _f(
-        None, "v1: prompt tokens admitted per step (profile default)", type=int
-    )
     # -- measurement
     seed: int = _f(0, "random seed")
     sla_tps: float | None = _f(None, "per-user tok/s SLA for sla_attainment")
@@ -148,14 +153,17 @@ class ReplayConfig:
             )
         if self.sla_tps is not None and not (math.isfinite(self.sla_tps) and self.sla_tps > 0):
             raise SpecsimError(f"--sla-tps must be a positive number, got {self.sla_tps}")
-        if self.serving not in ("v1", "v2"):
-            raise SpecsimError(f"--serving must be v1 or v2, got {self.serving!r}")
+        if self.serving == "v1":
+            raise SpecsimError(V1_RETIRED)
+        if self.serving != "v2":
+            raise SpecsimError(
+                f"--serving must be v2 (the one serving model), got {self.serving!r}"
+            )
         if self.kv not in ("paged", "reserve"):
             raise SpecsimError(f"--kv must be paged or reserve, got {self.kv!r}")
         for name in (
             "max_running",
             "kv_tokens",
-            "prefill_budget",
             "max_batched_tokens",
             "kv_block",
         ):

@@ -3,7 +3,7 @@
 Counts of reached and accepted drafts by request class (the trace's category), draft position
 and confidence bin (``HIST_BINS`` equal bins of [0, 1]), from steps that ENDED before the
 decision was made: under ZOS, whose decision for step t runs during step t-1, the outcomes of
-step t-1 are withheld too. A mixin of :class:`specsim.sim.engine.Engine`.
+step t-1 are withheld too. A mixin of :class:`specsim.sim.serving.Engine`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ _HIST_PY_MAX_R = 4
 
 
 class History:
-    """The verification history of :class:`specsim.sim.engine.Engine` (a mixin)."""
+    """The verification history of :class:`specsim.sim.serving.Engine` (a mixin)."""
 
     def _init_hist(self) -> None:
         """Class of every trace row, and empty (class, position, bin, [reached, accepted])."""

@@ -2,7 +2,7 @@
 
 Each job has a column of ``NF`` int64 fields (``JOB`` .. ``RES``); the running batch is one
 ``(NF, R)`` array of such columns in admission order, so one fancy index admits, compacts or
-retires every field at once (:class:`specsim.sim.engine.Engine`).
+retires every field at once (:class:`specsim.sim.serving.Engine`).
 """
 
 from __future__ import annotations
@@ -14,10 +14,9 @@ from specsim.sim.admission import reservation
 # Rows of the running-batch state array.
 # STEPS holds the index of the request's first decode step until it finishes.
 # RES: the KV tokens the request reserved (prompt + output + gamma).
-# N, VER, ACC (and KV, v2) are adjacent: one in-place add advances them after a step.
-# Serving model v2 only: PRE the prompt tokens prefilled so far, PTGT the tokens its prefill
-# must process (the prompt; prompt + output so far after a preemption), KV the tokens in its
-# cache.
+# N, VER, ACC and KV are adjacent: one in-place add advances them after a step.
+# PRE the prompt tokens prefilled so far, PTGT the tokens its prefill must process (the prompt;
+# prompt + output so far after a preemption), KV the tokens in its cache.
 JOB, BASE, N, VER, ACC, KV, OUT, PROMPT, H1, H2, STEPS, RES, PRE, PTGT = range(14)
 NF = 14
 

@@ -1,8 +1,19 @@
-"""Serving model v2: the engine step as vLLM V1 and SGLang run it (the default).
+"""The serving model (serving model v2): the engine step as vLLM V1 and SGLang run it.
+
+:class:`Engine` replays a trace under a workload and a policy on a cost profile: one SimPy
+process runs the loop below, one timeout per step, the step's phases the methods of
+:class:`StepV2` (:mod:`specsim.sim.step` has the parts that are not about batching,
+:mod:`specsim.sim.batching` the prompt chunks, KV blocks and admissions). Under ZOS a second,
+short-lived process models the scheduler running ahead on the CPU in each step it outlasts.
+All per-step work is vectorised numpy over the running batch, so a step costs the same few
+dozen numpy calls whether 1 or 500 requests run; a lone decoding request's steps up to the next
+event are walked in plain Python (:mod:`specsim.sim.walks`), with the same clock, bit for bit.
+Serving model v1 (whole prompts, a clairvoyant KV reservation, a full draft every step) was
+retired; it runs at commit 77e1490.
 
 One step, at time t:
 
-1. Arrivals up to t join the FIFO queue (the same-time rule of v1).
+1. Arrivals up to t join the FIFO queue (an arrival at exactly t joins this step).
 2. Decode first. The running requests whose prefill is done (``decoders``) each verify
    ``1 + l_r`` tokens. What the drafter must produce is decided BEFORE it runs
    (``Policy.draft_len`` / ``Policy.plan``): no draft at all (``ar``, or a policy whose plan is
@@ -22,33 +33,45 @@ One step, at time t:
    it returns to the head of the queue, and on readmission it prefills its prompt and the
    tokens it already emitted again before it decodes on; its stall shows in ``itl_ms_max``.
    New admissions need blocks for their first chunk (they never preempt). ``kv="reserve"``
-   keeps v1's clairvoyant reservation (prompt + whole output + gamma at admission, here in
-   whole blocks), which never preempts.
-5. The step costs drafting (above) + the drafter's prefill of the prompt tokens in the step
-   (``draft_prefill_us_per_token``, when the policy drafts at all) + the scheduler (only for a
-   policy that decides, and not under ZOS) + the target step over every token in it (the
-   table) + the KV it reads (``kv_read_us_per_ktoken`` per cached token of every sequence in
-   the step: the decoders' contexts and the prefillers' prefixes) + ``emit_per_token_ms`` per
-   decode token emitted (a server that samples verified rows only up to the first rejection
-   and streams each token: llama-server).
-
-ZOS, the replay rule, the acceptance estimate and the verification history are v1's
-(:mod:`specsim.sim.step`, shared); the prompt chunks, KV blocks and admissions are
-:mod:`specsim.sim.batching`'s. :class:`ServingV2` is a mixin of
-:class:`specsim.sim.engine.Engine`: one SimPy timeout per step, its phases the methods of
-:class:`StepV2`.
+   reserves prompt + whole output + gamma at admission instead (in whole blocks), which never
+   preempts.
+5. The step's price (:meth:`specsim.sim.cost.price.StepPrice.seconds`, the one function that
+   prices a step, the non-anticipating bound's included): drafting (above) + the drafter's
+   prefill of the prompt tokens in the step (``draft_prefill_us_per_token``, when the policy
+   drafts at all) + the scheduler (only for a policy that decides, and not under ZOS) + the
+   target step over every token in it (the table) + the KV it reads (``kv_read_us_per_ktoken``
+   per cached token of every sequence in the step: the decoders' contexts and the prefillers'
+   prefixes) + ``emit_per_token_ms`` per decode token emitted (a server that samples verified
+   rows only up to the first rejection and streams each token: llama-server).
+6. The replay rule: request r at position n emits e = min(l_r, accept_len[n]) + 1 tokens,
+   capped at output_len - n; n += e, all at the step's end.
 """
 
 from __future__ import annotations
 
+from array import array
+from collections import deque
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 import simpy
 
-from specsim.policies.base import StepInput, TableStepTime, step_input
+from specsim.errors import SpecsimError
+from specsim.policies.base import Policy, StepInput, TableStepTime, step_input
+from specsim.rng import stream
+from specsim.sim.admission import reservation
 from specsim.sim.batching import Batching
-from specsim.sim.jobs import BASE, JOB, KV, PRE, PROMPT, PTGT, RES, STEPS, N
+from specsim.sim.cost.model import CostModel
+from specsim.sim.cost.price import StepPrice
+from specsim.sim.history import History
+from specsim.sim.jobs import ACC, BASE, JOB, KV, OUT, PRE, PROMPT, PTGT, RES, STEPS, VER, N
+from specsim.sim.jobs import Jobs as _Jobs
+from specsim.sim.steplog import STEP_COLUMNS, RawLog
+from specsim.sim.steplog import RunningSums as _Sums
+from specsim.sim.walks import Walks
+from specsim.sim.workload import Workload
+from specsim.trace.model import Trace
 
 if TYPE_CHECKING:
     from collections.abc import Generator
@@ -57,10 +80,131 @@ if TYPE_CHECKING:
 WALK = True
 
 
-class ServingV2:
-    """The v2 loop of :class:`specsim.sim.engine.Engine` (a mixin; see the module docstring)."""
+@dataclass(frozen=True)
+class EngineLimits:
+    """Capacity of the simulated server."""
 
-    def _loop_v2(self, env: simpy.Environment) -> Generator[simpy.Event, object, None]:
+    max_running: int
+    kv_tokens: int
+    kv: str = "paged"  # "paged" or "reserve"
+    kv_block: int = 16  # paged: tokens per block
+    max_batched_tokens: int = 8192  # tokens a step may hold
+
+
+class Engine(Walks, History):
+    """Replays ``trace`` under ``workload`` with ``policy`` on ``cost``. Call :meth:`run`."""
+
+    def __init__(
+        self,
+        trace: Trace,
+        policy: Policy,
+        cost: CostModel,
+        workload: Workload,
+        limits: EngineLimits,
+        *,
+        record_tokens: bool = True,
+        record_steps: bool = True,
+        progress=None,
+        env: simpy.Environment | None = None,
+        seed: int = 0,
+        sink=None,  # noqa: ANN001 - specsim.sim.streaming.RequestSink
+    ) -> None:
+        self.trace = trace
+        self.policy = policy
+        # the policy's own seeded stream (StepInput.rng): a random policy draws from it only
+        self.policy_rng = stream(seed, "policy")
+        self.cost = cost
+        self.wl = workload
+        self.limits = limits
+        self.env = env if env is not None else simpy.Environment()
+        self.record_tokens = record_tokens
+        self.record_steps = record_steps
+        self.progress = progress
+        # streaming results: finished jobs go to the sink as they finish, and the run's RawLog
+        # holds no per-job arrays (the sink's summary has what the summary reads of them)
+        self.sink = sink
+        self.gamma = trace.block_size
+        self.price = StepPrice(cost, self.gamma)  # what a step costs (the walks read it too)
+        self.conf = trace.conf
+        self.accept_len = trace.accept_len.astype(np.int64)
+        self.offsets = trace.offsets.astype(np.int64)
+        self.needs = policy.needs
+        self._check_capacity()
+
+    # ------------------------------------------------------------------ setup
+
+    def _check_capacity(self) -> None:
+        lim = self.limits
+        if lim.max_running < 1:
+            raise SpecsimError(f"--max-running must be >= 1, got {lim.max_running}")
+        if lim.kv_block < 1 or lim.max_batched_tokens < 1:
+            raise SpecsimError("--kv-block and --max-batched-tokens must be positive")
+        res = reservation(self.wl.prompt_len, self.wl.output_len, self.gamma)
+        worst = int(res.max()) if res.size else 0
+        worst = -(-worst // lim.kv_block) * lim.kv_block  # whole blocks
+        if worst > lim.kv_tokens:
+            raise SpecsimError(
+                f"a request needs {worst} KV tokens but the KV cache holds "
+                f"{lim.kv_tokens} (--kv-tokens if given, else the profile's kv_tokens): "
+                "give a larger --kv-tokens, or a profile of a deployment with more KV room"
+            )
+
+    # ------------------------------------------------------------------ run
+
+    def run(self) -> RawLog:
+        env = self.env
+        # a streamed closed loop reuses finished jobs' slots (no per-token log names them), so
+        # it holds the jobs in flight, not one column per request of the run
+        recycle = self.sink is not None and not self.record_tokens and not self.wl.open_loop
+        hint = self.wl.n_jobs_hint()
+        if recycle:
+            hint = min(hint, 4 * max(int(self.wl.concurrency), 1) + self.sink.flush_rows)
+        self.jobs = _Jobs(hint, self.offsets, self.gamma)
+        self.jobs.recycle = recycle
+        self.queue: deque[int] = deque()
+        # The step log, columnar: one flat float64 buffer holding a row of len(STEP_COLUMNS)
+        # values per step (8 bytes a value, no Python objects: 104 bytes a step, where a list
+        # of tuples took ~400). Without record_steps only what the summary reads is kept
+        # (_Sums: 16 bytes a step).
+        self.log = array("d")
+        self.sums = None if self.record_steps else _Sums()
+        self.closed_c = self.wl.concurrency if self.wl.kind == "closed" else None
+        self.n_steps = 0
+        self.tok_job: list[np.ndarray] = []
+        self.tok_cnt: list[np.ndarray] = []
+        self.tok_time: list[float] = []
+        self.tok_len: list[int] = []
+        self.trials = np.zeros(self.gamma + 1, dtype=np.int64)
+        self.succ = np.zeros(self.gamma + 1, dtype=np.int64)
+        if "accept_hist" in self.needs:
+            self._init_hist()
+        self.max_b = 0
+        self.n_done = 0
+        wl = self.wl
+        if wl.open_loop:
+            self.jobs.add_many(wl.trace_idx, wl.arrival_s, wl.prompt_len, wl.output_len)
+            self.n_arrived = 0
+        else:
+            self.n_started = 0
+            first = wl.concurrency if wl.max_jobs is None else min(wl.concurrency, wl.max_jobs)
+            for _ in range(first):
+                self._spawn(0.0)
+        proc = env.process(self._loop(env))
+        env.run(until=proc)
+        return self._raw()
+
+    def _spawn(self, now: float) -> None:
+        """Closed loop: the next job arrives now (if the bounds allow)."""
+        wl = self.wl
+        if wl.max_jobs is not None and self.n_started >= wl.max_jobs:
+            return
+        if wl.duration is not None and now > wl.duration:
+            return
+        t, p, o = wl.job(self.n_started)
+        self.n_started += 1
+        self.queue.append(self.jobs.add(t, now, p, o))
+
+    def _loop(self, env: simpy.Environment) -> Generator[simpy.Event, object, None]:
         """The engine's SimPy process: one timeout per step, the step's phases in order."""
         st = StepV2(self)
         zos = st.zos
@@ -75,15 +219,61 @@ class ServingV2:
             yield env.timeout(duration)
             st.account(env.now, duration)  # ACCOUNT: advance, record, finish, log
 
+    # ------------------------------------------------------------------ output
+
+    def _raw(self) -> RawLog:
+        j = self.jobs
+        n = j.n
+        running = np.isnan(j.finish[:n]) & ~np.isnan(j.admitted[:n])
+        if np.any(running):  # cannot happen: the loop drains every admitted job
+            raise SpecsimError("internal: a request was left running")
+        if self.sink is not None:  # streamed: the sink has the finished jobs, keep none here
+            self.sink.close(j)
+            n = 0
+        if self.record_tokens and self.tok_job:
+            tj = np.concatenate(self.tok_job)
+            tc = np.concatenate(self.tok_cnt)
+            tt = np.repeat(np.asarray(self.tok_time), np.asarray(self.tok_len))
+        else:
+            tj = tc = tt = None
+        if self.sums is None:
+            log = np.frombuffer(self.log, dtype=np.float64).reshape(-1, len(STEP_COLUMNS)).copy()
+            sums = None
+        else:
+            log, sums = None, self.sums.freeze()
+        return RawLog(
+            job_trace=j.trace[:n].copy(),
+            arrival_s=j.arrival[:n].copy(),
+            admitted_s=j.admitted[:n].copy(),
+            first_token_s=j.first[:n].copy(),
+            finish_s=j.finish[:n].copy(),
+            prompt_len=j.prompt[:n].copy(),
+            output_len=j.out[:n].copy(),
+            emitted=j.result(OUT)[:n],
+            steps=j.result(STEPS)[:n],
+            verified=j.result(VER)[:n],
+            accepted=j.result(ACC)[:n],
+            step_log=log,
+            token_job=tj,
+            token_time=tt,
+            token_count=tc,
+            sim_time_s=float(self.env.now),
+            max_batch_tokens=int(self.max_b),
+            step_sums=sums,
+            preemptions=int(getattr(self, "preemptions", 0)),
+            recomputed_tokens=int(getattr(self, "recomputed", 0)),
+            stall_s=j.stall[:n].copy(),
+        )
+
 
 class StepV2(Batching):
-    """Serving model v2's step (see the module docstring): the phases the loop calls in
+    """The serving model's step (see the module docstring): the phases the loop calls in
     order; the shared ones are :class:`specsim.sim.step.Step`'s, BATCH is
     :class:`specsim.sim.batching.Batching`'s."""
 
     __slots__ = (
-        "base_fn", "is2d", "kv_coef", "attn_coef", "emit_coef", "dpre", "decides", "fixed_k",
-        "plan", "walk_ok", "k_draft", "ctx",
+        "base_fn", "is2d", "kv_coef", "uses_drafter", "decides", "fixed_k", "plan", "walk_ok",
+        "k_draft", "ctx",
     )  # fmt: skip
 
     def __init__(self, eng) -> None:  # noqa: ANN001 - the Engine
@@ -91,18 +281,15 @@ class StepV2(Batching):
         cost, pol = self.cost, eng.policy
         self.base_fn = cost.step_time_fn(None)
         self.is2d = cost.is_2d
-        self.kv_coef = cost.kv_read_us_per_ktoken * 1e-9  # seconds per cached token read
-        self.attn_coef = cost.attn_us_per_qk_ktoken * 1e-9  # s per query x context token
-        self.emit_coef = cost.emit_per_token_ms * 1e-3  # seconds per emitted decode token
-        uses_drafter = pol.draft_len != 0
-        self.dpre = cost.draft_prefill_us_per_token * 1e-6 if uses_drafter else 0.0
+        self.kv_coef = self.step_price.kv_coef  # seconds per cached token read
+        self.uses_drafter = pol.draft_len != 0  # (then the drafter prefills every prompt)
         self.decides = bool(pol.decides)
         self.fixed_k = pol.draft_len
         self.plan = pol.plan if self.fixed_k is None else None
         self.track_lag = self.need_lag or self.plan is not None  # a plan reads lagged rows
         eng.lut_list = self.lut[: 4 * (self.gamma + 1) + 1].tolist()  # the walk's, as floats
         self.walk_ok = (WALK and not self.is2d and not self.engine_terms and not self.p_tok
-                        and not self.attn_coef)  # fmt: skip
+                        and not self.step_price.attn_coef)  # fmt: skip
         self.k_draft = 0
         self.ctx = None
 
@@ -209,46 +396,35 @@ class StepV2(Batching):
         self.replay(lens, self.acc)
 
     def price(self) -> float:
-        """COST: the step's seconds: drafting what was drafted (and the drafter's context,
-        measured engines), the drafter's prefill of the step's prompt tokens, the scheduler
-        (a policy that decides, not under ZOS), the target step over every token, the KV it
-        reads and the server's sampling and streaming of each emitted decode token."""
-        n_dec, k, cost = self.n_dec, self.k_draft, self.cost
-        draft_s = 0.0
-        if n_dec and k:
-            draft_s = self.draft_seconds(n_dec, k)
-            if self.engine_terms:
-                S = self.S
-                draft_s += cost.draft_context_s(S[PROMPT, :n_dec] + S[N, :n_dec] - 1)
-        sched_s = cost.sched_s(n_dec) if (n_dec and self.decides and not self.zos) else 0.0
-        batch, prefill, n_ver = self.b_tokens, self.prefill_tokens, self.n_ver
-        if self.engine_terms:
-            fn = cost.step_time_fn(self.ctx) if self.is2d else self.base_fn
-            verify_s = cost.verify_s(n_dec + n_ver + self.tree_tokens, prefill, self.n_run, fn,
-                                     n_ver)  # fmt: skip
-        elif self.is2d:
-            verify_s = float(cost.step_time(batch, self.ctx))
-        elif batch < self.n_lut:
-            verify_s = float(self.lut[batch])
+        """COST: the step's seconds (:meth:`specsim.sim.cost.price.StepPrice.seconds`):
+        drafting what was drafted (and the drafter's context, measured engines), the drafter's
+        prefill of the step's prompt tokens, the scheduler (a policy that decides, not under
+        ZOS), the target step over every token, the KV it reads (or attention's compute) and
+        the server's sampling and streaming of each emitted decode token."""
+        n_dec, k, cost, S = self.n_dec, self.k_draft, self.cost, self.S
+        dctx = qk = None
+        if n_dec and k and self.engine_terms:  # the drafter's context: up to each anchor
+            dctx = cost.draft_context_s(S[PROMPT, :n_dec] + S[N, :n_dec] - 1)
+        if self.is2d:
+            table = cost.step_time_fn(self.ctx)
         else:
-            verify_s = float(cost.step_time(batch))
-        kv_coef = self.kv_coef
-        kv_s = kv_coef * (self.ctx_dec + self.pre_ctx) if kv_coef else 0.0
-        if self.attn_coef and n_dec:  # attention takes the longer of its read and its compute
-            kv_s = max(kv_s, self.attn_s(n_dec))
-        duration = draft_s + self.dpre * prefill + sched_s + verify_s + kv_s
-        if self.emit_coef and n_dec:  # the server's sampling and streaming, per emitted token
-            duration += self.emit_coef * self.emitted
-        return duration
-
-    def attn_s(self, n_dec: int) -> float:
-        """Decode attention's compute: every decoder's query tokens (1 + its verified drafts)
-        times its context, at ``attn_us_per_qk_ktoken``."""
-        S = self.S
-        ctx = S[PROMPT, :n_dec] + S[N, :n_dec]
-        lens = self.lens
-        q = 1 + lens if lens is not None and len(lens) == n_dec else np.ones(n_dec, np.int64)
-        return self.attn_coef * float(np.dot(q, ctx))
+            table = self.base_fn if self.engine_terms else self.step_price.table_s
+        if self.step_price.attn_coef and n_dec:  # every decoder's query tokens x its context
+            lens = self.lens
+            ones = lens is None or len(lens) != n_dec
+            q = np.ones(n_dec, np.int64) if ones else 1 + lens
+            qk = float(np.dot(q, S[PROMPT, :n_dec] + S[N, :n_dec]))
+        prefill = self.prefill_tokens
+        return float(
+            self.step_price.seconds(
+                table, requests=self.n_run, decode=n_dec, drafts=self.n_ver, drafted=k,
+                draft_context=0.0 if dctx is None else dctx, tree=self.tree_tokens,
+                prefill=prefill, draft_prefill=prefill if self.uses_drafter else 0,
+                sched=self.cost.sched_s(n_dec) if (n_dec and self.decides and not self.zos)
+                else 0.0,
+                kv=self.ctx_dec + self.pre_ctx, qk=qk, emitted=self.emitted,
+            )
+        )  # fmt: skip
 
     def account(self, end: float, duration: float) -> None:
         """ACCOUNT: the decoders and prefillers advance, the tokens are recorded, finished

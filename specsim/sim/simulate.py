@@ -18,10 +18,9 @@ import numpy as np
 
 from specsim.errors import SpecsimError
 from specsim.policies.base import Policy, get_policy
-from specsim.sim.config import DEFAULT_POLICY, ReplayConfig
+from specsim.sim.config import DEFAULT_POLICY, V1_RETIRED, ReplayConfig
 from specsim.sim.cost.model import CostModel
 from specsim.sim.cost.profiles import get_profile
-from specsim.sim.engine import Engine, EngineLimits
 from specsim.sim.metrics import (
     parse_slo,
     request_frame,
@@ -29,6 +28,7 @@ from specsim.sim.metrics import (
     summarize,
     token_frame,
 )
+from specsim.sim.serving import Engine, EngineLimits
 from specsim.sim.workload import check_request_count, check_steady_window, make_workload
 from specsim.trace.model import Trace
 
@@ -98,10 +98,13 @@ def replay(
     ``options`` are the fields of :class:`specsim.sim.config.ReplayConfig` (load, server
     capacity, measurement, what is kept), each with its default and meaning there:
     ``rate`` / ``concurrency`` / ``arrivals`` (+ ``cv``), ``requests`` / ``duration``,
-    ``profile``, ``max_running`` / ``kv_tokens`` / ``prefill_budget`` (default: the profile's),
-    ``seed``, ``sla_tps``, ``slo``, ``calibrate="sts"`` (fit STS on a held-out 30% of the
-    trace's requests and replay the rest), ``require_steady``, ``record_steps``,
-    ``record_tokens``, ``stream`` (+ ``stream_exact_rows``, ``requests_out``).
+    ``profile``, ``max_running`` / ``kv_tokens`` / ``max_batched_tokens`` (default: the
+    profile's), ``kv`` / ``kv_block``, ``seed``, ``sla_tps``, ``slo``, ``calibrate="sts"``
+    (fit STS on a held-out 30% of the trace's requests and replay the rest),
+    ``require_steady``, ``record_steps``, ``record_tokens``, ``stream`` (+
+    ``stream_exact_rows``, ``requests_out``). ``serving`` is ``"v2"``, the one serving model:
+    ``"v1"`` (or v1's ``prefill_budget``) is refused with a line naming the commit that runs
+    it (:data:`specsim.sim.config.V1_RETIRED`).
 
     Streaming (``stream=True``, :mod:`specsim.sim.streaming`): the summary is accumulated as
     requests finish and no per-request rows are kept (``requests`` is None; ``requests_out``
@@ -121,6 +124,8 @@ def replay(
     ``progress``: a :class:`specsim.progress.Progress` (or anything with ``update(n)``),
     advanced per completed request.
     """
+    if "prefill_budget" in options:  # serving model v1's only option (a saved v1 config)
+        raise SpecsimError(V1_RETIRED)
     try:
         cfg = ReplayConfig(**options)
     except TypeError as exc:  # an unknown keyword: name the ones that exist
@@ -175,11 +180,11 @@ def _replay(trace, policy, cfg: ReplayConfig, progress) -> ReplayResult:  # noqa
     rate, concurrency, arrivals, cv = cfg.rate, cfg.concurrency, cfg.arrivals, cfg.cv
     requests, duration, seed, calibrate = cfg.requests, cfg.duration, cfg.seed, cfg.calibrate
     sla_tps, record_steps, record_tokens = cfg.sla_tps, cfg.record_steps, cfg.record_tokens
-    max_running, kv_tokens, prefill_budget = cfg.max_running, cfg.kv_tokens, cfg.prefill_budget
+    max_running, kv_tokens = cfg.max_running, cfg.kv_tokens
     t0 = time.perf_counter()
     tr = _load_trace(trace)
     pol = get_policy(policy)
-    cost = get_profile(cfg.profile).for_serving(cfg.serving)
+    cost = get_profile(cfg.profile)
     _warn_static_beyond_block(pol.name, tr.block_size)
     slo_ms = parse_slo(cfg.slo)
     tr, cal = _calibrate(tr, calibrate, seed)
@@ -200,8 +205,6 @@ def _replay(trace, policy, cfg: ReplayConfig, progress) -> ReplayResult:  # noqa
     limits = EngineLimits(
         max_running=int(max_running if max_running is not None else cost.max_running),
         kv_tokens=int(kv_tokens if kv_tokens is not None else cost.kv_tokens),
-        prefill_budget=int(prefill_budget if prefill_budget is not None else cost.prefill_budget),
-        serving=cfg.serving,
         kv=cfg.kv,
         kv_block=int(cfg.kv_block),
         max_batched_tokens=int(
@@ -268,9 +271,8 @@ def _replay(trace, policy, cfg: ReplayConfig, progress) -> ReplayResult:  # noqa
         "calibrate": calibrate,
         "max_running": limits.max_running,
         "kv_tokens": limits.kv_tokens,
-        "prefill_budget": limits.prefill_budget,
         "serving": cfg.serving,
-        "kv": cfg.kv if cfg.serving == "v2" else "reserve",
+        "kv": cfg.kv,
         "kv_block": limits.kv_block,
         "max_batched_tokens": limits.max_batched_tokens,
         **cal,

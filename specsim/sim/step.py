@@ -1,14 +1,14 @@
-"""The engine step's parts that both serving models share, written once.
+"""The engine step's parts that are not about batching, written once.
 
-A run builds one step object (:class:`specsim.sim.serving_v1.StepV1` or
-:class:`specsim.sim.serving.StepV2`, subclasses of :class:`Step`) and its SimPy loop calls the
-step's phases in order: arrivals, the walk, DRAFT, SCHEDULE, BATCH, COST, ACCOUNT. The object
+A run builds one step object (:class:`specsim.sim.serving.StepV2`, a subclass of :class:`Step`
+through :class:`specsim.sim.batching.Batching`) and its SimPy loop calls the step's phases in
+order: arrivals, the walk, DRAFT, SCHEDULE, BATCH, COST, ACCOUNT. The object
 holds the run's constants and what the phases hand each other (the running batch ``S``, the
 decoders' rows, lengths and emissions) in slots: a phase reads them about as fast as a local,
 and a step allocates nothing beyond its numpy arrays (the speed claim of
 benchmarks/bench_replay.py is the per-step cost).
 
-The rules here are the same in both serving models:
+The rules here:
 
 - arrivals: every open-loop arrival with time <= t joins the FIFO queue of the step that starts
   at t (so an arrival at exactly a step boundary joins that step: the same-time rule);
@@ -17,7 +17,8 @@ The rules here are the same in both serving models:
   (``Policy.needs``), the lengths it returns checked;
 - the replay rule: request r at position n verifying l_r drafts emits
   e = min(l_r, accept_len[n]) + 1 tokens, capped at output_len - n; n += e;
-- drafting k tokens for R requests costs ``draft_ms(R, k)`` (a full block: the engine's terms);
+- drafting k tokens for R requests costs ``draft_ms(R, k)`` (a full block: the engine's terms;
+  :class:`specsim.sim.cost.price.StepPrice`, which prices the whole step);
 - the online acceptance estimate (for policies that read ``accept_rate``): per draft position
   k, the share of verified position-k drafts (reached: all earlier ones accepted) that were
   accepted, with a prior of ``PRIOR_RATE`` worth ``PRIOR_WEIGHT`` observations;
@@ -39,7 +40,7 @@ import simpy
 
 from specsim.policies.base import checked_lengths, step_input
 from specsim.sim.cost.steptime import row_table
-from specsim.sim.jobs import ACC, H1, H2, JOB, KV, NF, OUT, STEPS, N
+from specsim.sim.jobs import H1, H2, JOB, KV, NF, OUT, STEPS, N
 
 if TYPE_CHECKING:
     from collections.abc import Generator
@@ -71,18 +72,17 @@ def _scheduler(env: simpy.Environment, seconds: float) -> Generator[simpy.Event,
 
 class Step:
     """One run's engine step: its constants, the state one step hands the next, and the phases
-    both serving models share (see the module docstring). ``eng`` is the
-    :class:`specsim.sim.engine.Engine` whose counters, logs and jobs the step advances."""
+    that are not about batching (see the module docstring). ``eng`` is the
+    :class:`specsim.sim.serving.Engine` whose counters, logs and jobs the step advances."""
 
     __slots__ = (
         # the run's constants
         "eng", "jobs", "queue", "cost", "gamma", "conf_all", "acc_all", "tab", "conf_dtype",
         "schedule_fn", "pol_name", "rng", "zos", "need_lag", "need_rate", "need_acc",
         "need_hist", "need_surv", "need_lag_surv", "need_known", "need_draft", "track_lag",
-        "tracks_kv", "adv_stop", "open_loop", "arrivals", "n_arr_total", "record", "progress",
-        "sink", "sums", "closed_c", "steplog", "engine_terms", "p_tok", "lut", "n_lut",
-        "tree_extra", "tree_tokens",
-        "draft_seconds",
+        "open_loop", "arrivals", "n_arr_total", "record", "progress", "sink", "sums",
+        "closed_c", "steplog", "step_price", "engine_terms", "p_tok", "lut", "n_lut", "tree_extra",
+        "tree_tokens", "draft_seconds",
         # what one step hands the next
         "S", "zos_proc",
         # when this step starts, and how long it waited for its ZOS decision
@@ -93,12 +93,11 @@ class Step:
         "prefill_tokens", "b_tokens", "n_fin",
     )  # fmt: skip
 
-    def __init__(self, eng, tracks_kv: bool) -> None:  # noqa: ANN001 - the Engine
-        """The run's constants, read once; ``tracks_kv``: the running batch's KV row advances
-        with N, VER and ACC (v2; v1 reserves KV at admission instead)."""
+    def __init__(self, eng) -> None:  # noqa: ANN001 - the Engine
+        """The run's constants, read once."""
         cost, pol, needs = eng.cost, eng.policy, eng.needs
         self.eng, self.jobs, self.queue, self.cost = eng, eng.jobs, eng.queue, cost
-        self.gamma = gamma = eng.gamma
+        self.gamma = eng.gamma
         self.conf_all, self.acc_all = eng.conf, eng.accept_len
         self.need_lag = "lagged_conf" in needs
         self.need_rate = "accept_rate" in needs
@@ -115,23 +114,21 @@ class Step:
         self.conf_dtype = eng.conf.dtype
         self.schedule_fn, self.pol_name, self.rng = pol.schedule, pol.name, eng.policy_rng
         self.zos = bool(pol.zos)
-        self.tracks_kv = tracks_kv
-        self.adv_stop = (KV if tracks_kv else ACC) + 1  # N .. adv_stop - 1 advance in one add
         wl = eng.wl
         self.open_loop = wl.open_loop
         self.arrivals = wl.arrival_s
         self.n_arr_total = wl.arrival_s.shape[0] if wl.open_loop else 0
         self.record, self.progress, self.sink = eng.record_tokens, eng.progress, eng.sink
         self.sums, self.closed_c, self.steplog = eng.sums, eng.closed_c, eng.log
-        eng._set_draft_terms(cost, gamma)
-        self.draft_seconds = eng._draft_seconds
+        self.step_price = price = eng.price  # what a step costs: specsim.sim.cost.price
+        self.draft_seconds = price.draft_s
         # measured-engine terms (specsim.sim.cost.model): 0 in generated profiles
-        self.engine_terms = cost.has_engine_terms
-        self.tree_extra = int(cost.tree_tokens_per_request)  # a tree's unaccepted branches
+        self.engine_terms = price.engine_terms
+        self.tree_extra = price.tree_extra  # a tree's unaccepted branches
         self.tree_tokens = 0
         self.p_tok = cost.prefill_token_ms * 1e-3
-        self.lut = cost.lut_seconds(None)
-        self.n_lut = self.lut.shape[0]
+        self.lut = price.lut
+        self.n_lut = price.n_lut
         # The running batch: one (NF, R) int64 array, columns in admission order, so one fancy
         # index compacts every field at once. Prefilling requests sit at the end.
         self.S = np.zeros((NF, 0), np.int64)
@@ -148,14 +145,13 @@ class Step:
         """Up to the start of the next engine step, which sets ``now`` and ``wait``; False
         when the run is over.
 
-        Arrivals join the queue (v1 admits them here, v2 in BATCH); an idle engine sleeps
+        Arrivals join the queue (admitted in BATCH); an idle engine sleeps
         until the next arrival; under ZOS the step waits for the decision that ran during the
         previous one (``wait``: what it outlasted that step by); a walk takes the steps it can
         up to the next event without an event each (``walk``), and the loop starts again."""
         while True:
             now = env.now
             self.arrive(now)
-            self.admit_at_start(now)
             if not self.S.shape[1] and not self.queue:  # nothing runs, nothing waits
                 delay = self.idle_delay(now)
                 if delay is None:
@@ -184,10 +180,6 @@ class Step:
                 self.queue.extend(range(k, upto))
                 eng.n_arrived = upto
 
-    def admit_at_start(self, now: float) -> None:
-        """Admissions before the step is planned (v1's); v2 admits in BATCH, once the
-        decoders' tokens and the prompt chunks are known."""
-
     def idle_delay(self, now: float) -> float | None:
         """Nothing runs and nothing waits: how long the engine sleeps until the next arrival,
         or None when none is left (the run is over). The next step has no scheduler run to
@@ -200,7 +192,7 @@ class Step:
 
     def walk(self, now: float, wait: float) -> tuple | None:
         """The steps that can be walked from ``now`` without an event each, as (durations,
-        end), or None (the serving models' walks: :mod:`specsim.sim.walks`)."""
+        end), or None (the serving model's walk: :mod:`specsim.sim.walks`)."""
         return None
 
     def hop(
@@ -299,12 +291,9 @@ class Step:
         self.tally()
 
     def tally(self) -> None:
-        """The decoders' advance (rows N, VER, ACC and, v2, KV) and the step's sums of it."""
+        """The decoders' advance (rows N, VER, ACC and KV) and the step's sums of it."""
         emit = self.emit
-        rows = (emit, self.lens, self.a_ok, emit) if self.tracks_kv else (
-            emit, self.lens, self.a_ok
-        )  # fmt: skip
-        self.upd = upd = np.array(rows, dtype=np.int64)
+        self.upd = upd = np.array((emit, self.lens, self.a_ok, emit), dtype=np.int64)
         sums = np.add.reduce(upd, axis=1).tolist()
         self.emitted, self.n_ver, self.n_acc = sums[0], sums[1], sums[2]
 
@@ -327,7 +316,7 @@ class Step:
         """The decoders move on by what they emitted, and the estimates learn from the step
         (the history only from drafts that were made)."""
         S, n_dec, lens, a_ok = self.S, self.n_dec, self.lens, self.a_ok
-        S[N : self.adv_stop, :n_dec] += self.upd  # the adjacent rows in one in-place add
+        S[N : KV + 1, :n_dec] += self.upd  # the adjacent rows N, VER, ACC, KV in one add
         if self.need_rate:
             eng, m = self.eng, self.gamma + 1
             reach = np.minimum(a_ok + 1, lens)

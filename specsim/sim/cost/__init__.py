@@ -11,6 +11,8 @@
 - :mod:`~specsim.sim.cost.accelerators`, :mod:`~specsim.sim.cost.deployments`,
   :mod:`~specsim.sim.cost.transfer`: GPUs and deployments from public facts, and a measured
   table carried from one deployment to another;
-- :mod:`~specsim.sim.cost.steptime`, :mod:`~specsim.sim.cost.estimate`: step-time helpers the
-  engine and the quick estimates share.
+- :mod:`~specsim.sim.cost.price`: what one engine step costs (``StepPrice.seconds``), the one
+  function that prices a step, for the serving model and the non-anticipating bound alike;
+- :mod:`~specsim.sim.cost.steptime`, :mod:`~specsim.sim.cost.estimate`: the per-trace-row
+  table the engine gathers, and the quick estimates of a run's cost.
 """

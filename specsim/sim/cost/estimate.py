@@ -10,7 +10,7 @@ of one step), and both follow from the load (issue #13, benchmarks/README.md):
 - a step costs ~``STEP_US`` fixed plus ``PER_REQUEST_US`` per running request (numpy over the
   batch), and a ranking policy (``hw-aware``, ``zos``, ``hw-aware-global``) adds its own;
 - with ONE request in flight and a policy with a ``solo`` form, the engine walks a request's
-  steps without an event each (``Engine._solo_stretch``): a few microseconds a step plus a
+  steps without an event each (``Engine._solo_walk_v2``): a few microseconds a step plus a
   fixed cost per request.
 
 The figures are rough (measured on the 2-core development VM) and only their ratios matter.

@@ -124,8 +124,7 @@ class CostModel:
     mixed_step_ms: float = 0.0
     max_running: int = 256
     kv_tokens: int = 1 << 20
-    prefill_budget: int = 16384  # serving model v1: prompt tokens admitted per step
-    max_batched_tokens: int = 8192  # serving model v2: tokens a step may hold (vLLM's name)
+    max_batched_tokens: int = 8192  # tokens a step may hold (vLLM's name)
     gpus: int = 1  # accelerators the step table is for (a node of 8 for an 8-GPU deployment)
     # how the table is read between its points: "linear", or "step" (a batch pays the next
     # profiled size, its CUDA-graph capture size, up to ``capture_max_tokens``; 0: everywhere;
@@ -133,9 +132,6 @@ class CostModel:
     interpolation: str = "linear"
     capture_max_tokens: int = 0
     meta: dict[str, str] = field(default_factory=dict)
-    # serving model v1's form of the same profile (a roofline table with its KV read folded in
-    # at a fixed context), where it differs; None: this profile serves both models
-    v1: CostModel | None = field(default=None, repr=False)
     _lut: np.ndarray = field(init=False, repr=False)
     _slope: np.ndarray = field(init=False, repr=False)
 
@@ -157,7 +153,7 @@ class CostModel:
                 f"profile {self.name!r}: draft_context_window = {self.draft_context_window} must "
                 "be a whole number >= 0 (0: no window)"
             )
-        for key, hi in (("max_running", 10**7), ("kv_tokens", 10**13), ("prefill_budget", 10**9),
+        for key, hi in (("max_running", 10**7), ("kv_tokens", 10**13),
                         ("max_batched_tokens", 10**9), ("gpus", 10**6)):  # fmt: skip
             v = getattr(self, key)
             if not 1 <= v <= hi:
@@ -209,10 +205,6 @@ class CostModel:
         object.__setattr__(self, "step_ms", ms if self.context_tokens is not None else ms[0])
         object.__setattr__(self, "_lut", lut)
         object.__setattr__(self, "_slope", slope)
-
-    def for_serving(self, model: str) -> CostModel:
-        """The profile as serving model ``model`` ("v1" or "v2") reads it."""
-        return self.v1 if model == "v1" and self.v1 is not None else self
 
     def kv_read_s(self, context_tokens: float) -> float:
         """Seconds a step spends reading the KV of ``context_tokens`` cached tokens (summed
@@ -292,11 +284,12 @@ class CostModel:
     ):  # fmt: skip
         """Seconds of the target step of ``n_requests`` requests verifying ``decode_tokens``
         tokens (``draft_tokens`` of them drafts) and prefilling ``prefill_tokens`` (``step_fn``:
-        the table at this context), the engine terms included."""
+        the table at this context), the engine terms included. Token counts may be arrays
+        (the non-anticipating bound prices every choice at once)."""
         if self.prefill_token_ms:
-            t = float(step_fn(decode_tokens)) + self.prefill_token_ms * 1e-3 * prefill_tokens
+            t = step_fn(decode_tokens) + self.prefill_token_ms * 1e-3 * prefill_tokens
         else:
-            t = float(step_fn(decode_tokens + prefill_tokens))
+            t = step_fn(decode_tokens + prefill_tokens)
         ms = self.overhead_ms(n_requests) + self.accept_per_token_ms * decode_tokens
         if prefill_tokens and self.mixed_step_ms:  # a non-uniform batch inside the graphs
             if decode_tokens + prefill_tokens <= (self.capture_max_tokens or MAX_PROFILE_BATCH):
@@ -408,7 +401,6 @@ class CostModel:
             ),
             "max_running": self.max_running,
             "kv_tokens": self.kv_tokens,
-            "prefill_budget": self.prefill_budget,
             "max_batched_tokens": self.max_batched_tokens,
             "gpus": self.gpus,
             **(

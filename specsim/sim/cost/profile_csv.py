@@ -2,7 +2,7 @@
 
 Optional header lines ``# key: value`` hold the scalar costs (``draft_base_ms``,
 ``draft_per_request_ms``, ``draft_per_token_ms``, ``sched_base_us``, ``sched_us_per_request``,
-``max_running``, ``kv_tokens``, ``prefill_budget``, and the measured engine terms
+``max_running``, ``kv_tokens``, ``max_batched_tokens``, and the measured engine terms
 ``step_overhead_ms``, ``verify_per_request_ms``, ``draft_per_context_us``,
 ``draft_context_window``, ``prefill_token_ms``, ``interpolation`` (``linear`` or ``step``) and
 ``capture_max_tokens``: specsim.sim.cost.model); anything else is kept as metadata. Then a table
@@ -29,7 +29,6 @@ from specsim.sim.cost.tables import COST_KEYS, CURVE_KEYS, MAX_PROFILE_BATCH
 _INT_KEYS = (
     "max_running",
     "kv_tokens",
-    "prefill_budget",
     "max_batched_tokens",
     "gpus",
     "draft_context_window",

@@ -2,7 +2,7 @@
 
 Profile CSV format (docs/simulator.md): optional header lines ``# key: value`` holding the scalar
 costs (``draft_base_ms``, ``draft_per_request_ms``, ``draft_per_token_ms``, ``sched_base_us``,
-``sched_us_per_request``, ``max_running``, ``kv_tokens``, ``prefill_budget``, and the measured
+``sched_us_per_request``, ``max_running``, ``kv_tokens``, ``max_batched_tokens``, and the measured
 engine terms ``step_overhead_ms``, ``verify_per_request_ms``, ``draft_per_context_us``,
 ``draft_context_window``, ``prefill_token_ms`` (specsim.sim.cost.model); anything else is kept as
 metadata),
@@ -92,19 +92,13 @@ def pad_batch(batch, buckets: np.ndarray, eager_multiple: int = 64):
     return np.where(inside, buckets[np.minimum(idx, buckets.size - 1)], eager)
 
 
-def roofline_ms(
-    batch,
-    hw: Hardware,
-    model: ModelSpec,
-    context_tokens: float = 1024.0,
-    tokens_per_seq: float = 4.0,
-    buckets: np.ndarray | None = None,
-):
+def roofline_ms(batch, hw: Hardware, model: ModelSpec, buckets: np.ndarray | None = None):
     """Step milliseconds at token batch B: overhead + max(memory, compute) + per-token work.
 
-    Memory: dense weights + touched experts (``distinct_experts`` of the padded batch) + the KV of
-    B / tokens_per_seq sequences of ``context_tokens`` (padding slots read no KV). Compute:
-    2 * active params per padded token. Padding to CUDA-graph buckets makes the curve step-shaped.
+    Memory: dense weights + touched experts (``distinct_experts`` of the padded batch); the KV
+    is not in the table (each sequence's, at its own context: ``kv_read_us_per_ktoken``).
+    Compute: 2 * active params per padded token. Padding to CUDA-graph buckets makes the curve
+    step-shaped.
     """
     buckets = cuda_graph_buckets() if buckets is None else buckets
     bp = pad_batch(np.maximum(np.asarray(batch, dtype=np.int64), 1), buckets).astype(np.float64)
@@ -115,9 +109,7 @@ def roofline_ms(
         weight_read = (weight_bytes - expert_bytes) + expert_bytes * touched
     else:
         weight_read = np.full_like(bp, weight_bytes)
-    n_seq = np.maximum(np.asarray(batch, dtype=np.float64), 1.0) / tokens_per_seq  # unpadded
-    kv_read = model.kv_bytes_per_token * context_tokens * n_seq
-    mem_s = (weight_read + kv_read) / hw.mem_bw
+    mem_s = weight_read / hw.mem_bw
     comp_s = 2.0 * model.active_params * bp / hw.flops
     return hw.overhead_ms + 1000.0 * np.maximum(mem_s, comp_s) + hw.per_token_us * bp / 1000.0
 
@@ -128,45 +120,30 @@ def roofline_profile(
     model: ModelSpec,
     *,
     b_max: int = 8192,
-    context_tokens: float = 1024.0,
-    tokens_per_seq: float = 4.0,
     **scalars,
 ) -> CostModel:
     """A CostModel tabulated from the roofline at every B = 1..b_max (keeps every jag).
 
-    Serving model v2 (the default) reads the KV of each sequence in a step at its own context:
-    the table covers weights and compute only, and ``kv_read_us_per_ktoken`` (the model's KV
-    bytes per token over the memory bandwidth) is charged per cached token of every sequence
-    in the step (additive: exact where the step is memory-bound, which is where KV matters; an
-    over-estimate by at most the KV time where it is compute-bound). Serving model v1's twin
-    (``.v1``) keeps the earlier form: the KV of B / ``tokens_per_seq`` sequences of
-    ``context_tokens`` each folded into the table.
+    The serving model reads the KV of each sequence in a step at its own context: the table
+    covers weights and compute only, and ``kv_read_us_per_ktoken`` (the model's KV bytes per
+    token over the memory bandwidth) is charged per cached token of every sequence in the step
+    (additive: exact where the step is memory-bound, which is where KV matters; an
+    over-estimate by at most the KV time where it is compute-bound). Serving model v1 folded
+    the KV of B / 4 sequences at a fixed context into the table instead (retired: it runs at
+    commit 77e1490).
     """
     batch = np.arange(1, b_max + 1)
     meta = {
         "source": f"roofline: {hw.name} x {model.name}",
         "kv_read": "per sequence at its own context (kv_read_us_per_ktoken)",
     }
-    legacy_meta = {
-        "source": f"roofline: {hw.name} x {model.name}",
-        "context_tokens": f"{context_tokens:g}",
-        "tokens_per_seq": f"{tokens_per_seq:g}",
-    }
-    v1 = CostModel(
-        name=name,
-        batch_tokens=batch,
-        step_ms=roofline_ms(batch, hw, model, context_tokens, tokens_per_seq),
-        meta=legacy_meta,
-        **{k: v for k, v in scalars.items() if k != "draft_prefill_us_per_token"},
-    )
     kv_us = model.kv_bytes_per_token * 1000.0 / hw.mem_bw * 1e6
     return CostModel(
         name=name,
         batch_tokens=batch,
-        step_ms=roofline_ms(batch, hw, model, 0.0, tokens_per_seq),
+        step_ms=roofline_ms(batch, hw, model),
         meta=meta,
         kv_read_us_per_ktoken=kv_us,
-        v1=v1,
         **scalars,
     )
 
@@ -208,7 +185,6 @@ def _h100_dense_8b(arg: str | None = None) -> CostModel:
         H100,
         DENSE_8B,
         b_max=65536,
-        context_tokens=1024.0,
         draft_base_ms=0.35,
         draft_per_request_ms=0.004,
         draft_per_token_ms=0.0015,
@@ -230,7 +206,6 @@ def _v4_flash_like(arg: str | None = None) -> CostModel:
         V4_NODE,
         V4_FLASH_MOE,
         b_max=65536,
-        context_tokens=2048.0,
         draft_base_ms=2.0,
         draft_per_request_ms=0.02,
         draft_per_token_ms=0.005,
@@ -302,9 +277,7 @@ def deployment_profile(
         kv_bytes_per_token=m.kv_bytes_per_token,
     )
     batch = np.arange(1, b_max + 1)
-    ctx = float(dep.context_tokens)
-    ms_v1 = roofline_ms(batch, hw, spec, ctx, 4.0, buckets=buckets)
-    ms = roofline_ms(batch, hw, spec, 0.0, 4.0, buckets=buckets)  # v2: KV read per sequence
+    ms = roofline_ms(batch, hw, spec, buckets=buckets)  # the KV: read per sequence
     width2 = (float(m.hidden) / 4096.0) ** 2
     meta = {"source": f"roofline: {hw.name} x {spec.name} (specsim/sim/cost/deployments.py)"}
     meta.update(sources(dep))
@@ -328,13 +301,11 @@ def deployment_profile(
         kv_tokens=min(int(dep.kv_tokens * kv_scale), 10**12),
         gpus=dep.gpus,
     )
-    v1 = CostModel(step_ms=ms_v1, meta={**meta, "context_tokens": f"{ctx:g}"}, **common)
     return CostModel(
         step_ms=ms,
         meta={**meta, "kv_read": "per sequence at its own context (kv_read_us_per_ktoken)"},
         kv_read_us_per_ktoken=m.kv_bytes_per_token * 1000.0 / hw.mem_bw * 1e6,
         draft_prefill_us_per_token=2.0 * width2 * draft_scale,
-        v1=v1,
         **common,
     )
 
