@@ -8,13 +8,14 @@ import numpy as np
 import pytest
 
 from specsim.analysis.bound import (
-    StepCost,
     best_lengths,
     best_policy,
     brute_force_best,
     dinkelbach,
     discrete_states,
     lambda_table,
+    options,
+    row_contexts,
     stationary_bound,
     step_cost,
     survivals,
@@ -22,16 +23,31 @@ from specsim.analysis.bound import (
     weighted_dinkelbach,
 )
 from specsim.errors import SpecsimError
+from specsim.sim.cost.price import StepPrice
 from specsim.sim.cost.profiles import get_profile
 from specsim.sim.simulate import replay
 from specsim.trace.synth import LogNormal, synth_trace
 
 
-def _cliff_cost(requests: int, gamma: int) -> StepCost:
+def _cliff(requests: int, gamma: int) -> np.ndarray:
     """A step-shaped curve: flat, then a cliff (the shape that traps early-stop searches)."""
     b = np.arange(requests * (gamma + 1) + 1)
-    verify = np.where(b <= requests + 1, 1.0, 1.9) + 0.02 * b
-    return StepCost(verify=verify, fixed=0.3)
+    return np.where(b <= requests + 1, 1.0, 1.9) + 0.02 * b
+
+
+def _cliff_cost(requests: int, gamma: int, per_token: float = 0.0):
+    """The cliff, plus drafting that costs by depth (0.3 + 0.05 k; nothing at k = 0) and
+    ``per_token`` seconds per emitted token."""
+    verify = _cliff(requests, gamma)
+
+    def cost(k, n, tokens):
+        return (
+            verify[requests + np.asarray(n)]
+            + (0.3 + 0.05 * k if k else 0.0)
+            + (per_token * np.asarray(tokens))
+        )
+
+    return cost
 
 
 def test_top_gains_is_the_best_knapsack():
@@ -50,26 +66,29 @@ def test_top_gains_is_the_best_knapsack():
         np.testing.assert_allclose(best[i], brute, rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("per_token", [0.0, 0.05])
 @pytest.mark.parametrize(
     ("conf", "probs", "requests"),
     [
         ([[0.9, 0.2, 0.8], [0.5, 0.5, 0.5], [0.1, 0.9, 0.9]], [0.5, 0.3, 0.2], 1),
         ([[0.95, 0.6], [0.3, 0.9]], [0.6, 0.4], 2),
         ([[0.8], [0.05]], [0.5, 0.5], 2),
+        ([[0.3, 0.2], [0.2, 0.1]], [0.5, 0.5], 2),  # drafting does not pay: the bound skips it
     ],
 )
-def test_dinkelbach_equals_brute_force_over_all_policies(conf, probs, requests):
+def test_dinkelbach_equals_brute_force_over_all_policies(conf, probs, requests, per_token):
     """The per-step knapsack at the Dinkelbach fixed point is the best of ALL deterministic
-    per-step policies (every map from a batch of rows to lengths), on a step-shaped curve."""
+    per-step policies (a draft depth chosen unseen, then every map from a batch of rows to
+    lengths), on a step-shaped curve, drafting priced by depth, emitted tokens priced too."""
     gamma = len(conf[0])
-    cost = _cliff_cost(requests, gamma)
+    cost = _cliff_cost(requests, gamma, per_token)
     states, weights = discrete_states(np.array(conf), probs, requests)
-    exact = weighted_dinkelbach(top_gains(survivals(states)), weights, requests, cost)
+    exact = weighted_dinkelbach(survivals(states), weights, requests, cost)
     brute = brute_force_best(np.array(conf), probs, requests, cost)
     assert exact == pytest.approx(brute, rel=1e-12)
     # equal weights: the sampled form gives the same as the weighted one
     if len(set(probs)) == 1:
-        lam, _ = dinkelbach(top_gains(survivals(states)), requests, cost)
+        lam, _, _ = dinkelbach(*options(survivals(states), requests, cost))
         assert lam == pytest.approx(exact, rel=1e-12)
 
 
@@ -77,10 +96,10 @@ def test_dinkelbach_with_equal_weights_is_weighted_dinkelbach():
     rng = np.random.default_rng(1)
     surv = survivals(rng.uniform(0, 1, size=(50, 3, 4)))
     cost = _cliff_cost(3, 4)
-    lam, choice = dinkelbach(top_gains(surv), 3, cost)
-    same = weighted_dinkelbach(top_gains(surv), np.full(50, 1 / 50), 3, cost)
+    lam, k, choice = dinkelbach(*options(surv, 3, cost))
+    same = weighted_dinkelbach(surv, np.full(50, 1 / 50), 3, cost)
     assert lam == pytest.approx(same, rel=1e-12)
-    assert choice.shape == (50,) and choice.max() <= 12
+    assert choice.shape == (50,) and choice.max() <= 3 * k and 0 <= k <= 4
 
 
 @pytest.fixture(scope="module")
@@ -95,23 +114,86 @@ def tiny_trace():
 
 
 def test_bound_between_every_static_length_and_the_anticipating_optimum(tiny_trace):
-    """R = 1 (exact over the trace's rows): the bound beats every static K in the same model and
-    stays below the best ANTICIPATING per-step policy (which sees accept_len)."""
+    """R = 1 (exact over the trace's rows): the bound beats every static K (drafting K, as
+    ``static:K`` does) in the same model and stays below the best ANTICIPATING per-step policy
+    (which sees accept_len)."""
     cost = get_profile("h100-dense-8b")
     b = stationary_bound(tiny_trace, cost, 1)
     gamma = tiny_trace.block_size
-    sc = step_cost(cost, 1, gamma)
+    sc = step_cost(cost, 1, gamma, row_contexts(tiny_trace)[:, None])
     surv = survivals(np.asarray(tiny_trace.conf))
     cum = np.concatenate([np.zeros((surv.shape[0], 1)), np.cumsum(surv, axis=1)], axis=1)
     for k in range(gamma + 1):
-        static = (1 + cum[:, k]).mean() / sc.time(np.array([1 + k]))[0]
+        tok = (1 + cum[:, k])[:, None]
+        static = tok.mean() / sc(k, np.array([k]), tok).mean()
         assert b.bound_tok_s >= static * (1 - 1e-12)
-    acc = np.asarray(tiny_trace.accept_len, dtype=np.int64)
-    knows = np.minimum(np.arange(gamma + 1)[None, :], acc[:, None]).astype(np.float64)
-    anticipating, _ = dinkelbach(knows, 1, sc)
+    acc = np.asarray(tiny_trace.accept_len, dtype=np.int64)[:, None]
+    knows = [1.0 + np.minimum(np.arange(k + 1)[None, :], acc) for k in range(gamma + 1)]
+    anticipating, _, _ = dinkelbach(
+        knows, [sc(k, np.arange(k + 1), t) for k, t in enumerate(knows)]
+    )
     assert b.bound_tok_s <= anticipating
     assert b.bound_tok_s < b.oracle_tok_s  # oracle here: verify exactly accept_len
     assert b.bound_se == 0.0 and b.batches == surv.shape[0]
+
+
+def test_the_bound_prices_a_step_as_the_simulator_does(tiny_trace):
+    """The model's step is the serving model's (StepPrice.seconds): a lone request at row i
+    drafting k and verifying n costs drafting k + the table at 1 + n + its KV read at the
+    row's context, on every built-in profile (a 2-D one read at that context)."""
+    rows = np.arange(0, int(tiny_trace.offsets[-1]), 37)
+    ctx = row_contexts(tiny_trace)
+    # the context of row i: its request's prompt + its position
+    req = np.searchsorted(tiny_trace.offsets, rows, side="right") - 1
+    pos = rows - np.asarray(tiny_trace.offsets)[req]
+    assert (ctx[rows] == np.asarray(tiny_trace.prompt_len)[req] + pos).all()
+    for name in ("h100-dense-8b", "v4-flash-like", "v4-pro-like", "vllm-v4-flash-tp4-b300",
+                 "smollm2-135m-cpu"):  # fmt: skip
+        cost = get_profile(name)
+        price = StepPrice(cost, 4)
+        sc = step_cost(cost, 1, 4, ctx[rows][:, None])
+        for k, n in ((0, 0), (2, 1), (4, 4)):
+            got = sc(k, np.array([n]), np.full((rows.size, 1), 1.0 + n))[:, 0]
+            for i, c in enumerate(ctx[rows]):
+                want = (
+                    price.draft_s(1, k)
+                    + float(cost.step_time(1 + n, float(c) if cost.is_2d else None))
+                    + price.kv_coef * c
+                )
+                assert got[i] == pytest.approx(want, rel=1e-12), (name, k, n)
+
+
+def test_the_bound_skips_a_drafter_that_does_not_pay(tiny_trace):
+    """Drafting a step costs what the serving model charges; where it costs more than it
+    brings, the bound drafts nothing (``ar``), which the earlier model (a full draft every
+    step) could not: its 'bound' sat below ``ar``'s throughput."""
+    import dataclasses
+
+    cost = get_profile("h100-dense-8b")
+    dear = dataclasses.replace(cost, name="dear-drafter", draft_base_ms=200.0)
+    b = stationary_bound(tiny_trace, dear, 4, batches=300)
+    assert b.drafted == 0 and b.verified_per_request == 0.0
+    kw = dict(concurrency=4, requests=12, profile=dear, seed=3, record_tokens=False)
+    ar = replay(tiny_trace, "ar", **kw).summary
+    assert ar["verified_draft_tokens"] == 0
+    # the model's steady state has no prefill or ends: the sim's ar is slower, never faster
+    assert b.bound_tok_s >= ar["throughput_tok_s"]
+
+
+def test_refuses_a_step_price_that_depends_on_more_than_the_draft_count(tiny_trace):
+    import dataclasses
+
+    cost = get_profile("h100-dense-8b")
+    tree = dataclasses.replace(cost, name="tree", tree_tokens_per_request=3)
+    with pytest.raises(SpecsimError, match="tree"):
+        stationary_bound(tiny_trace, tree, 1)
+    attn = dataclasses.replace(cost, name="mla", attn_us_per_qk_ktoken=40.0)
+    with pytest.raises(SpecsimError, match="attention"):
+        stationary_bound(tiny_trace, attn, 1)
+    cheap = dataclasses.replace(cost, name="gqa", attn_us_per_qk_ktoken=1.0)  # never binds
+    assert stationary_bound(tiny_trace, cheap, 1).bound_tok_s == pytest.approx(
+        stationary_bound(tiny_trace, cost, 1).bound_tok_s, rel=1e-12
+    )
 
 
 def test_refuses_traces_whose_confidences_are_not_probabilities(tiny_trace):
@@ -132,11 +214,11 @@ def test_best_lengths_are_prefix_closed_and_the_model_choice():
     conf = rng.uniform(0.2, 1.0, size=(5, 4))
     conf[2, 1:] = 1.0  # equal survivals along a row: ties must keep prefix order
     surv = survivals(conf)
-    cost = _cliff_cost(5, 4)
+    verify = _cliff(5, 4)
     lam = 3.0
-    lens = best_lengths(surv, cost.verify.__getitem__, lam)
+    lens = best_lengths(surv, verify.__getitem__, lam)
     gain = top_gains(surv[None])[0]
-    n = int(np.argmax(5 + gain - lam * cost.verify[5 + np.arange(gain.size)]))
+    n = int(np.argmax(5 + gain - lam * verify[5 + np.arange(gain.size)]))
     assert lens.sum() == n
     picked = sum(surv[r, : lens[r]].sum() for r in range(5))
     assert picked == pytest.approx(gain[n], abs=1e-12)
@@ -144,7 +226,9 @@ def test_best_lengths_are_prefix_closed_and_the_model_choice():
 
 def test_best_policy_replays_and_beats_mtp1(tiny_trace):
     cost = get_profile("h100-dense-8b")
-    pol = best_policy(lambda_table(tiny_trace, cost, 4))
+    table = lambda_table(tiny_trace, cost, 4)
+    assert sorted(table) == [1, 2, 3, 4] and all(0 <= k <= 4 for _, k in table.values())
+    pol = best_policy(table)
     kw = dict(concurrency=4, requests=12, profile=cost, seed=3, record_tokens=False)
     best = replay(tiny_trace, pol, **kw).summary
     mtp1 = replay(tiny_trace, "mtp1", **kw).summary

@@ -17,22 +17,31 @@ be reconstructed. On a recorded trace the confidences are NOT the acceptance pro
 drafter is mis-calibrated, rows are correlated), so the bound is refused there.
 
 The model: a closed loop in steady state with R requests decoding in every step (prefill, the
-end of requests and the warm-up and drain of a finite run left out). A step that verifies
-lengths l costs ``verify(R + sum l) + fixed`` seconds (the profile's table, at the trace's mean
-context for a 2-D profile, plus its engine terms; ``fixed`` = drafting) and yields
-``sum_r (1 + g_r(l_r))`` expected tokens; scheduler time is charged as zero (generous: a bound).
-The long-run throughput of any policy is a ratio of expectations (renewal reward), and because
-the state (the R current rows) is i.i.d. from step to step whatever the policy does, the best
-policy is found by Dinkelbach's method: lambda* is the fixed point of
-``max E[tokens - lambda * time] = 0``, the maximum taken per step. For every policy that does
-not see the current outcomes, E[tokens - lambda* time | what it saw] <= that per-step maximum,
-whose mean is 0, so its throughput is at most lambda*: the bound.
+end of requests and the warm-up and drain of a finite run left out), each step priced as the
+serving model prices it, by the same function (:meth:`specsim.sim.cost.price.StepPrice.seconds`,
+:func:`step_cost`). As in the simulator, a step first decides how many tokens k the drafter
+produces for every request (0: the drafter is skipped), BEFORE the step's rows are seen, then
+verifies lengths l_r <= k; it costs drafting k (``draft_ms(R, k)``) + the table at
+``R + sum l`` (a 2-D one at the batch's mean context) with a measured engine's terms + the KV
+each request reads at its own context (its row's prompt + position) + ``emit_per_token_ms`` per
+emitted token, and yields ``sum_r (1 + g_r(l_r))`` expected tokens; scheduler time is charged
+as zero (generous: a bound). The long-run throughput of any policy is a ratio of expectations
+(renewal reward), and because the state (the R current rows) is i.i.d. from step to step
+whatever the policy does, the best policy is found by Dinkelbach's method: lambda* is the fixed
+point of ``max E[tokens - lambda * time] = 0``, the maximum taken per step (over k in
+expectation, as k is chosen unseen; over l per batch). For every policy that does not see the
+current outcomes, E[tokens - lambda* time | what it saw] <= that per-step maximum, whose mean
+is 0, so its throughput is at most lambda*: the bound. The rows a step sees are sampled
+uniformly over the trace's rows, contexts included (about what a closed loop visits: every
+policy walks each request's positions at a pace of tau tokens a step). A profile whose step
+price depends on more than the number of drafts (a tree's other branches, decode attention's
+compute above its KV read) is refused: there the knapsack below is not exact.
 
 The per-step maximum is a knapsack over the batch, solved exactly: because a_{r,k} does not
-increase in k, g_r is concave, so the best lengths with n drafts in total are the n largest
-survivals over the whole batch (any top-n set is prefix-closed); it remains to pick n, over the
-whole step-time curve. ``tests/test_bound.py`` checks this against brute-force search over ALL
-deterministic per-step policies on tiny discrete cases.
+increase in k, g_r is concave, so the best lengths with n drafts in total, each at most k, are
+the n largest survivals of the batch's first k positions (any top-n set is prefix-closed); it
+remains to pick n over the whole step-time curve, and k. ``tests/test_bound.py`` checks this
+against brute-force search over ALL deterministic per-step policies on tiny discrete cases.
 
 The expectation over the R current rows is exact for R = 1 (every row of the trace, equally
 weighted) and a Monte-Carlo mean over sampled batches for R > 1 (standard error reported;
@@ -46,7 +55,7 @@ simulator, where ``auto`` can be compared with it on the same runs (the report's
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -55,21 +64,17 @@ import numpy as np
 from specsim.errors import SpecsimError
 from specsim.policies.base import Policy, StepInput
 from specsim.sim.cost.model import CostModel
+from specsim.sim.cost.price import StepPrice
 from specsim.trace.model import Trace
 
 if TYPE_CHECKING:
     import pandas as pd
 
 
-@dataclass(frozen=True)
-class StepCost:
-    """Seconds of one decode step: ``verify[B]`` at every token batch B, plus ``fixed``."""
-
-    verify: np.ndarray
-    fixed: float
-
-    def time(self, batch: np.ndarray) -> np.ndarray:
-        return self.verify[batch] + self.fixed
+# seconds of one decode step of the model's R requests drafting k tokens each and verifying n
+# drafts between them, emitting ``tokens`` (arrays broadcast: a row per batch where the step's
+# cost differs by batch): ``cost(k, n, tokens)``
+StepCost = Callable[[int, np.ndarray, np.ndarray], np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -82,27 +87,73 @@ class Bound:
     oracle_tok_s: float  # ``oracle`` on the same batches
     verified_per_request: float  # drafts the bound's policy verifies per request and step
     batches: int  # sampled batches (R = 1: every row, exact)
+    drafted: int  # the draft depth k the bound's policy drafts every step (0: no drafter)
 
 
-def mean_context(trace: Trace) -> float:
-    """Mean context (prompt + tokens generated so far) over the trace's decode rows: the context
-    at which a 2-D profile's step table is read."""
-    out = np.asarray(trace.output_len, dtype=np.float64)
-    prompt = np.asarray(trace.prompt_len, dtype=np.float64)
-    return float((out * prompt + out * (out - 1) / 2).sum() / out.sum())
+def row_contexts(trace: Trace) -> np.ndarray:
+    """Each trace row's context, the prompt plus the tokens generated before it: what the
+    serving model reads of a request decoding at that row (its KV, a 2-D table's context)."""
+    out = np.asarray(trace.output_len, dtype=np.int64)
+    prompt = np.asarray(trace.prompt_len, dtype=np.int64)
+    start = np.asarray(trace.offsets, dtype=np.int64)[:-1]
+    rows = np.arange(int(out.sum()), dtype=np.int64)
+    return np.repeat(prompt - start, out) + rows
 
 
-def step_cost(cost: CostModel, requests: int, gamma: int, ctx: float | None = None) -> StepCost:
-    """The engine's step time with ``requests`` decoding and no prefill (``Engine._loop``):
-    the table (at ``ctx`` for a 2-D profile) plus the engine terms, and drafting as ``fixed``.
-    Scheduler time is left out (zero: a bound may be generous, never stingy)."""
-    batch = np.arange(requests * (gamma + 1) + 1)
-    verify = np.asarray(cost.step_time(batch, ctx), dtype=np.float64)
-    verify = verify + cost.overhead_ms(requests) * 1e-3
-    fixed = cost.draft_ms(requests, gamma) * 1e-3
-    if ctx is not None:
-        fixed += cost.draft_context_s(np.full(requests, int(round(ctx)) - 1))
-    return StepCost(verify=verify, fixed=float(fixed))
+class _BatchTable:
+    """A 2-D profile's table at each batch's own context (the decoders' mean, as the serving
+    model reads it), ``B -> seconds`` with a row per batch; tabulated once per context."""
+
+    def __init__(self, cost: CostModel, ctx: np.ndarray, b_max: int) -> None:
+        uniq, self.inv = np.unique(ctx, return_inverse=True)
+        grid = np.arange(b_max + 1)
+        self.rows = np.stack([np.asarray(cost.step_time(grid, float(c))) for c in uniq])
+
+    def __call__(self, batch):  # noqa: ANN001, ANN204
+        b = np.broadcast_to(np.asarray(batch), (self.inv.shape[0], np.shape(batch)[-1]))
+        return np.take_along_axis(self.rows[self.inv], b, axis=1)
+
+
+def step_cost(cost: CostModel, requests: int, gamma: int, contexts: np.ndarray) -> StepCost:
+    """The serving model's price of a decode step of ``requests`` requests at ``contexts``
+    ((N, R): each batch's requests' contexts), as :meth:`StepPrice.seconds` prices the
+    simulator's: drafting k tokens (nothing at k = 0), the table (a 2-D one at the batch's
+    mean context) with a measured engine's terms, the KV each request reads at its own
+    context, the emitted tokens' cost. Scheduler time is left out (zero: a bound may be
+    generous, never stingy). Refused where the best lengths would depend on more than how
+    many drafts are verified (a tree's other branches ride along only with a request that
+    verifies one; decode attention's compute can outweigh the KV read)."""
+    price = StepPrice(cost, gamma)
+    if price.tree_extra:
+        raise SpecsimError(
+            f"profile {cost.name!r} verifies a tree ({price.tree_extra} tokens a speculating "
+            "request beyond its path): the bound's step price would depend on how many "
+            "requests verify a draft, not only on how many drafts; not computed"
+        )
+    if price.attn_coef * (1 + gamma) > price.kv_coef:
+        raise SpecsimError(
+            f"profile {cost.name!r}: decode attention's compute (attn_us_per_qk_ktoken) can "
+            "outweigh its KV read, which makes the best lengths depend on each request's "
+            "context; the bound is not computed on such a profile"
+        )
+    ctx = np.asarray(contexts, dtype=np.int64)
+    n_batch = ctx.shape[0]
+    kv = ctx.sum(axis=1)[:, None]  # every decoder's cache and anchor
+    if cost.is_2d:
+        mean = np.add.reduce(ctx, axis=1, dtype=np.float64) / requests
+        table = _BatchTable(cost, mean, requests * (gamma + 1))
+    else:
+        table = cost.step_time_fn(None)
+    dctx = 0.0
+    if price.engine_terms and cost.draft_per_context_us:  # the drafter reads up to each anchor
+        dctx = np.array([cost.draft_context_s(c - 1) for c in ctx])[:, None]
+
+    def seconds(k: int, n: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+        t = price.seconds(table, requests=requests, decode=requests, drafts=n, drafted=k,
+                          draft_context=dctx, kv=kv, emitted=tokens)  # fmt: skip
+        return np.broadcast_to(t, np.broadcast_shapes(np.shape(tokens), (n_batch, 1)))
+
+    return seconds
 
 
 def survivals(conf: np.ndarray) -> np.ndarray:
@@ -111,38 +162,57 @@ def survivals(conf: np.ndarray) -> np.ndarray:
 
 
 def top_gains(surv: np.ndarray) -> np.ndarray:
-    """(N, R, gamma) survivals -> (N, R*gamma+1): the best expected accepted drafts with n drafts
-    verified in total, n = 0..R*gamma (the sum of the n largest survivals; exact because each
+    """(N, R, k) survivals -> (N, R*k+1): the best expected accepted drafts with n drafts
+    verified in total, n = 0..R*k (the sum of the n largest survivals; exact because each
     request's g_r is concave, see the module docstring)."""
     n = surv.shape[0]
     flat = -np.sort(-surv.reshape(n, -1), axis=1)
     return np.concatenate([np.zeros((n, 1)), np.cumsum(flat, axis=1)], axis=1)
 
 
-def dinkelbach(gain: np.ndarray, requests: int, cost: StepCost) -> tuple[float, np.ndarray]:
-    """The best long-run tokens/s over per-batch choices of n, and the choice.
+def options(
+    surv: np.ndarray, requests: int, cost: StepCost
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Expected tokens and seconds of every choice, by draft depth k = 0..gamma: (N, R*k+1)
+    arrays over n = 0..R*k drafts verified (the best n of the batch's first k positions)."""
+    tok, time = [], []
+    for k in range(surv.shape[2] + 1):
+        t = requests + top_gains(surv[:, :, :k])
+        tok.append(t)
+        time.append(cost(k, np.arange(t.shape[1]), t))
+    return tok, time
 
-    ``gain`` (N, M+1): expected accepted drafts of each of N equally likely batches with n = 0..M
-    drafts verified. Dinkelbach: from the ratio of the policy that verifies nothing, pick per
-    batch the n maximising tokens - lambda * time, set lambda to the new policy's ratio, until
-    it stops rising; it then solves max E[tokens - lambda time] = 0 (finite: each round is a
-    strictly better policy of a finite set).
+
+def dinkelbach(tok: list[np.ndarray], time: list[np.ndarray]) -> tuple[float, int, np.ndarray]:
+    """The best long-run tokens/s over the policies that pick a draft depth k before the step
+    (not seeing its rows) and the number n of drafts verified after it, and that policy (k,
+    each batch's n).
+
+    ``tok[k]``, ``time[k]`` (N, R*k+1): expected tokens and seconds of each of N equally likely
+    batches. Dinkelbach: from the ratio of the policy that drafts nothing, pick the k whose
+    per-batch best n maximises the mean of tokens - lambda * time, set lambda to the new
+    policy's ratio, until it stops rising; it then solves max E[tokens - lambda time] = 0
+    (finite: each round is a strictly better policy of a finite set).
     """
-    return _dinkelbach(gain, requests, cost, lambda x: float(x.mean()))
+    return _dinkelbach(tok, time, lambda x: float(x.mean()))
 
 
-def _dinkelbach(gain: np.ndarray, requests: int, cost: StepCost, avg) -> tuple[float, np.ndarray]:  # noqa: ANN001
+def _dinkelbach(tok, time, avg) -> tuple[float, int, np.ndarray]:  # noqa: ANN001
     """The Dinkelbach loop of :func:`dinkelbach`, with ``avg`` the expectation over batches."""
-    m = gain.shape[1]
-    time = cost.time(requests + np.arange(m))
-    tokens = requests + gain
-    rows = np.arange(gain.shape[0])
-    lam = avg(tokens[:, 0]) / float(time[0])
+    rows = np.arange(tok[0].shape[0])
+    lam = avg(tok[0][:, 0]) / avg(time[0][:, 0])
     for _ in range(200):
-        choice = np.argmax(tokens - lam * time, axis=1)
-        new = avg(tokens[rows, choice]) / avg(time[choice])
+        best = None
+        for k in range(len(tok)):
+            value = tok[k] - lam * time[k]
+            choice = np.argmax(value, axis=1)
+            v = avg(value[rows, choice])
+            if best is None or v > best[0]:
+                best = (v, k, choice)
+        _, k, choice = best
+        new = avg(tok[k][rows, choice]) / avg(time[k][rows, choice])
         if new <= lam * (1.0 + 1e-13):
-            return max(lam, new), choice
+            return max(lam, new), k, choice
         lam = new
     raise SpecsimError("internal: Dinkelbach did not converge in 200 rounds")
 
@@ -189,23 +259,26 @@ def stationary_bound(
     check_synthetic(trace)
     gamma = trace.block_size
     idx = sample_rows(trace, requests, batches or default_batches(requests), seed)
-    ctx = mean_context(trace) if cost.is_2d or cost.draft_per_context_us else None
-    sc = step_cost(cost, requests, gamma, ctx)
-    gain = top_gains(survivals(np.asarray(trace.conf)[idx]))
-    lam, choice = dinkelbach(gain, requests, sc)
-    rows = np.arange(gain.shape[0])
-    tok = requests + gain[rows, choice]
-    tim = sc.time(requests + choice)
-    se = float(np.std(tok - lam * tim) / tim.mean() / np.sqrt(len(tok))) if requests > 1 else 0.0
+    sc = step_cost(cost, requests, gamma, row_contexts(trace)[idx])
+    tok, time = options(survivals(np.asarray(trace.conf)[idx]), requests, sc)
+    lam, k, choice = dinkelbach(tok, time)
+    rows = np.arange(tok[0].shape[0])
+    t_tok, t_time = tok[k][rows, choice], time[k][rows, choice]
+    se = 0.0
+    if requests > 1:
+        se = float(np.std(t_tok - lam * t_time) / t_time.mean() / np.sqrt(len(t_tok)))
+    # oracle drafts the block and verifies exactly what will be accepted
     acc = np.minimum(np.asarray(trace.accept_len, dtype=np.int64)[idx], gamma).sum(axis=1)
-    oracle = float((requests + acc).mean() / sc.time(requests + acc).mean())
+    o_tok = (requests + acc)[:, None]
+    oracle = float(o_tok.mean() / sc(gamma, acc[:, None], o_tok).mean())
     return Bound(
         requests=requests,
         bound_tok_s=lam,
         bound_se=se,
         oracle_tok_s=oracle,
         verified_per_request=float(choice.mean() / requests),
-        batches=int(gain.shape[0]),
+        batches=int(rows.shape[0]),
+        drafted=int(k),
     )
 
 
@@ -216,16 +289,17 @@ LAMBDA_GRID = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
 
 def lambda_table(
     trace: Trace, cost: CostModel, max_requests: int, *, seed: int = 0
-) -> dict[int, float]:
-    """lambda*(R) on ``LAMBDA_GRID`` up to ``max_requests`` (and at it), for :func:`best_policy`
-    (fewer batches than :func:`stationary_bound`: a policy only needs lambda to a few 0.1%)."""
+) -> dict[int, tuple[float, int]]:
+    """(lambda*(R), the draft depth k*(R)) on ``LAMBDA_GRID`` up to ``max_requests`` (and at
+    it), for :func:`best_policy` (fewer batches than :func:`stationary_bound`: a policy only
+    needs lambda to a few 0.1%)."""
     grid = sorted({r for r in LAMBDA_GRID if r < max_requests} | {max_requests})
-    return {
-        r: stationary_bound(
-            trace, cost, r, batches=int(np.clip(50_000 // r, 200, 5000)), seed=seed
-        ).bound_tok_s
-        for r in grid
-    }
+    out = {}
+    for r in grid:
+        n = int(np.clip(50_000 // r, 200, 5000))
+        b = stationary_bound(trace, cost, r, batches=n, seed=seed)
+        out[r] = (b.bound_tok_s, b.drafted)
+    return out
 
 
 def best_lengths(surv: np.ndarray, step_time, lam: float) -> np.ndarray:  # noqa: ANN001
@@ -241,9 +315,12 @@ def best_lengths(surv: np.ndarray, step_time, lam: float) -> np.ndarray:  # noqa
     return np.bincount(order[:n] // g, minlength=r).astype(np.int64)
 
 
-def best_policy(lambdas: dict[int, float]) -> Policy:
-    """The policy that attains the model's bound, for replay: per step, :func:`best_lengths` at
-    lambda*(R) for the R requests decoding (linear in R between the table's points).
+def best_policy(table: dict[int, tuple[float, int]], emit_s: float = 0.0) -> Policy:
+    """The policy that attains the model's bound, for replay: per step, it drafts k*(R) tokens
+    (the nearest point of the table at or below the R requests decoding: a plan, decided
+    before the drafter runs) and verifies :func:`best_lengths` at lambda*(R) (linear in R
+    between the table's points) of what was drafted. ``emit_s``: the profile's seconds per
+    emitted token, which scales what a verified token is worth (1 - lambda x emit_s).
 
     It reads every current confidence of a request (c_{r,k+1..} too), so on a real drafter,
     whose later confidences depend on the earlier drafts, it would anticipate (Appendix A): it
@@ -251,12 +328,19 @@ def best_policy(lambdas: dict[int, float]) -> Policy:
     carry no information about the drafts' fate beyond pi, so it does not know the future. It
     runs as a ZOS policy (its decision time hidden), as the bound charges none.
     """
-    rs = np.array(sorted(lambdas), dtype=np.float64)
-    lam = np.array([lambdas[int(r)] for r in rs])
+    rs = np.array(sorted(table), dtype=np.float64)
+    lam = np.array([table[int(r)][0] for r in rs])
+    ks = [table[int(r)][1] for r in rs]
+
+    def plan(inp: StepInput) -> int:
+        return ks[max(int(np.searchsorted(rs, inp.n_requests, side="right")) - 1, 0)]
 
     def schedule(inp: StepInput) -> np.ndarray:
         surv = inp.survival if inp.survival is not None else survivals(inp.conf)
-        return best_lengths(surv, inp.step_time, float(np.interp(inp.n_requests, rs, lam)))
+        if inp.drafted is not None:
+            surv = surv[:, : inp.drafted]
+        lr = float(np.interp(inp.n_requests, rs, lam))
+        return best_lengths(surv, inp.step_time, lr / (1.0 - lr * emit_s))
 
     return Policy(
         name="best-non-anticipating",
@@ -265,6 +349,7 @@ def best_policy(lambdas: dict[int, float]) -> Policy:
         lossless=False,
         needs=frozenset({"survival"}),
         doc="the policy attaining the non-anticipating bound on a synthetic trace",
+        plan=plan,
     )
 
 
@@ -283,32 +368,35 @@ def discrete_states(
 
 
 def weighted_dinkelbach(
-    gain: np.ndarray, weights: np.ndarray, requests: int, cost: StepCost
+    surv: np.ndarray, weights: np.ndarray, requests: int, cost: StepCost
 ) -> float:
-    """:func:`dinkelbach` with unequal batch probabilities (exact on discrete cases)."""
-    return _dinkelbach(gain, requests, cost, lambda x: float((weights * x).sum()))[0]
+    """:func:`dinkelbach` over every batch of survivals ``surv`` (S, R, gamma) with unequal
+    probabilities ``weights`` (exact on discrete cases)."""
+    tok, time = options(surv, requests, cost)
+    return _dinkelbach(tok, time, lambda x: float((weights * x).sum()))[0]
 
 
 def brute_force_best(
     conf: np.ndarray, probs: Sequence[float], requests: int, cost: StepCost
 ) -> float:
-    """The best long-run tokens/s over ALL deterministic per-step policies (every map from a
-    batch of row types to a vector of lengths), by enumeration; randomised policies cannot do
-    better (a ratio of linear functions peaks at a vertex). Tiny cases only."""
+    """The best long-run tokens/s over ALL deterministic stationary policies (a draft depth k
+    chosen before the batch is seen, then every map from a batch of row types to lengths of
+    at most k), by enumeration; randomised policies cannot do better (a ratio of linear
+    functions peaks at a vertex). Tiny cases only."""
     states, weights = discrete_states(conf, probs, requests)
-    gamma = states.shape[2]
     surv = survivals(states)  # (S, R, gamma)
     gains = np.concatenate([np.zeros(surv.shape[:2] + (1,)), np.cumsum(surv, axis=2)], axis=2)
-    actions = np.array(list(itertools.product(range(gamma + 1), repeat=requests)))  # (A, R)
-    # expected tokens and time of every (state, action)
-    tok = requests + gains[:, np.arange(requests)[None, :], actions].sum(axis=2)  # (S, A)
-    tim = cost.time(requests + actions.sum(axis=1))  # (A,)
     best = 0.0
-    for pick in itertools.product(range(len(actions)), repeat=len(states)):
-        p = np.asarray(pick)
-        num = float((weights * tok[np.arange(len(states)), p]).sum())
-        den = float((weights * tim[p]).sum())
-        best = max(best, num / den)
+    for k in range(surv.shape[2] + 1):
+        actions = np.array(list(itertools.product(range(k + 1), repeat=requests)))  # (A, R)
+        # expected tokens and time of every (state, action)
+        tok = requests + gains[:, np.arange(requests)[None, :], actions].sum(axis=2)  # (S, A)
+        tim = np.broadcast_to(cost(k, actions.sum(axis=1)[None, :], tok), tok.shape)
+        for pick in itertools.product(range(len(actions)), repeat=len(states)):
+            p = np.asarray(pick)
+            num = float((weights * tok[np.arange(len(states)), p]).sum())
+            den = float((weights * tim[np.arange(len(states)), p]).sum())
+            best = max(best, num / den)
     return best
 
 
@@ -337,7 +425,7 @@ def bound_table(
         trace = traces[str(name)]
         loads = sorted({int(c) for c in group["concurrency"]})
         lambdas = lambda_table(trace, cost, max(loads), seed=seed)
-        policy = best_policy(lambdas)
+        policy = best_policy(lambdas, cost.emit_per_token_ms * 1e-3)
         for load in loads:
             b = stationary_bound(trace, cost, load, seed=seed)
             cell_seed = int(group.loc[group["concurrency"] == load, "seed"].iloc[0])
@@ -360,6 +448,7 @@ def bound_table(
                     "model bound se": b.bound_se,
                     "model oracle tok/s": b.oracle_tok_s,
                     "model verified per request": b.verified_per_request,
+                    "model drafted per request": b.drafted,
                     "model batches": b.batches,
                     "best-non-anticipating tok/s": sim["throughput_tok_s"],
                     "seed": cell_seed,

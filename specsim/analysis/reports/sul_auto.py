@@ -1,6 +1,7 @@
 """The schedulers-under-load report's ``auto`` section: is ``auto`` ever the wrong choice?
 Against the best built-in lossless policy at every (trace, profile, load), against ``mtp1`` at
-the SLA points, and (serving model v1 only) against the computed non-anticipating bound."""
+the SLA points, and against the computed non-anticipating bound (``bound = true`` in the
+report's config; its steps priced as the serving model prices them)."""
 
 from __future__ import annotations
 
