@@ -27,6 +27,7 @@ BUNDLED = {
     "code-train": "code",  # training only: templated Python tasks (scripts/make_train_prompts.py)
     "math-train": "math",  # training only: templated arithmetic word problems (same script)
     "reasoning-gym": "reasoning",  # evaluation only: Reasoning Gym puzzles (make_eval_prompts)
+    "copy-edit": "edit",  # evaluation only: copy / edit a given passage or function
 }
 # a line's own "source" field overrides the file's category (chat-train mixes in GSM8K train)
 SOURCE_CATEGORY = {"gsm8k": "math"}

@@ -1,0 +1,106 @@
+"""Write the ``copy-edit`` EVALUATION prompts (issue 66, item 1): 80 prompts whose answers copy
+or lightly edit text the prompt holds, the workload where speculation should win on a small
+target (an n-gram drafter proposes the prompt's own text; a drafter predicts a copy well).
+
+Why this set: on the held-out grids so far (chat, GSM8K, HumanEval on SmolLM2-135M) no setting
+beat plain decoding on this CPU, so the simulator was never checked where speculation wins.
+Rewriting, reformatting and copying a given passage or function is a real serving workload
+(editing assistants, code refactors) whose outputs repeat their inputs. Made from the bundled
+evaluation sets only, so the sources and licences are theirs: 40 passages from
+``dolly-context`` (databricks-dolly-15k, CC BY-SA 3.0: these rows stay under it) and 40
+function stubs from ``humaneval`` (OpenAI, MIT). Deterministic: every template, passage and
+stub is chosen by position, no randomness.
+
+    python scripts/make_copy_edit_prompts.py   # -> specsim/data/prompts/copy-edit.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+PROMPTS = ROOT / "specsim" / "data" / "prompts"
+OUT = PROMPTS / "copy-edit.jsonl"
+PASSAGE_TEMPLATES = (
+    "Copy the following passage word for word, putting each sentence on its own line. Output "
+    "only the passage.\n\n{text}",
+    "Rewrite the following passage exactly as it is, but write every number in words. Output "
+    "only the rewritten passage.\n\n{text}",
+    "Repeat the following text unchanged, then add one sentence at the end that sums it up."
+    "\n\n{text}",
+    "Proofread the following passage: fix any spelling or punctuation mistakes and keep "
+    "everything else exactly the same. Output the whole corrected passage.\n\n{text}",
+)
+CODE_TEMPLATES = (
+    "Copy this Python code exactly, then complete the function body:\n```python\n{text}\n```",
+    "Rewrite this Python code unchanged except that the function is renamed with the prefix "
+    "`my_`. Output the whole code.\n```python\n{text}\n```",
+    "Copy this Python code and add a comment line above the `def` saying in a few words what "
+    "it does. Keep everything else exactly the same.\n```python\n{text}\n```",
+    "Reformat this Python code so that its docstring uses single quotes instead of double "
+    "quotes; change nothing else and output the whole code.\n```python\n{text}\n```",
+)
+PER_SOURCE = 40
+
+
+def passages() -> list[tuple[str, str]]:
+    """The first ``PER_SOURCE`` dolly-context rows' passages (the text after the instruction)
+    with their ids."""
+    out = []
+    for line in (PROMPTS / "dolly-context.jsonl").read_text(encoding="utf-8").splitlines():
+        row = json.loads(line)
+        _, _, text = row["turns"][0].partition("\n\n")
+        if text.strip():
+            out.append((row["id"], text.strip()))
+    return out[:PER_SOURCE]
+
+
+def stubs() -> list[tuple[str, str]]:
+    """The first ``PER_SOURCE`` HumanEval stubs (the code between the fences), by line."""
+    out = []
+    lines = (PROMPTS / "humaneval.jsonl").read_text(encoding="utf-8").splitlines()
+    for i, line in enumerate(lines):
+        turn = json.loads(line)["turns"][0]
+        code = turn.split("```python\n", 1)[-1].rsplit("```", 1)[0].strip("\n")
+        out.append((f"humaneval#{i}", code))
+    return out[:PER_SOURCE]
+
+
+def build() -> list[dict]:
+    """Passages and stubs interleaved, each source's templates in turn."""
+    rows = []
+    for i, ((pid, text), (cid, code)) in enumerate(zip(passages(), stubs(), strict=True)):
+        tp = PASSAGE_TEMPLATES[i % len(PASSAGE_TEMPLATES)]
+        tc = CODE_TEMPLATES[i % len(CODE_TEMPLATES)]
+        rows.append({"turns": [tp.format(text=text)], "source": pid, "kind": "passage"})
+        rows.append({"turns": [tc.format(text=code)], "source": cid, "kind": "code"})
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    from specsim.errors import LineParser, run_script
+
+    ap = LineParser(prog="make_copy_edit_prompts.py", description=__doc__.split("\n")[0])
+    ap.add_argument("--out", type=Path, default=OUT, help=f"JSONL to write (default: {OUT})")
+    ap.add_argument("--force", action="store_true", help="overwrite --out (the shipped file is "
+                    "regenerated in place without it)")  # fmt: skip
+    args = ap.parse_args(argv)
+    return run_script(ap.prog, lambda: _run(args))
+
+
+def _run(args: argparse.Namespace) -> int:
+    from specsim.outputs import check_out, write_text
+
+    out = check_out(args.out, force=args.force or args.out.resolve() == OUT, suffixes=(".jsonl",))
+    rows = build()
+    write_text("".join(json.dumps(r) + "\n" for r in rows), out)
+    print(f"wrote {len(rows)} prompts to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
