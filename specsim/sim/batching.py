@@ -65,36 +65,15 @@ class Batching(Step):
         eng.recomputed = 0
 
     def batch(self) -> None:
-        """BATCH: the prefillers' chunks, room in the KV cache for every running request's
-        tokens of this step (or preemption), then admissions with what is left; the step's
-        token batch, checked against what a measured profile covers."""
-        now = self.now
-        self.chunks()
-        if self.paged and self.S.shape[1]:
-            self.make_room(now)
-        else:
-            self.free_blocks = self.total_blocks  # nothing running (reserve mode: unused)
-        if self.queue and self.S.shape[1] < self.max_run and self.left > 0:
-            self.admit(now)
-        self.n_run = self.S.shape[1]
-        self.n_queued = len(self.queue)
-        prefill = int(np.add.reduce(self.chunk)) if self.n_pref else 0
-        batch = self.count_batch(prefill)
-        if self.b_limit is not None:
-            # the tokens the table prices (prompt tokens have their own cost when measured)
-            tabled = batch - prefill if self.p_tok else batch
-            if tabled > self.b_limit:
-                cost = self.cost
-                raise SpecsimError(
-                    f"profile {cost.name!r} is measured up to {cost.b_max} tokens a step and "
-                    f"this run needs {tabled} (more than {MEASURED_RANGE}x its range): measure "
-                    "a profile that covers it (specsim profile) or lower the load"
-                )
-
-    def chunks(self) -> None:
-        """Prompt chunks for the requests already prefilling, oldest first, from the budget
-        the decoders leave (``left``: what is then left for admissions)."""
-        left = max(self.budget_tokens - self.n_dec - self.n_ver, 0)
+        """BATCH: the prefillers' chunks (oldest first, from the budget the decoders leave),
+        room in the KV cache for every running request's tokens of this step (or preemption),
+        then admissions with what is left; the step's token batch (each decoder's anchor and
+        drafts, a tree's other branches, the prompt tokens), checked against what a measured
+        profile covers."""
+        n_dec, n_ver, n_run = self.n_dec, self.n_ver, self.S.shape[1]
+        left = self.budget_tokens - n_dec - n_ver
+        if left < 0:
+            left = 0
         chunk_sum = 0
         if self.n_pref:
             pend = self.pend
@@ -107,18 +86,46 @@ class Batching(Step):
         self.chunk, self.chunk_sum, self.left = chunk, chunk_sum, left
         # every prefill in the step ends in it (the usual case: prompts within the budget)
         self.all_fit = chunk_sum == self.pend_total
+        if self.paged and n_run:
+            # ceil(x / blk) <= (x + blk - 1) / blk: most steps of a roomy cache stop here
+            need = (self.ctx_dec + n_ver + self.pre_ctx + chunk_sum) // self.blk + n_run
+            if need > self.total_blocks:
+                self.make_room(self.now)  # the exact count, or preemption
+            else:
+                self.free_blocks = self.total_blocks - need
+        else:
+            self.free_blocks = self.total_blocks  # nothing running (reserve mode: unused)
+        queue = self.queue
+        if queue and self.S.shape[1] < self.max_run and self.left > 0:
+            self.admit(self.now)
+        self.n_run = self.S.shape[1]
+        self.n_queued = len(queue)
+        self.prefill_tokens = prefill = self.chunk_sum  # (kept current by admit and preempt)
+        n_dec, n_ver, tree = self.n_dec, self.n_ver, self.tree_extra  # (after any preemption)
+        self.tree_tokens = tree * int(np.count_nonzero(self.lens)) if tree and n_ver else 0
+        self.b_tokens = batch = n_dec + n_ver + self.tree_tokens + prefill
+        eng = self.eng
+        if batch > eng.max_b:
+            eng.max_b = batch  # the run's largest is reported
+        if self.b_limit is not None:
+            # the tokens the table prices (prompt tokens have their own cost when measured)
+            tabled = batch - prefill if self.p_tok else batch
+            if tabled > self.b_limit:
+                cost = self.cost
+                raise SpecsimError(
+                    f"profile {cost.name!r} is measured up to {cost.b_max} tokens a step and "
+                    f"this run needs {tabled} (more than {MEASURED_RANGE}x its range): measure "
+                    "a profile that covers it (specsim profile) or lower the load"
+                )
 
     def make_room(self, now: float) -> None:
-        """Paged KV: blocks for every running request's tokens this step (a decoder's cache
-        plus the ``1 + l_r`` it verifies, a prefiller's plus its chunk); while they do not
-        fit, the most recently admitted is preempted. ``free_blocks``: what admissions get."""
-        blk, total = self.blk, self.total_blocks
+        """Paged KV, when the quick upper bound does not fit: blocks for every running
+        request's tokens this step (a decoder's cache plus the ``1 + l_r`` it verifies, a
+        prefiller's plus its chunk); while they do not fit, the most recently admitted is
+        preempted. ``free_blocks``: what admissions get."""
+        total = self.total_blocks
         n_dec0 = self.n_dec
-        # ceil(x / blk) <= (x + blk - 1) / blk: most steps of a roomy cache stop here
-        upper = self.ctx_dec + self.n_ver + self.pre_ctx + self.chunk_sum
-        need = upper // blk + self.S.shape[1]
-        if need > total:
-            need = self.blocks_needed()
+        need = self.blocks_needed()
         preempted = False
         while need > total and self.S.shape[1] > 1:
             preempted = True
@@ -137,6 +144,39 @@ class Batching(Step):
                 self.tally()
                 self.ctx_dec = int(np.add.reduce(S[KV, :n_dec])) + n_dec if n_dec else 0
             self.pre_ctx = int(np.add.reduce(S[KV, n_dec:])) if self.n_pref else 0
+
+    def prefill(self, end: float) -> int:
+        """The prefillers advance by their chunks; those whose prefill ended (the first ones:
+        chunks go oldest first) emit their first token and decode from the next step (a
+        resumed one keeps its first-token time; its stall is the gap). Returns how many."""
+        S, n_dec, n_pref, chunk = self.S, self.n_dec, self.n_pref, self.chunk
+        S[PRE, n_dec:] += chunk
+        S[KV, n_dec:] += chunk
+        self.kv_all += self.prefill_tokens
+        if self.all_fit:
+            n_first = n_pref
+        else:
+            done = (S[PRE, n_dec:] >= S[PTGT, n_dec:]) & (chunk > 0)
+            n_first = int(np.count_nonzero(done))
+        if not n_first:
+            return 0
+        eng, jobs = self.eng, self.jobs
+        sl = slice(n_dec, n_dec + n_first)
+        jj = S[JOB, sl]
+        if eng.preemptions:  # a resumed request keeps its first-token time
+            first = np.isnan(jobs.first[jj])
+            jobs.first[jj[first]] = end
+            resumed = jj[~first]
+            if resumed.size:  # a preempted request's gap, end to end
+                gap = end - jobs.preempted_at[resumed]
+                jobs.stall[resumed] = np.maximum(jobs.stall[resumed], gap)
+        else:
+            jobs.first[jj] = end
+        S[N, sl] += 1
+        S[STEPS, sl] = eng.n_steps + 1 - S[STEPS, sl]
+        self.n_pref = n_pref - n_first
+        self.emitted += n_first
+        return n_first
 
     def blocks_needed(self) -> int:
         """KV blocks the running requests need during this step."""
@@ -175,6 +215,7 @@ class Batching(Step):
                 self.emit[:n_dec]
             )  # fmt: skip
         else:
+            self.chunk_sum -= int(self.chunk[-1])
             self.chunk = self.chunk[:-1]
             self.n_pref -= 1
 
@@ -208,6 +249,7 @@ class Batching(Step):
             left -= c
             if c < ptgt:
                 self.all_fit = False
+        self.chunk_sum += self.left - left  # the admitted chunks
         self.left, self.free_blocks, self.kv_used = left, free_blocks, kv_used
         if not adm:
             return

@@ -65,7 +65,7 @@ from specsim.sim.batching import Batching
 from specsim.sim.cost.model import CostModel
 from specsim.sim.cost.price import StepPrice
 from specsim.sim.history import History
-from specsim.sim.jobs import ACC, BASE, JOB, KV, OUT, PRE, PROMPT, PTGT, RES, STEPS, VER, N
+from specsim.sim.jobs import ACC, BASE, KV, OUT, PRE, PROMPT, PTGT, RES, STEPS, VER, N
 from specsim.sim.jobs import Jobs as _Jobs
 from specsim.sim.steplog import STEP_COLUMNS, RawLog
 from specsim.sim.steplog import RunningSums as _Sums
@@ -208,7 +208,8 @@ class Engine(Walks, History):
         """The engine's SimPy process: one timeout per step, the step's phases in order."""
         st = StepV2(self)
         zos = st.zos
-        while (yield from st.start(env)):  # arrivals, idle, ZOS wait, walks: a step starts
+        # START: arrivals; a step starts now (ready), or after an idle or ZOS wait or a walk
+        while st.ready(env.now) or (yield from st.start(env)):
             st.view()  # the step as the policy sees it: decoders, prefill, KV read, rows
             st.draft()  # DRAFT: how many tokens the drafter produces (fixed k, plan, block)
             st.schedule()  # SCHEDULE: StepInput -> the policy's lengths -> the replay rule
@@ -273,7 +274,7 @@ class StepV2(Batching):
 
     __slots__ = (
         "base_fn", "is2d", "kv_coef", "uses_drafter", "decides", "fixed_k", "plan", "walk_ok",
-        "k_draft", "ctx",
+        "k_draft", "ctx", "dense", "lags", "learns", "table", "sched_on", "attn_on",
     )  # fmt: skip
 
     def __init__(self, eng) -> None:  # noqa: ANN001 - the Engine
@@ -292,6 +293,30 @@ class StepV2(Batching):
                         and not self.step_price.attn_coef)  # fmt: skip
         self.k_draft = 0
         self.ctx = None
+        # what a step does or skips, decided once
+        self.dense = not self.is2d and not self.p_tok  # the policy reads the table, shifted
+        self.lags = self.track_lag or self.need_known  # the decoders' lagged rows are read
+        self.learns = self.need_rate or self.need_hist or self.track_lag  # learn() runs
+        # the table COST reads (a 2-D profile's: at the step's context, in price)
+        self.table = self.base_fn if self.engine_terms else self.step_price.table_s
+        self.sched_on = self.decides and not self.zos  # the scheduler is in the step
+        self.attn_on = bool(self.step_price.attn_coef)
+
+    def ready(self, now: float) -> bool:
+        """START's usual case without a generator: arrivals up to ``now`` joined, something
+        runs, no ZOS decision is pending and no walk applies, so the step starts at ``now``
+        (True). False: :meth:`start` decides (an idle or ZOS wait, a walk, or the end)."""
+        if self.open_loop:
+            self.arrive(now)
+        n = self.S.shape[1]
+        if not n and not self.queue:
+            return False
+        if self.zos_proc is not None and not self.zos_proc.processed:
+            return False
+        if n == 1 and self.walk_ok and not self.n_pref and not self.queue:
+            return False
+        self.now, self.wait = now, 0.0
+        return True
 
     def walk(self, now: float, wait: float) -> tuple | None:
         """One request decoding, nothing prefilling or queued: its steps up to the next
@@ -313,38 +338,37 @@ class StepV2(Batching):
         to carry plus the KV it reads (every decoder's cache and anchor, every prefix)."""
         S, n_pref = self.S, self.n_pref
         n_run = S.shape[1]
-        n_dec = n_run - n_pref
-        self.n_dec = n_dec
+        self.n_dec = n_dec = n_run - n_pref
         pend_total = pre_ctx = 0
         if n_pref:
-            pend = S[PTGT, n_dec:] - S[PRE, n_dec:]
+            self.pend = pend = S[PTGT, n_dec:] - S[PRE, n_dec:]
             pend_total = int(np.add.reduce(pend))
             pre_ctx = int(np.add.reduce(S[KV, n_dec:]))
-            self.pend = pend
         self.pend_total, self.pre_ctx = pend_total, pre_ctx
-        ctx_dec = self.kv_all - pre_ctx + n_dec if n_dec else 0
-        self.ctx_dec = ctx_dec
-        self.n_ver = self.n_acc = self.emitted = self.k_draft = 0
-        self.ctx = None
-        if not n_dec:
+        if not n_dec:  # nothing decodes: no draft, no decision
+            self.ctx_dec = self.n_ver = self.n_acc = self.emitted = self.k_draft = 0
+            self.ctx = None
             return
+        self.ctx_dec = ctx_dec = self.kv_all - pre_ctx + n_dec
         p_est = 0  # the prefill this step is expected to carry
-        if n_pref or self.queue:
-            p_est = pend_total + (self.queued_prompt(n_run) if self.queue else 0)
+        queue = self.queue
+        if n_pref or queue:
+            p_est = pend_total + (self.queued_prompt(n_run) if queue else 0)
             p_est = min(max(self.budget_tokens - n_dec, 0), p_est)
         kv_est = self.kv_coef * (ctx_dec + pre_ctx)
-        pos = S[N, :n_dec]
-        self.pos, self.rows = pos, S[BASE, :n_dec] + pos
-        if self.is2d:
-            self.ctx = float(np.add.reduce(S[PROMPT, :n_dec] + pos, dtype=np.float64) / n_dec)
-        if not self.is2d and not self.p_tok:  # the dense table, shifted by the prefill
+        self.pos = pos = S[N, :n_dec]
+        self.rows = S[BASE, :n_dec] + pos
+        if self.dense:  # the dense table, shifted by the prefill
             self.pol_fn = TableStepTime(self.base_fn, self.lut, p_est, kv_est)
         else:
-            cost = self.cost
-            step_fn = cost.step_time_fn(self.ctx) if self.is2d else self.base_fn
+            cost, ctx = self.cost, None
+            if self.is2d:
+                ctx = float(np.add.reduce(S[PROMPT, :n_dec] + pos, dtype=np.float64) / n_dec)
+            self.ctx = ctx
+            step_fn = cost.step_time_fn(ctx) if self.is2d else self.base_fn
             self.pol_fn = _plus(cost.policy_step_fn(step_fn, p_est), kv_est)
         self.rate = self.accept_rate() if self.need_rate else None
-        if self.track_lag or self.need_known:
+        if self.lags:
             self.lagged()
 
     def draft(self) -> None:
@@ -401,16 +425,15 @@ class StepV2(Batching):
         prefill of the step's prompt tokens, the scheduler (a policy that decides, not under
         ZOS), the target step over every token, the KV it reads (or attention's compute) and
         the server's sampling and streaming of each emitted decode token."""
-        n_dec, k, cost, S = self.n_dec, self.k_draft, self.cost, self.S
-        dctx = qk = None
-        if n_dec and k and self.engine_terms:  # the drafter's context: up to each anchor
-            dctx = cost.draft_context_s(S[PROMPT, :n_dec] + S[N, :n_dec] - 1)
+        n_dec, k = self.n_dec, self.k_draft
+        dctx, qk, table = 0.0, None, self.table
+        if self.engine_terms and n_dec and k:  # the drafter's context: up to each anchor
+            S = self.S
+            dctx = self.cost.draft_context_s(S[PROMPT, :n_dec] + S[N, :n_dec] - 1)
         if self.is2d:
-            table = cost.step_time_fn(self.ctx)
-        else:
-            table = self.base_fn if self.engine_terms else self.step_price.table_s
-        if self.step_price.attn_coef and n_dec:  # every decoder's query tokens x its context
-            lens = self.lens
+            table = self.cost.step_time_fn(self.ctx)
+        if self.attn_on and n_dec:  # every decoder's query tokens x its context
+            S, lens = self.S, self.lens
             ones = lens is None or len(lens) != n_dec
             q = np.ones(n_dec, np.int64) if ones else 1 + lens
             qk = float(np.dot(q, S[PROMPT, :n_dec] + S[N, :n_dec]))
@@ -418,10 +441,9 @@ class StepV2(Batching):
         return float(
             self.step_price.seconds(
                 table, requests=self.n_run, decode=n_dec, drafts=self.n_ver, drafted=k,
-                draft_context=0.0 if dctx is None else dctx, tree=self.tree_tokens,
-                prefill=prefill, draft_prefill=prefill if self.uses_drafter else 0,
-                sched=self.cost.sched_s(n_dec) if (n_dec and self.decides and not self.zos)
-                else 0.0,
+                draft_context=dctx, tree=self.tree_tokens, prefill=prefill,
+                draft_prefill=prefill if self.uses_drafter else 0,
+                sched=self.cost.sched_s(n_dec) if n_dec and self.sched_on else 0.0,
                 kv=self.ctx_dec + self.pre_ctx, qk=qk, emitted=self.emitted,
             )
         )  # fmt: skip
@@ -429,52 +451,24 @@ class StepV2(Batching):
     def account(self, end: float, duration: float) -> None:
         """ACCOUNT: the decoders and prefillers advance, the tokens are recorded, finished
         requests leave (freeing their KV), and the step is logged."""
-        if self.n_dec:
-            self.advance(self.k_draft > 0)
+        S, n_dec = self.S, self.n_dec
+        if n_dec:
+            S[N : KV + 1, :n_dec] += self.upd  # the adjacent rows N, VER, ACC, KV in one add
             self.kv_all += self.emitted  # the decoders' (prefills' first tokens: below)
+            if self.learns:  # the estimates and the lagged rows
+                self.learn(self.k_draft > 0)
         self.n_first = self.prefill(end) if self.n_pref else 0
         if self.record:
             self.record_step(end)
-        fin = self.leave(end)
-        if fin is not None:
+        done = S[N] >= S[OUT]
+        self.n_fin = n_fin = int(np.count_nonzero(done))  # (cheaper than done.any())
+        if n_fin:
+            fin = self.leave(end, done)
             self.kv_all -= int(np.add.reduce(fin[KV]))
             if not self.paged:
                 blk = self.blk
                 self.kv_used -= int(np.add.reduce(-(-fin[RES] // blk) * blk))
         self.log(duration, end)
-
-    def prefill(self, end: float) -> int:
-        """The prefillers advance by their chunks; those whose prefill ended (the first ones:
-        chunks go oldest first) emit their first token and decode from the next step (a
-        resumed one keeps its first-token time; its stall is the gap). Returns how many."""
-        S, n_dec, n_pref, chunk = self.S, self.n_dec, self.n_pref, self.chunk
-        S[PRE, n_dec:] += chunk
-        S[KV, n_dec:] += chunk
-        self.kv_all += self.prefill_tokens
-        if self.all_fit:
-            n_first = n_pref
-        else:
-            done = (S[PRE, n_dec:] >= S[PTGT, n_dec:]) & (chunk > 0)
-            n_first = int(np.count_nonzero(done))
-        if not n_first:
-            return 0
-        eng, jobs = self.eng, self.jobs
-        sl = slice(n_dec, n_dec + n_first)
-        jj = S[JOB, sl]
-        if eng.preemptions:  # a resumed request keeps its first-token time
-            first = np.isnan(jobs.first[jj])
-            jobs.first[jj[first]] = end
-            resumed = jj[~first]
-            if resumed.size:  # a preempted request's gap, end to end
-                gap = end - jobs.preempted_at[resumed]
-                jobs.stall[resumed] = np.maximum(jobs.stall[resumed], gap)
-        else:
-            jobs.first[jj] = end
-        S[N, sl] += 1
-        S[STEPS, sl] = eng.n_steps + 1 - S[STEPS, sl]
-        self.n_pref = n_pref - n_first
-        self.emitted += n_first
-        return n_first
 
 
 class _Plus:

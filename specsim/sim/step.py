@@ -40,7 +40,7 @@ import simpy
 
 from specsim.policies.base import checked_lengths, step_input
 from specsim.sim.cost.steptime import row_table
-from specsim.sim.jobs import H1, H2, JOB, KV, NF, OUT, STEPS, N
+from specsim.sim.jobs import H1, H2, JOB, NF, OUT, STEPS
 
 if TYPE_CHECKING:
     from collections.abc import Generator
@@ -80,7 +80,7 @@ class Step:
         "eng", "jobs", "queue", "cost", "gamma", "conf_all", "acc_all", "tab", "conf_dtype",
         "schedule_fn", "pol_name", "rng", "zos", "need_lag", "need_rate", "need_acc",
         "need_hist", "need_surv", "need_lag_surv", "need_known", "need_draft", "track_lag",
-        "open_loop", "arrivals", "n_arr_total", "record", "progress", "sink", "sums",
+        "lean_input", "open_loop", "arrivals", "n_arr_total", "record", "progress", "sink", "sums",
         "closed_c", "steplog", "step_price", "engine_terms", "p_tok", "lut", "n_lut", "tree_extra",
         "tree_tokens", "draft_seconds",
         # what one step hands the next
@@ -107,6 +107,12 @@ class Step:
         self.need_lag_surv = self.need_lag and "lagged_survival" in needs
         self.need_known = "lag_known" in needs
         self.need_draft = "draft_time" in needs
+        # a policy that reads none of the lagged rows, accept_len, the history, draft_time:
+        # its StepInput is built from the fields it can read (the rest are their defaults)
+        self.lean_input = not (
+            self.need_lag or self.need_acc or self.need_hist or self.need_known
+            or self.need_draft
+        )  # fmt: skip
         self.track_lag = self.need_lag  # keep H1/H2, the lagged rows, current
         # survivals of every trace row, once: a step gathers its rows instead of a cumprod
         surv = self.need_surv or self.need_lag_surv
@@ -255,6 +261,13 @@ class Step:
         else:
             conf = self.conf_all[rows]
             acc = self.acc_all[rows]
+        self.conf, self.acc = conf, acc
+        if self.lean_input:  # the same StepInput, without passing the fields left at None
+            inp = step_input(
+                conf=conf, step_time=self.pol_fn, accept_rate=self.rate, survival=surv,
+                rng=self.rng, drafted=drafted,
+            )  # fmt: skip
+            return checked_lengths(self.schedule_fn(inp), inp, self.pol_name)
         if self.need_lag:
             if self.need_lag_surv:
                 g = tab.take(self.lag_rows, axis=0)
@@ -279,44 +292,32 @@ class Step:
             lag_known=self.h2 >= 0 if self.need_known else None,
             draft_time=self.draft_time(self.n_dec) if self.need_draft else None,
         )
-        self.conf, self.acc = conf, acc
         return checked_lengths(self.schedule_fn(inp), inp, self.pol_name)
 
     def replay(self, lens: np.ndarray, acc: np.ndarray) -> None:
         """The replay rule: each decoder accepts min(l, accept_len) of its drafts and emits
         one more token (the target's), capped at what is left of its output."""
         a_ok = np.minimum(lens, acc)
+        self.emit = emit = np.minimum(a_ok + 1, self.S[OUT, : self.n_dec] - self.pos)
         self.lens, self.a_ok = lens, a_ok
-        self.emit = np.minimum(a_ok + 1, self.S[OUT, : self.n_dec] - self.pos)
-        self.tally()
+        # tally(), inline (a call less a step)
+        self.upd = upd = np.array((emit, lens, a_ok, emit), dtype=np.int64)
+        self.emitted, self.n_ver, self.n_acc, _ = np.add.reduce(upd, axis=1).tolist()
 
     def tally(self) -> None:
-        """The decoders' advance (rows N, VER, ACC and KV) and the step's sums of it."""
+        """The decoders' advance (rows N, VER, ACC and KV) and the step's sums of it (as
+        :meth:`replay` has them; again after a preemption shortened the decoders' arrays)."""
         emit = self.emit
         self.upd = upd = np.array((emit, self.lens, self.a_ok, emit), dtype=np.int64)
         sums = np.add.reduce(upd, axis=1).tolist()
         self.emitted, self.n_ver, self.n_acc = sums[0], sums[1], sums[2]
 
-    def count_batch(self, prefill: int) -> int:
-        """The step's token batch: each decoder's anchor and drafts, then ``prefill`` prompt
-        tokens (kept as ``prefill_tokens``); the run's largest is reported (``max_b``)."""
-        self.prefill_tokens = prefill
-        tree = self.tree_extra
-        self.tree_tokens = tree * int(np.count_nonzero(self.lens)) if tree and self.n_ver else 0
-        batch = self.n_dec + self.n_ver + self.tree_tokens + prefill
-        self.b_tokens = batch
-        eng = self.eng
-        if batch > eng.max_b:
-            eng.max_b = batch
-        return batch
-
     # ------------------------------------------------------------------ the step's end
 
-    def advance(self, drafted: bool) -> None:
-        """The decoders move on by what they emitted, and the estimates learn from the step
-        (the history only from drafts that were made)."""
+    def learn(self, drafted: bool) -> None:
+        """After the decoders moved on (ACCOUNT): the estimates learn from the step (the
+        history only from drafts that were made) and the lagged rows move on."""
         S, n_dec, lens, a_ok = self.S, self.n_dec, self.lens, self.a_ok
-        S[N : KV + 1, :n_dec] += self.upd  # the adjacent rows N, VER, ACC, KV in one add
         if self.need_rate:
             eng, m = self.eng, self.gamma + 1
             reach = np.minimum(a_ok + 1, lens)
@@ -342,17 +343,12 @@ class Step:
         eng.tok_time.append(end)
         eng.tok_len.append(n)
 
-    def leave(self, end: float) -> np.ndarray | None:
-        """Finished requests leave at the step's end: their times and counters go back to the
-        jobs (``STEPS``: a request takes part in every step from its first decode step on),
-        a closed loop spawns their successors. Returns their columns (the caller frees their
-        KV), or None."""
-        S = self.S
-        done = S[N] >= S[OUT]
-        n_fin = int(np.count_nonzero(done))  # (cheaper than done.any())
-        self.n_fin = n_fin
-        if not n_fin:
-            return None
+    def leave(self, end: float, done: np.ndarray) -> np.ndarray:
+        """The finished requests (``done``, ``n_fin`` of them) leave at the step's end: their
+        times and counters go back to the jobs (``STEPS``: a request takes part in every step
+        from its first decode step on), a closed loop spawns their successors. Returns their
+        columns (the caller frees their KV)."""
+        S, n_fin = self.S, self.n_fin
         eng, jobs = self.eng, self.jobs
         fin = S[:, done]
         fj = fin[JOB]

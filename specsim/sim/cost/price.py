@@ -38,7 +38,8 @@ class StepPrice:
 
     __slots__ = (
         "cost", "gamma", "engine_terms", "kv_coef", "attn_coef", "emit_coef", "dpre",
-        "tree_extra", "lut", "n_lut", "d_base", "d_req", "d_tok", "draft_lut",
+        "tree_extra", "lut", "lut_list", "n_lut", "d_base", "d_req", "d_tok", "draft_lut",
+        "n_block",
     )  # fmt: skip
 
     def __init__(self, cost: CostModel, gamma: int) -> None:
@@ -51,22 +52,27 @@ class StepPrice:
         self.dpre = cost.draft_prefill_us_per_token * 1e-6  # the drafter's prefill, a token
         self.tree_extra = int(cost.tree_tokens_per_request)  # a tree's unaccepted branches
         self.lut = cost.lut_seconds(None)
+        self.lut_list = self.lut.tolist()  # the same floats, read without a numpy scalar
         self.n_lut = self.lut.shape[0]
         self.d_base = cost.draft_base_ms * 1e-3
         self.d_req = cost.draft_per_request_ms * 1e-3
         self.d_tok = cost.draft_per_token_ms * 1e-3 * gamma
-        self.draft_lut = None
+        # a full block's seconds for 0..n_max decoding requests, tabulated: from the measured
+        # curve, or the terms' own sum (the same floats as block_s computes beyond the table)
         if cost.draft_curve:
             n_max = min(int(cost.max_running), 1 << 16)
             self.draft_lut = (cost.draft_ms(np.arange(n_max + 1), gamma) * 1e-3).tolist()
+        else:
+            d0, d1 = self.d_base, self.d_req + self.d_tok
+            self.draft_lut = [d0 + d1 * n for n in range(min(int(cost.max_running), 4096) + 1)]
+        self.n_block = len(self.draft_lut)
 
     def block_s(self, n: int) -> float:
         """Seconds of drafting a full block for ``n`` decoding requests (no context term)."""
-        lut = self.draft_lut
-        if lut is None:
+        if n < self.n_block:
+            return self.draft_lut[n]
+        if not self.cost.draft_curve:
             return self.d_base + (self.d_req + self.d_tok) * n
-        if n < len(lut):
-            return lut[n]
         return float(self.cost.draft_ms(n, self.gamma)) * 1e-3
 
     def draft_s(self, n: int, k: int) -> float:
@@ -80,7 +86,7 @@ class StepPrice:
     def table_s(self, batch: int) -> float:
         """The 1-D table at one token batch (the step's hot path: an index, not a call)."""
         if batch < self.n_lut:
-            return float(self.lut[batch])
+            return self.lut_list[batch]
         return float(self.cost.step_time(batch))
 
     def seconds(  # type: ignore[no-untyped-def]
@@ -93,7 +99,13 @@ class StepPrice:
         tokens (``draft_prefill`` of them also prefilled by the drafter), ``sched`` seconds of
         scheduler, ``kv`` cached tokens read, ``qk`` the decoders' query x context tokens
         (None: attention's compute not priced) and ``emitted`` decode tokens emitted."""
-        draft = self.draft_s(decode, drafted) + draft_context if decode and drafted else 0.0
+        if decode and drafted:  # a full block for a tabulated count: read, not a call
+            d = self.draft_lut[decode] if drafted >= self.gamma and decode < self.n_block else (
+                self.draft_s(decode, drafted)
+            )  # fmt: skip
+            draft = d + draft_context
+        else:
+            draft = 0.0
         tokens = decode + drafts + tree
         if self.engine_terms:
             verify = self.cost.verify_s(tokens, prefill, requests, table, drafts)
