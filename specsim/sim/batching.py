@@ -254,15 +254,18 @@ class Batching(Step):
         if not adm:
             return
         a = np.asarray(adm, dtype=np.int64)
-        fresh = a[np.isnan(jobs.admitted[a])]
+        # only a preemption puts an admitted request back in the queue: until one happened,
+        # every admission is a first one
+        fresh = a[np.isnan(jobs.admitted[a])] if self.eng.preemptions else a
         if fresh.size:
             jobs.admitted[fresh] = now
             if self.sums is not None:  # the steady window ends at the last admission
                 self.sums.t1 = self.sums.before(now)
         # STEPS holds the decode steps done so far until the prefill ends (0, or a preempted
         # request's count), then the index its decoding started at
-        self.S = np.concatenate((S, jobs.cols[:, a]), axis=1)
-        self.chunk = np.concatenate((self.chunk, np.asarray(adm_chunk, dtype=np.int64)))
+        self.S = np.concatenate((S, jobs.cols.take(a, axis=1)), axis=1)
+        new = np.asarray(adm_chunk, dtype=np.int64)
+        self.chunk = np.concatenate((self.chunk, new)) if self.n_pref else new
         self.n_pref += len(adm)
 
     def queued_prompt(self, n_run: int) -> int:

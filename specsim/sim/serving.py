@@ -392,7 +392,7 @@ class StepV2(Batching):
         that reads them), which requests have one, the history and the step's cost."""
         lag_rows, tab, eng, hist = self.lag_rows, self.tab, self.eng, self.need_hist
         return step_input(
-            conf=self.conf_all[lag_rows],
+            conf=self.conf_all.take(lag_rows, axis=0),
             step_time=self.pol_fn,
             accept_rate=self.rate,
             survival=tab[lag_rows][:, : self.gamma] if tab is not None else None,
@@ -464,7 +464,7 @@ class StepV2(Batching):
         self.n_fin = n_fin = int(np.count_nonzero(done))  # (cheaper than done.any())
         if n_fin:
             fin = self.leave(end, done)
-            self.kv_all -= int(np.add.reduce(fin[KV]))
+            self.kv_all -= sum(fin[KV].tolist())  # (a few ints: no reduce)
             if not self.paged:
                 blk = self.blk
                 self.kv_used -= int(np.add.reduce(-(-fin[RES] // blk) * blk))

@@ -90,7 +90,7 @@ class Step:
         # this step's values, set by its phases in order
         "n_run", "n_dec", "n_first", "n_queued", "pos", "rows", "h2", "lag_rows", "rate",
         "pol_fn", "conf", "acc", "lens", "a_ok", "emit", "upd", "n_ver", "n_acc", "emitted",
-        "prefill_tokens", "b_tokens", "n_fin",
+        "prefill_tokens", "b_tokens", "n_fin", "ones",
     )  # fmt: skip
 
     def __init__(self, eng) -> None:  # noqa: ANN001 - the Engine
@@ -138,6 +138,9 @@ class Step:
         # The running batch: one (NF, R) int64 array, columns in admission order, so one fancy
         # index compacts every field at once. Prefilling requests sit at the end.
         self.S = np.zeros((NF, 0), np.int64)
+        # ones to slice: an array + array add and a dot are cheaper than a scalar's broadcast
+        # and a reduce over the rows (integers: the same sums)
+        self.ones = np.ones(min(int(eng.limits.max_running), 1 << 16), np.int64)
         self.zos_proc = None
         self.now = self.wait = 0.0
         self.n_run = self.n_dec = self.n_first = self.n_queued = self.n_fin = 0
@@ -247,8 +250,9 @@ class Step:
         """The policy's lengths for the decoders' current rows (``self.rows``), checked.
 
         One gather of [survival | conf | accept_len] per row when the policy reads survivals
-        (else conf and accept_len apart); the StepInput holds only what it reads. Keeps the
-        rows' confidences and acceptance (``conf``, ``acc``) for the replay and the history.
+        (else conf and accept_len apart: ``take`` gathers rows faster than a fancy index); the
+        StepInput holds only what it reads. Keeps the rows' confidences and acceptance
+        (``conf``, ``acc``) for the replay and the history.
         """
         gamma, rows, tab = self.gamma, self.rows, self.tab
         surv = lag = lag_surv = None
@@ -259,7 +263,7 @@ class Step:
             if self.need_surv:
                 surv = g[:, :gamma]
         else:
-            conf = self.conf_all[rows]
+            conf = self.conf_all.take(rows, axis=0)
             acc = self.acc_all[rows]
         self.conf, self.acc = conf, acc
         if self.lean_input:  # the same StepInput, without passing the fields left at None
@@ -274,7 +278,7 @@ class Step:
                 lag = g[:, gamma : 2 * gamma].astype(self.conf_dtype)
                 lag_surv = g[:, :gamma]
             else:
-                lag = self.conf_all[self.lag_rows]
+                lag = self.conf_all.take(self.lag_rows, axis=0)
         hist = self.need_hist
         eng = self.eng
         inp = step_input(
@@ -297,12 +301,16 @@ class Step:
     def replay(self, lens: np.ndarray, acc: np.ndarray) -> None:
         """The replay rule: each decoder accepts min(l, accept_len) of its drafts and emits
         one more token (the target's), capped at what is left of its output."""
+        n = self.n_dec
+        ones = self.ones[:n]
+        if ones.shape[0] < n:  # (more decoders than any run holds but a huge max_running's)
+            ones = np.ones(n, np.int64)
         a_ok = np.minimum(lens, acc)
-        self.emit = emit = np.minimum(a_ok + 1, self.S[OUT, : self.n_dec] - self.pos)
+        self.emit = emit = np.minimum(a_ok + ones, self.S[OUT, :n] - self.pos)
         self.lens, self.a_ok = lens, a_ok
         # tally(), inline (a call less a step)
         self.upd = upd = np.array((emit, lens, a_ok, emit), dtype=np.int64)
-        self.emitted, self.n_ver, self.n_acc, _ = np.add.reduce(upd, axis=1).tolist()
+        self.emitted, self.n_ver, self.n_acc, _ = upd.dot(ones).tolist()
 
     def tally(self) -> None:
         """The decoders' advance (rows N, VER, ACC and KV) and the step's sums of it (as
@@ -350,14 +358,15 @@ class Step:
         columns (the caller frees their KV)."""
         S, n_fin = self.S, self.n_fin
         eng, jobs = self.eng, self.jobs
-        fin = S[:, done]
+        # (take of the columns' indices: a fraction of a boolean index's time on (NF, R))
+        fin = S.take(done.nonzero()[0], axis=1)
         fj = fin[JOB]
         jobs.finish[fj] = end
         fin[STEPS] = eng.n_steps + 1 - fin[STEPS]
         jobs.cols[:, fj] = fin  # the counters, read back by Engine._raw
         if self.sink is not None:
             self.sink.finished(jobs, fj)
-        self.S = S[:, ~done]
+        self.S = S.take((~done).nonzero()[0], axis=1)
         eng.n_done += n_fin
         if self.progress is not None:
             self.progress.update(n_fin)
