@@ -170,10 +170,12 @@ class Batching(Step):
             if resumed.size:  # a preempted request's gap, end to end
                 gap = end - jobs.preempted_at[resumed]
                 jobs.stall[resumed] = np.maximum(jobs.stall[resumed], gap)
-        else:
+            S[N, sl] += 1
+            S[STEPS, sl] = eng.n_steps + 1 - S[STEPS, sl]
+        else:  # no request was preempted: each prefill is a first one (N and STEPS were 0)
             jobs.first[jj] = end
-        S[N, sl] += 1
-        S[STEPS, sl] = eng.n_steps + 1 - S[STEPS, sl]
+            S[N, sl] = 1
+            S[STEPS, sl] = eng.n_steps + 1
         self.n_pref = n_pref - n_first
         self.emitted += n_first
         return n_first
