@@ -135,8 +135,8 @@ class Step:
         self.p_tok = cost.prefill_token_ms * 1e-3
         self.lut = price.lut
         self.n_lut = price.n_lut
-        # The running batch: one (NF, R) int64 array, columns in admission order, so one fancy
-        # index compacts every field at once. Prefilling requests sit at the end.
+        # The running batch: one (NF, R) int64 array, columns in admission order, so one take
+        # of column indices compacts every field at once. Prefilling requests sit at the end.
         self.S = np.zeros((NF, 0), np.int64)
         # ones to slice: an array + array add and a dot are cheaper than a scalar's broadcast
         # and a reduce over the rows (integers: the same sums)
@@ -157,7 +157,8 @@ class Step:
         Arrivals join the queue (admitted in BATCH); an idle engine sleeps
         until the next arrival; under ZOS the step waits for the decision that ran during the
         previous one (``wait``: what it outlasted that step by); a walk takes the steps it can
-        up to the next event without an event each (``walk``), and the loop starts again."""
+        up to the next event without an event each (``walk``), and the loop starts again.
+        (The usual case, a step that starts at once, is :meth:`StepV2.ready`'s, a plain call.)"""
         while True:
             now = env.now
             self.arrive(now)
