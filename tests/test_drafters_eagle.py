@@ -144,3 +144,17 @@ def test_an_moe_trees_branches_touch_their_own_experts():
         np.array([r * 4]), v4.experts, v4.top_k)[0]  # fmt: skip
     fn = tree.step_time_fn()
     assert tree.verify_s(r * 13, 0, r, fn, r * 3) > chain.verify_s(r * 4, 0, r, fn, r * 3)
+
+
+def test_a_step_curve_alone_prices_the_full_block_too():
+    """A profile with a draft step curve but no call curve: a full block costs what the cost
+    model says (k steps), not the scalar terms alone."""
+    from specsim.sim.cost.model import CostModel
+    from specsim.sim.cost.price import StepPrice
+
+    cm = CostModel("x", np.array([1, 64]), np.array([1.0, 2.0]), draft_base_ms=1.0,
+                   draft_step_curve=((1, 0.5), (64, 1.0)))  # fmt: skip
+    price = StepPrice(cm, 4)
+    for n in (1, 16, 64):
+        assert price.block_s(n) == pytest.approx(float(cm.draft_ms(n, 4)) * 1e-3)
+    assert price.block_s(1) == pytest.approx((1.0 + 4 * 0.5) * 1e-3)

@@ -39,7 +39,7 @@ class StepPrice:
     __slots__ = (
         "cost", "gamma", "engine_terms", "kv_coef", "attn_coef", "emit_coef", "dpre",
         "tree_extra", "lut", "lut_list", "n_lut", "d_base", "d_req", "d_tok", "draft_lut",
-        "n_block",
+        "n_block", "curved",
     )  # fmt: skip
 
     def __init__(self, cost: CostModel, gamma: int) -> None:
@@ -58,8 +58,9 @@ class StepPrice:
         self.d_req = cost.draft_per_request_ms * 1e-3
         self.d_tok = cost.draft_per_token_ms * 1e-3 * gamma
         # a full block's seconds for 0..n_max decoding requests, tabulated: from the measured
-        # curve, or the terms' own sum (the same floats as block_s computes beyond the table)
-        if cost.draft_curve:
+        # curve(s), or the terms' own sum (the same floats as block_s computes beyond the table)
+        self.curved = bool(cost.draft_curve or cost.draft_step_curve)
+        if self.curved:
             n_max = min(int(cost.max_running), 1 << 16)
             self.draft_lut = (cost.draft_ms(np.arange(n_max + 1), gamma) * 1e-3).tolist()
         else:
@@ -71,7 +72,7 @@ class StepPrice:
         """Seconds of drafting a full block for ``n`` decoding requests (no context term)."""
         if n < self.n_block:
             return self.draft_lut[n]
-        if not self.cost.draft_curve:
+        if not self.curved:
             return self.d_base + (self.d_req + self.d_tok) * n
         return float(self.cost.draft_ms(n, self.gamma)) * 1e-3
 
