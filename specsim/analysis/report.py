@@ -371,6 +371,8 @@ def run_report(
     started = _dt.datetime.now(_dt.UTC)
     ctx.load_before = os.getloadavg()[0]
     builder(kind)(ctx)
+    if "changes" in config:  # what moved since the last version (the config says, by hand)
+        ctx.md("## What changed since the last version", "", str(config["changes"]).strip(), "")
     took = (_dt.datetime.now(_dt.UTC) - started).total_seconds()
     _footer(ctx, took)
     readme = folder / "README.md"
