@@ -20,7 +20,7 @@ kind = "schedulers-under-load"
 title = "Small"
 traces = [["../../traces/absent.parquet", "../../traces/small.parquet"]]
 policies = ["mtp1", "hw-aware", "hw-aware-global", "zos"]
-profile = "v4-flash-like"
+profile = "v4-flash-8xh20"
 concurrency = [1, 4, 16]
 requests = 40
 requests_per_concurrency = 3
@@ -106,19 +106,19 @@ def test_zos_report(root, monkeypatch):
     assert "zos.png" in _images(readme)
     assert "overlap buys" in text and "lag costs" in text
     table = pd.read_parquet(root / "z" / "results.parquet")
-    assert set(table["profile"]) == {"v4-flash-like@sched-x0", "v4-flash-like@sched-x300"}
+    assert set(table["profile"]) == {"v4-flash-8xh20@sched-x0", "v4-flash-8xh20@sched-x300"}
 
     # at 300x the scheduler's cost, overlapping it must beat running it serially
     def tput(policy, profile):
         rows = table[(table["policy"] == policy) & (table["profile"] == profile)]
         return rows["throughput_tok_s"].mean()
 
-    serial = tput("specsim.analysis.variants:zos_serial", "v4-flash-like@sched-x300")
-    overlapped = tput("zos", "v4-flash-like@sched-x300")
+    serial = tput("specsim.analysis.variants:zos_serial", "v4-flash-8xh20@sched-x300")
+    overlapped = tput("zos", "v4-flash-8xh20@sched-x300")
     assert overlapped > 1.05 * serial
     # and at zero cost they are the same schedule: identical throughput
-    assert tput("zos", "v4-flash-like@sched-x0") == tput(
-        "specsim.analysis.variants:zos_serial", "v4-flash-like@sched-x0"
+    assert tput("zos", "v4-flash-8xh20@sched-x0") == tput(
+        "specsim.analysis.variants:zos_serial", "v4-flash-8xh20@sched-x0"
     )
 
 

@@ -4,17 +4,8 @@ from __future__ import annotations
 
 import math
 
-import pytest
-
-from specsim.sim.cost.deployments import (
-    FLASH_DEPLOYMENT,
-    FLASH_FIT,
-    PRO_DEPLOYMENT,
-    V4_FLASH,
-    V4_PRO,
-    transfer,
-)
-from specsim.sim.cost.profiles import PROFILES, get_profile
+from specsim.sim.cost.deployments import FLASH_DEPLOYMENT, PRO_DEPLOYMENT, V4_FLASH, V4_PRO
+from specsim.sim.cost.profiles import BUILT, PROFILES, build_line, get_profile
 
 
 def test_bytes_per_param_matches_download_over_params() -> None:
@@ -124,47 +115,20 @@ def test_latency_floor_is_deepeps_published_latency_less_its_transfer() -> None:
     assert 3 < pro.floor_ms < 4
 
 
-def test_kv_scale_scales_the_derived_capacity() -> None:
-    from specsim.sim.cost.profiles import deployment_profile
+def test_v4_pro_16xh20_profile_is_built_from_the_facts() -> None:
+    # The built V4-Pro (the retired roofline ``v4-pro-like`` and its FLASH_FIT transfer are
+    # gone): the same deployment, priced by ``profile build`` from the same sourced facts.
+    from specsim.sim.cost.models import model_arch
 
-    full = deployment_profile("x", PRO_DEPLOYMENT, FLASH_FIT)
-    tenth = deployment_profile("x", PRO_DEPLOYMENT, FLASH_FIT, kv_scale=0.1)
-    assert full.kv_tokens == PRO_DEPLOYMENT.kv_tokens
-    assert abs(tenth.kv_tokens - PRO_DEPLOYMENT.kv_tokens * 0.1) <= 1
-
-
-def test_v4_pro_like_profile_is_built_from_the_facts() -> None:
-    assert "v4-pro-like" in PROFILES
-    p = get_profile("v4-pro-like")
-    assert p.gpus == PRO_DEPLOYMENT.gpus
-    assert "HF" in p.meta["total_params"] or "model card" in p.meta["total_params"]
-    fit = transfer(FLASH_FIT, V4_PRO)
-    assert p.meta["overhead_ms"].startswith(f"{fit.overhead_ms:g}")
-    # the derived all-to-all is in the profile too, each term with its source in the header
-    from specsim.sim.cost.all_to_all import all_to_all
-
-    a2a = all_to_all(PRO_DEPLOYMENT)
-    assert p.meta["a2a_floor_ms"].startswith(f"{a2a.floor_ms:.3f}")
-    assert "deepseek-ai/DeepEP" in p.meta["a2a_floor_ms"] and "EP 16" in p.meta["a2a_floor_ms"]
-    assert p.meta["a2a_per_token_us"].startswith(f"{a2a.total_us:.3f}")
-    assert p.meta["step_fixed_ms"].startswith(f"{fit.overhead_ms + a2a.floor_ms:.3f}")
-    # Pro is slower than Flash at every batch (more active params, more layers)
-    flash = get_profile("v4-flash-like")
+    assert "v4-pro-16xh20" in PROFILES
+    p = get_profile("v4-pro-16xh20")
+    assert p.gpus == PRO_DEPLOYMENT.gpus == 16
+    assert p.meta["built_as"] == build_line(BUILT["v4-pro-16xh20"][1])
+    arch = model_arch("deepseek-v4-pro")
+    assert arch.layers == V4_PRO.layers.value and arch.hidden == V4_PRO.hidden.value
+    assert "specsim/sim/cost/deployments.py" in p.meta["model_source"]
+    assert "model card" in p.meta["model_source"]
+    # Pro is slower than Flash at one token (more active params, more layers, two nodes)
+    flash = get_profile("v4-flash-8xh20")
+    assert flash.gpus == FLASH_DEPLOYMENT.gpus == 8
     assert p.step_time(1) > flash.step_time(1)
-
-
-@pytest.mark.slow  # fast suite under 5 min: over 2.8 s alone (CI runs it)
-def test_transfer_rules_carry_the_fixed_cost_as_they_say() -> None:
-    from specsim.sim.cost.deployments import TRANSFER_RULES
-
-    layers = V4_PRO.layers.value / V4_FLASH.layers.value
-    width = V4_PRO.hidden.value / V4_FLASH.hidden.value
-    got = {rule: transfer(FLASH_FIT, V4_PRO, rule=rule) for rule in TRANSFER_RULES}
-    assert math.isclose(got["layers"].overhead_ms, FLASH_FIT.overhead_ms * layers)
-    assert math.isclose(got["layers-hidden"].overhead_ms, FLASH_FIT.overhead_ms * layers * width)
-    assert got["constant"].overhead_ms == FLASH_FIT.overhead_ms
-    assert got["constant"].per_token_us == FLASH_FIT.per_token_us
-    for rule in ("layers", "layers-hidden"):  # the per-token cost always by layers x hidden
-        assert math.isclose(got[rule].per_token_us, FLASH_FIT.per_token_us * layers * width)
-    with pytest.raises(ValueError, match="unknown transfer rule"):
-        transfer(FLASH_FIT, V4_PRO, rule="hidden")

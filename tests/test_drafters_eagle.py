@@ -137,11 +137,9 @@ def test_an_moe_trees_branches_touch_their_own_experts():
     tree = build(bd.Deployment(model=v4, gpu="B300", tp=4, engine="sglang",
                                drafter="eagle3:steps=3,topk=4,draft_tokens=13"))[0]  # fmt: skip
     assert tree.tree_tokens_per_request == 13 - 1 - 3
-    from specsim.sim.cost.profiles import distinct_experts
-
     r = 8  # requests: a chain verifies 4 tokens each, the tree 13
-    assert distinct_experts(np.array([r * 13]), v4.experts, v4.top_k)[0] > distinct_experts(
-        np.array([r * 4]), v4.experts, v4.top_k)[0]  # fmt: skip
+    assert bd.distinct_experts(np.array([r * 13]), v4.experts, v4.top_k)[0] > (
+        bd.distinct_experts(np.array([r * 4]), v4.experts, v4.top_k)[0])  # fmt: skip
     fn = tree.step_time_fn()
     assert tree.verify_s(r * 13, 0, r, fn, r * 3) > chain.verify_s(r * 4, 0, r, fn, r * 3)
 

@@ -102,7 +102,7 @@ def test_trace_replays_the_server_path():
     assert (got == want).all()
     from specsim.sim.simulate import replay
 
-    res = replay(tr, VERIFY_AS_SERVER, concurrency=2, requests=6, profile="h100-dense-8b")
+    res = replay(tr, VERIFY_AS_SERVER, concurrency=2, requests=6, profile="llama-3-8b-h100")
     s = res.summary
     assert s["verified_draft_tokens"] == want[:, 0].sum()
     assert s["accepted_draft_tokens"] == want[:, 1].sum()

@@ -59,7 +59,7 @@ def test_slo_parses():
 
 
 def test_closed_loop_holds_its_concurrency_in_the_steady_window():
-    res = replay(TRACE, "mtp1", concurrency=16, requests=48, profile="v4-flash-like")
+    res = replay(TRACE, "mtp1", concurrency=16, requests=48, profile="v4-flash-8xh20")
     s = res.summary
     assert s["achieved_concurrency"] == pytest.approx(16.0, rel=1e-9)
     assert s["steady_window_s"] > 0 and np.isfinite(s["steady_throughput_tok_s"])

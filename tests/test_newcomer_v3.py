@@ -78,7 +78,7 @@ def _value(lines: list[str], label: str) -> tuple[float, str]:
 
 
 def test_replay_headlines_the_deployments_throughput_with_per_gpu_beside_it(capsys):
-    data, lines = _replay(capsys, "v4-flash-like")  # an 8-GPU node
+    data, lines = _replay(capsys, "v4-flash-8xh20")  # an 8-GPU node
     gpus = data["gpus"]
     assert gpus == 8
     for label, key in (
@@ -102,7 +102,7 @@ def test_replay_headlines_the_deployments_throughput_with_per_gpu_beside_it(caps
 
 
 def test_replay_on_one_gpu_says_so_and_prints_no_per_gpu_copy(capsys):
-    data, lines = _replay(capsys, "h100-dense-8b")
+    data, lines = _replay(capsys, "llama-3-8b-h100")
     value, rest = _value(lines, "Output token throughput (tok/s)")
     assert value == pytest.approx(data["throughput_tok_s"], abs=0.6)
     assert "for the deployment (1 GPU)" in rest and "per GPU" not in rest

@@ -40,13 +40,26 @@ PLAN = "plan=lambda inp: {value}"
 SOLO = "solo=lambda conf, acc, st: {value}, rowwise=True, solo_rows=True"
 
 
-def _run(tmp_path: Path, monkeypatch, trace: Path, hook: str, value: str, capsys) -> tuple:
+@pytest.fixture(scope="module")
+def table_profile(tmp_path_factory) -> Path:
+    """A step table and nothing else. ``solo`` is called only by the lone request's walk, which
+    runs on a 1-D table without measured-engine terms or attention compute
+    (``StepV2.walk_ok`` in specsim.sim.serving); the default profile (the built
+    llama-3-8b-h100) has those terms, so the walk and ``solo`` never run on it."""
+    path = tmp_path_factory.mktemp("hooks-profile") / "table.csv"
+    path.write_text("batch_tokens,step_ms\n1,6\n64,6.5\n4096,60\n")
+    return path
+
+
+def _run(tmp_path: Path, monkeypatch, trace: Path, hook: str, value: str, capsys,
+         profile: Path | None = None) -> tuple:  # fmt: skip
     name = "hook_" + re.sub(r"\W", "_", f"{hook[:4]}_{value}")[:60] + f"_{abs(hash(value))}"
     (tmp_path / f"{name}.py").write_text(textwrap.dedent(PLUGIN.format(hook=hook.format(
         value=value))))  # fmt: skip
     monkeypatch.syspath_prepend(str(tmp_path))
+    extra = ["--profile", str(profile)] if profile is not None else []
     code = main(["replay", str(trace), "--policy", f"{name}:policy", "--requests", "4",
-                 "--concurrency", "1", "--allow-unsteady", "--json"])  # fmt: skip
+                 "--concurrency", "1", "--allow-unsteady", "--json", *extra])  # fmt: skip
     return code, capsys.readouterr().err, name
 
 
@@ -84,9 +97,9 @@ def test_a_good_plan_runs(value, tmp_path, monkeypatch, trace, capsys):
      ("'abc'", "returned shape ()")],
 )  # fmt: skip
 def test_a_bad_solo_is_refused_naming_the_plugin_and_the_hook(
-    value, says, tmp_path, monkeypatch, trace, capsys
+    value, says, tmp_path, monkeypatch, trace, table_profile, capsys
 ):
-    code, err, name = _run(tmp_path, monkeypatch, trace, SOLO, value, capsys)
+    code, err, name = _run(tmp_path, monkeypatch, trace, SOLO, value, capsys, table_profile)
     assert code == 2, err
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "policy (solo)" in lines[0] and name in lines[0], err

@@ -154,15 +154,15 @@ def test_calibrated_zos_replays_a_shipped_trace():
         "calibrated-zos",
         concurrency=4,
         requests=12,
-        profile="v4-flash-like",
+        profile="v4-flash-8xh20",
     )
     s = res.summary
     assert s["tau"] > 1 and np.isfinite(s["throughput_tok_s"])
 
 
 SMALL_GRID = [
-    ("chat.parquet", "v4-flash-like"),
-    ("synthetic-chat.parquet", "v4-flash-like"),
+    ("chat.parquet", "v4-flash-8xh20"),
+    ("synthetic-chat.parquet", "v4-flash-8xh20"),
     ("math.parquet", "smollm2-135m-cpu"),
 ]
 BUILT_IN = [

@@ -2,14 +2,15 @@
 
 The checks: the curves reproduce the HELD-OUT models' measured linear ops (CodeLlama-34b,
 internlm-20b, phi-2 on H100 and A100; Llama-3-8B/70B on A100) within the stated tolerance; a
-built profile is monotone, prices a 256-token verify clearly above a 1-token decode (unlike the
-roofline), replays, halves its weights under TP 2 while adding an all-reduce; bad input is one
-line and exit 2.
+built profile is monotone, prices a 256-token verify clearly above a 1-token decode, replays,
+halves its weights under TP 2 while adding an all-reduce; bad input is one line and exit 2; each
+built-in deployment is its ``profile build`` line, and the retired roofline names are refused.
 """
 
 from __future__ import annotations
 
 import json
+import shlex
 import time
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from specsim.sim.cost.build import Deployment, step_terms
 from specsim.sim.cost.build_profile import bill, build
 from specsim.sim.cost.models import model_arch
 from specsim.sim.cost.operators import curves
-from specsim.sim.cost.profiles import get_profile
+from specsim.sim.cost.profiles import BUILT, RETIRED, build_line, get_profile, read_profile_csv
 
 HELDOUT = Path(__file__).parent / "data" / "vidur_heldout_linear.csv"  # Vidur, MIT (see its README)
 
@@ -52,17 +53,18 @@ def _dep(**kw) -> Deployment:
     return Deployment(**{**base, **kw})
 
 
-def test_built_8b_is_monotone_and_verify_costs_more_than_the_roofline_says():
+def test_built_8b_is_monotone_and_verify_costs_clearly_more_than_a_decode():
+    # The retired roofline (h100-dense-8b) put this ratio at 1.13 and the drafter at 0.36 ms;
+    # what stays is the built profile's own claim: a verify of 256 tokens is clearly dearer
+    # than a 1-token decode, and the drafter is priced by its architecture.
     model, _, _ = build(_dep())
     b = np.arange(1, 40000)
     assert np.all(np.diff(model.step_time(b)) >= 0)
     ratio = model.step_time(256) / model.step_time(1)
-    roof = get_profile("h100-dense-8b")
-    roof_ratio = roof.step_time(256) / roof.step_time(1)
-    # found: 1.43 built vs 1.13 roofline (the table: weights, attention ops, LM head)
-    assert ratio > 1.3 and ratio > roof_ratio + 0.2
-    # the drafter is priced by its architecture: ~1.3 ms at one request, not 0.36
-    assert 0.8 < model.draft_ms(1, 7) < 3.0 and model.draft_ms(1, 7) > roof.draft_ms(1, 7) * 2
+    # found: 1.43 (the table: weights, attention ops, LM head)
+    assert ratio > 1.3
+    # the drafter is priced by its architecture (5 layers of width 4096): ~2 ms at one request
+    assert 0.8 < model.draft_ms(1, 7) < 3.0
 
 
 def test_tp2_halves_the_weights_and_adds_an_all_reduce():
@@ -137,3 +139,36 @@ def test_bill_names_each_term():
     for term in ("weights", "attention", "all-reduce", "lm head", "sampling", "engine overhead",
                  "drafter (dspark)", "kv read"):  # fmt: skip
         assert term in text
+
+
+@pytest.mark.parametrize(("retired", "replacement"), sorted(RETIRED.items()))
+def test_retired_roofline_names_are_refused_naming_the_replacement(capsys, retired, replacement):
+    argv = ["replay", "synthetic-chat", "--profile", retired, "--concurrency", "4",
+            "--requests", "10"]  # fmt: skip
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1, captured.err
+    assert retired in err[0] and repr(replacement) in err[0]
+    assert replacement in BUILT
+
+
+@pytest.mark.parametrize("name", sorted(BUILT))
+def test_builtin_name_is_its_profile_build_line(tmp_path, capsys, name):
+    """``get_profile(NAME)`` equals what ``specsim profile build`` with BUILT's flags writes (the
+    CSV keeps 6 significant digits, hence rtol 1e-5)."""
+    out = tmp_path / f"{name}.csv"
+    line = build_line(BUILT[name][1])
+    assert line.startswith("specsim profile build ")
+    assert main([*shlex.split(line)[1:], "--out", str(out)]) == 0
+    capsys.readouterr()
+    built, mine = read_profile_csv(out), get_profile(name)
+    assert mine.meta["built_as"] == line
+    np.testing.assert_array_equal(built.batch_tokens, mine.batch_tokens)
+    np.testing.assert_allclose(built.step_ms, mine.step_ms, rtol=1e-5, atol=0)
+    assert built.draft_curve and mine.draft_curve
+    assert [r for r, _ in built.draft_curve] == [r for r, _ in mine.draft_curve]
+    np.testing.assert_allclose([m for _, m in built.draft_curve],
+                               [m for _, m in mine.draft_curve], rtol=1e-5)  # fmt: skip
+    for key in ("max_running", "kv_tokens", "max_batched_tokens", "gpus"):
+        assert getattr(built, key) == getattr(mine, key), key

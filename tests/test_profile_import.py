@@ -108,7 +108,7 @@ def test_replay_decode_steps_reproduce_the_measured_tables_within_one_percent():
 
 
 def test_vllm_export_import_round_trip(tmp_path):
-    prof = get_profile("v4-pro-like")
+    prof = get_profile("v4-pro-16xh20")
     paths = to_vllm_adaptive(prof, tmp_path / "t", context_tokens=2048, tokens_per_request=4)
     assert [p.name for p in paths] == ["verify_cost.csv", "draft_cost.csv"]
     back = from_vllm_adaptive(paths[0], paths[1], monotonic=False)
@@ -123,7 +123,7 @@ def test_vllm_export_import_round_trip(tmp_path):
 
 
 def test_table_export_import_round_trip_in_two_dimensions(tmp_path):
-    prof = get_profile("h100-dense-8b")
+    prof = get_profile("llama-3-8b-h100")
     out = to_table(prof, tmp_path / "s.csv", contexts=[512, 4096], tokens_per_request=2)
     back = from_table(out)
     assert back.is_2d and back.context_tokens.tolist() == [512.0, 4096.0]
@@ -189,7 +189,7 @@ def test_cli_import_show_export_and_the_older_measure_spelling(tmp_path, capsys)
     assert main(["profile", "show", str(out), "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["step_ms"]["1024"] == pytest.approx(20.634)
-    assert main(["profile", "export", "v4-flash-like", "--out", str(tmp_path / "ex")]) == 0
+    assert main(["profile", "export", "v4-flash-8xh20", "--out", str(tmp_path / "ex")]) == 0
     assert (tmp_path / "ex" / "draft_cost.csv").exists()
     capsys.readouterr()
     assert main(["profile", "import", "table", str(tmp_path / "nope.csv"), "--out",

@@ -349,6 +349,10 @@ def test_plugins_that_exit_or_raise_anywhere_are_one_line(files, tmp_path, body,
     (tmp_path / "evil_plugin.py").write_text(body + "\n")
     attr = "policy" if "def policy" in body else "schedule"
     env = {**ENV, "PYTHONPATH": str(tmp_path)}
+    # ``solo`` is only called by the lone-request walk, which applies to a 1-D profile without
+    # engine terms (specsim.sim.serving: walk_ok). The built default (llama-3-8b-h100) has
+    # engine terms, so the walk never runs there: the measured table profile keeps it in play.
+    profile = ["--profile", "vllm-v4-flash-tp4-b300"]
     for argv in (
         [
             "replay",
@@ -358,6 +362,7 @@ def test_plugins_that_exit_or_raise_anywhere_are_one_line(files, tmp_path, body,
             "--requests",
             "4",
             "--allow-unsteady",
+            *profile,
         ],
         [
             "sweep",
@@ -373,6 +378,7 @@ def test_plugins_that_exit_or_raise_anywhere_are_one_line(files, tmp_path, body,
             "2",
             "--out",
             str(tmp_path / "s.parquet"),
+            *profile,
         ],
     ):
         proc = _cli(*argv, env=env)
@@ -574,7 +580,7 @@ def test_report_configs_with_values_of_the_wrong_kind_are_one_line(tmp_path_fact
         "kind": "zos",
         "title": "z",
         "trace": str(trace),
-        "profile": "v4-flash-like",
+        "profile": "v4-flash-8xh20",
         "sched_scales": [1.0],
         "concurrency": [1],
         "requests": 8,

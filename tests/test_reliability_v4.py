@@ -139,7 +139,8 @@ def test_state_is_refused_at_temperature_0_and_out_may_not_be_the_state(tmp_path
      ("SPECSIM_MAX_CELLS", "-1"), ("SPECSIM_PROGRESS_EVERY", "soon"),
      ("SPECSIM_PROGRESS_EVERY", "nan")],
 )  # fmt: skip
-@pytest.mark.parametrize("argv", [["traces", "info", "chat"], ["profile", "show", "h100-dense-8b"],
+@pytest.mark.parametrize("argv", [["traces", "info", "chat"],
+                                  ["profile", "show", "llama-3-8b-h100"],
                                   ["replay", "chat", "--requests", "4", "--concurrency", "1",
                                    "--allow-unsteady"]])  # fmt: skip
 def test_a_malformed_limit_is_refused_on_every_command(var, value, argv, monkeypatch):
@@ -257,8 +258,8 @@ def test_a_llama_dspark_cap_past_any_block_is_no_cap():
 @pytest.mark.parametrize("fmt", ["table", "sglang"])
 def test_tokens_per_request_is_checked_and_refused_where_unused(value, fmt, tmp_path):
     out = str(tmp_path / ("t.csv" if fmt == "table" else "t.json"))
-    _refused(["profile", "export", "h100-dense-8b", "--format", fmt, "--out", out,
+    _refused(["profile", "export", "llama-3-8b-h100", "--format", fmt, "--out", out,
               "--tokens-per-request", value], "--tokens-per-request")  # fmt: skip
-    _refused(["profile", "export", "h100-dense-8b", "--format", "sglang", "--out", out,
+    _refused(["profile", "export", "llama-3-8b-h100", "--format", "sglang", "--out", out,
               "--tokens-per-request", "4"], "applies to vllm-adaptive and table")  # fmt: skip
     assert not any(tmp_path.iterdir())

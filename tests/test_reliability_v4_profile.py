@@ -199,7 +199,7 @@ EXPORT_CASES = [
 @pytest.mark.parametrize("fmt, extra, words", EXPORT_CASES)
 def test_export_refuses_inputs_that_made_nan_inf_or_crashed(io_dirs, capsys, fmt, extra, words):
     _, out = io_dirs
-    argv = ["profile", "export", "v4-pro-like", "--format", fmt, "--out", out / EXPORT_OUT[fmt]]
+    argv = ["profile", "export", "v4-pro-16xh20", "--format", fmt, "--out", out / EXPORT_OUT[fmt]]
     refused(capsys, [*argv, *extra], out, *words)
 
 
@@ -213,7 +213,7 @@ def test_export_into_a_folder_it_cannot_create_is_one_line(io_dirs, capsys, monk
         return real(self, *a, **k)
 
     monkeypatch.setattr(pathlib.Path, "mkdir", denied)
-    argv = ["profile", "export", "v4-pro-like", "--out", out / "tables"]
+    argv = ["profile", "export", "v4-pro-16xh20", "--out", out / "tables"]
     refused(capsys, argv, out, "cannot create folder", "Permission denied")
 
 
@@ -222,7 +222,7 @@ def test_export_into_a_read_only_folder_is_one_line(io_dirs, capsys, monkeypatch
 
     _, out = io_dirs
     monkeypatch.setattr(os, "access", lambda p, mode: pathlib.Path(p) != out)
-    argv = ["profile", "export", "v4-pro-like", "--format", "trtllm", "--out", out / "c.json"]
+    argv = ["profile", "export", "v4-pro-16xh20", "--format", "trtllm", "--out", out / "c.json"]
     refused(capsys, argv, out, "not writable")
 
 
@@ -236,7 +236,7 @@ def _all_numbers(obj):  # type: ignore[no-untyped-def]
 
 def test_every_number_an_export_writes_is_finite_and_reads_back(io_dirs, capsys):
     _, out = io_dirs
-    base = ["profile", "export", "v4-pro-like", "--context", "4096"]
+    base = ["profile", "export", "v4-pro-16xh20", "--context", "4096"]
     assert main([*base, "--format", "trtllm", "--out", str(out / "c.json")]) == 0
     assert main([*base, "--format", "sglang", "--out", str(out / "s.json")]) == 0
     assert main([*base, "--format", "table", "--out", str(out / "t.csv")]) == 0

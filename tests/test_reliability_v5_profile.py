@@ -216,7 +216,7 @@ def test_profile_show_of_a_folder_says_what_to_pass(dirs, capsys, monkeypatch):
     refused(capsys, ["profile", "show", src], None, "is a folder", "holds none")
     (src / "a.csv").write_text("batch_tokens,step_ms\n1,5\n8,6\n")
     refused(capsys, ["profile", "show", src], None, "is a folder", "a.csv")
-    assert main(["profile", "export", "v4-pro-like", "--out", str(out / "tables")]) == 0
+    assert main(["profile", "export", "v4-pro-16xh20", "--out", str(out / "tables")]) == 0
     capsys.readouterr()
     refused(capsys, ["profile", "show", out / "tables"], None, "is a folder",
             "profile import vllm-adaptive", "verify_cost.csv")  # fmt: skip

@@ -26,7 +26,7 @@ from specsim.sim.cost.profiles import get_profile
 from specsim.sim.simulate import replay
 from specsim.sim.toy import iid_trace
 
-GPU_PROFILES = ("h100-dense-8b", "v4-flash-like", "v4-pro-like")
+GPU_PROFILES = ("llama-3-8b-h100", "v4-flash-8xh20", "v4-pro-16xh20")
 
 
 def _trace(n, out, gamma=4, alpha=0.8, prompt=64, seed=0):
@@ -48,7 +48,7 @@ def test_chunked_prefill_bounds_every_decoders_wait():
     for all of it."""
     from specsim.sim.workload import make_workload
 
-    prof = get_profile("h100-dense-8b")
+    prof = get_profile("llama-3-8b-h100")
     tr = _trace(9, 400, prompt=32)
     # the ninth job (it starts when the first of eight finishes) gets the long prompt
     tr.prompt_len[make_workload(tr, concurrency=8, requests=9).job(8)[0]] = 64_000
@@ -59,8 +59,13 @@ def test_chunked_prefill_bounds_every_decoders_wait():
     )  # fmt: skip
     v2 = _quiet(**kw).steps
     dec = v2[v2["decoding"] > 0]
-    worst_kv = prof.kv_read_s(9 * (64_000 + 400 + 8))
-    bound = prof.step_time(budget) + prof.draft_ms(9, 2) * 1e-3 + worst_kv + 1e-12
+    worst_ctx = 9 * (64_000 + 400 + 8)
+    # the built profile's engine terms too: per request and verified token (verify_s), the
+    # drafter's context, and the longer of the KV read and attention's compute (3 queries)
+    worst_kv = max(prof.kv_read_s(worst_ctx), prof.attn_us_per_qk_ktoken * 1e-9 * 3 * worst_ctx)
+    step = prof.verify_s(budget, 0, 9, prof.step_time_fn(), draft_tokens=18)
+    draft = prof.draft_ms(9, 2) * 1e-3 + prof.draft_context_s(np.array([worst_ctx]))
+    bound = step + draft + worst_kv + 1e-12
     assert dec["duration_s"].max() <= bound
     assert (v2["prefill_tokens"] <= budget).all()
     assert prof.step_time(64_000 + 8 * 3) > 3 * bound  # the stall chunking removes
@@ -68,7 +73,7 @@ def test_chunked_prefill_bounds_every_decoders_wait():
 
 def test_chunked_prefill_emits_the_first_token_when_the_last_chunk_is_done():
     tr = _trace(1, 5, prompt=1000)
-    res = _quiet(trace=tr, policy="ar", profile="h100-dense-8b", max_batched_tokens=256)
+    res = _quiet(trace=tr, policy="ar", profile="llama-3-8b-h100", max_batched_tokens=256)
     steps = res.steps
     assert steps["prefill_tokens"].tolist()[:4] == [256, 256, 256, 232]
     first = res.requests["first_token_s"].iloc[0]
@@ -90,7 +95,7 @@ def test_paged_admits_at_least_what_the_reservation_admits(n, prompt, out, kv_mu
     tr = _trace(n, out, prompt=prompt, seed=seed)
     need = prompt + out + tr.block_size
     kv = int(need * kv_mult) + 16
-    common = dict(trace=tr, policy="static:2", concurrency=n, profile="h100-dense-8b",
+    common = dict(trace=tr, policy="static:2", concurrency=n, profile="llama-3-8b-h100",
                   kv_tokens=kv, record_tokens=False)  # fmt: skip
     paged = _quiet(kv="paged", **common)
     reserve = _quiet(kv="reserve", **common)
@@ -102,7 +107,7 @@ def test_paged_admits_at_least_what_the_reservation_admits(n, prompt, out, kv_mu
 def test_paged_preempts_only_when_blocks_run_out():
     tr = _trace(16, 200, prompt=300, alpha=0.9)
     roomy = (300 + 200 + 4 + 16) * 16
-    base = dict(trace=tr, policy="static:4", concurrency=16, profile="h100-dense-8b",
+    base = dict(trace=tr, policy="static:4", concurrency=16, profile="llama-3-8b-h100",
                 record_tokens=True)  # fmt: skip
     a = _quiet(kv_tokens=roomy, **base)
     assert a.summary["preemptions"] == 0 and a.summary["recomputed_tokens"] == 0
@@ -119,12 +124,14 @@ def test_paged_preempts_only_when_blocks_run_out():
 
 def test_reserve_mode_never_preempts():
     tr = _trace(16, 200, prompt=300)
-    s = _quiet(trace=tr, policy="static:4", concurrency=16, profile="h100-dense-8b",
+    s = _quiet(trace=tr, policy="static:4", concurrency=16, profile="llama-3-8b-h100",
                kv="reserve", kv_tokens=3 * 600, record_tokens=False).summary  # fmt: skip
     assert s["preemptions"] == 0 and s["requests_completed"] == 16
 
 
 def _scaled_draft(prof: CostModel, x: float) -> CostModel:
+    """Every drafting cost times ``x``: the terms and, on a built profile, the measured draft
+    curves (which replace the base and per-request terms there) and the drafter's context."""
     return dataclasses.replace(
         prof,
         name=f"{prof.name}-draft-x{x:g}",
@@ -132,6 +139,9 @@ def _scaled_draft(prof: CostModel, x: float) -> CostModel:
         draft_per_request_ms=prof.draft_per_request_ms * x,
         draft_per_token_ms=prof.draft_per_token_ms * x,
         draft_prefill_us_per_token=prof.draft_prefill_us_per_token * x,
+        draft_curve=tuple((r, ms * x) for r, ms in prof.draft_curve),
+        draft_step_curve=tuple((r, ms * x) for r, ms in prof.draft_step_curve),
+        draft_per_context_us=prof.draft_per_context_us * x,
     )
 
 
@@ -149,17 +159,41 @@ def test_ar_does_not_pay_for_a_drafter(name):
     assert full[1] < full[0]
 
 
+def _mtp_flash() -> CostModel:
+    """V4-Flash on 8 H20s as ``v4-flash-8xh20`` is built, but with a 7-token MTP drafter:
+    a SEQUENTIAL drafter, whose call costs more for every token it drafts. Why not the
+    built-in name: its DSpark drafter proposes the whole block in one forward, so a one-token
+    draft costs what a block costs there and the difference mtp1 pays for is zero."""
+    from specsim.sim.cost.build import Deployment
+    from specsim.sim.cost.build_profile import build
+    from specsim.sim.cost.models import model_arch
+
+    dep = Deployment(model=model_arch("deepseek-v4-flash"), gpu="H20", tp=8, ep=8,
+                     drafter="mtp:7")  # fmt: skip
+    return build(dep)[0]
+
+
 def test_mtp1_pays_a_one_token_draft():
     """mtp1 and static:1 verify alike; mtp1 drafts one token, so with a per-token draft cost
-    it is charged draft_ms(R, 1), not a whole block."""
-    prof = get_profile("v4-flash-like")
+    it is charged draft_ms(R, 1), not a whole block. The built profile's engine terms are
+    priced too: the drafter's context, the per-request and per-verified-token loop costs
+    (``verify_s``) and the longer of the KV read and attention's compute."""
+    prof = _mtp_flash()
+    assert prof.draft_ms(1, 1) < prof.draft_ms(1, 7)  # the per-token draft cost exists
     tr = _trace(1, 40, gamma=7, prompt=50)
     steps = _quiet(trace=tr, policy="mtp1", profile=prof, record_tokens=False).steps
     dec = steps[(steps["decoding"] == 1) & (steps["prefill_tokens"] == 0)]
     row = dec.iloc[0]  # position 1: the prompt's 50 tokens cached, plus the anchor
-    expected = prof.draft_ms(1, 1) * 1e-3 + prof.step_time(2) + prof.kv_read_s(51)
+    assert row["verified_drafts"] == 1
+    # verify 2 tokens (the anchor and one draft) of one request at context 51
+    rest = (
+        prof.draft_context_s(np.array([50]))
+        + prof.verify_s(2, 0, 1, prof.step_time_fn(), draft_tokens=1)
+        + max(prof.kv_read_s(51), prof.attn_us_per_qk_ktoken * 1e-9 * 2 * 51)
+    )
+    expected = prof.draft_ms(1, 1) * 1e-3 + rest
     assert row["duration_s"] == pytest.approx(expected, rel=1e-12)
-    block = prof.draft_ms(1, 7) * 1e-3 + prof.step_time(2) + prof.kv_read_s(51)
+    block = prof.draft_ms(1, 7) * 1e-3 + rest
     assert row["duration_s"] < block
 
 
@@ -167,13 +201,20 @@ def test_a_plan_of_zero_skips_the_drafter():
     """goodput's k comes from the acceptance it has seen: on a trace that accepts nothing it
     settles on k = 0, and those steps cost no drafting."""
     tr = _trace(8, 200, alpha=0.0, prompt=50)
-    prof = get_profile("v4-flash-like")
+    prof = get_profile("v4-flash-8xh20")
     steps = _quiet(trace=tr, policy="goodput", concurrency=8, profile=prof,
                    record_tokens=False).steps  # fmt: skip
     late = steps[(steps["decoding"] == 8) & (steps["prefill_tokens"] == 0)].iloc[-5:]
     assert (late["verified_drafts"] == 0).all()
-    no_draft = prof.step_time(8) + prof.sched_s(8) + prof.kv_read_s(8 * 300)
+    # 8 requests verify one token each at contexts under 300: the built profile's engine
+    # terms (verify_s) and the longer of KV read and attention's compute, and no draft
+    ctx = 8 * 300
+    attn = prof.attn_us_per_qk_ktoken * 1e-9 * ctx
+    no_draft = (prof.verify_s(8, 0, 8, prof.step_time_fn()) + prof.sched_s(8)
+                + max(prof.kv_read_s(ctx), attn))  # fmt: skip
     assert (late["duration_s"] <= no_draft + 1e-12).all()
+    # the bound is tight enough to catch a draft: its slack is less than one draft call
+    assert no_draft - late["duration_s"].min() < prof.draft_ms(8, 1) * 1e-3
 
 
 @pytest.mark.parametrize("name", GPU_PROFILES)
@@ -188,17 +229,43 @@ def test_long_context_costs_more_on_every_gpu_profile(name):
     assert prof.step_time(1) + prof.kv_read_s(30_000) > prof.step_time(1) + prof.kv_read_s(16)
 
 
+def _table_only() -> CostModel:
+    """llama-3-8b-h100 without its measured-engine terms and attention compute: its table,
+    draft curve, drafter prefill, scheduler and KV read. The lone request's walk runs only on
+    such a profile (``StepV2.walk_ok``), so the built profile itself never walks."""
+    return dataclasses.replace(
+        get_profile("llama-3-8b-h100"), name="llama-3-8b-h100-table", verify_per_request_ms=0.0,
+        draft_per_context_us=0.0, accept_per_token_ms=0.0, mixed_step_ms=0.0,
+        attn_us_per_qk_ktoken=0.0,
+    )  # fmt: skip
+
+
 @pytest.mark.parametrize("policy", ["hw-aware", "zos", "mtp1", "ar", "threshold:0.5", "oracle"])
-@pytest.mark.parametrize("name", ["h100-dense-8b", "smollm2-135m-cpu"])
+@pytest.mark.parametrize("name", ["llama-3-8b-h100-table", "smollm2-135m-cpu"])
 def test_the_walk_is_the_step_path(policy, name, monkeypatch):
+    """The same tables with and without the walk. On the table profile the walk runs (but for
+    zos, whose lagged decision under a KV term is not walked); smollm2-135m-cpu is 2-D, where it
+    never runs: the switch must change nothing there either."""
+    prof = _table_only() if name == "llama-3-8b-h100-table" else get_profile(name)
     tr = _trace(4, 150, gamma=5, alpha=0.7, prompt=40, seed=3)
+    walk_fn = serving.Engine._solo_walk_v2
+    walked = [0]
+
+    def spy(self, *args, **kw):
+        out = walk_fn(self, *args, **kw)
+        walked[0] += len(out[0])
+        return out
+
+    monkeypatch.setattr(serving.Engine, "_solo_walk_v2", spy)
     runs = []
     for walk in (True, False):
         monkeypatch.setattr(serving, "WALK", walk)
-        runs.append(_quiet(trace=tr, policy=policy, profile=name))
+        runs.append(_quiet(trace=tr, policy=policy, profile=prof))
     a, b = runs
     assert a.steps.equals(b.steps) and a.requests.equals(b.requests)
     assert a.tokens.equals(b.tokens)
+    walks = prof.name == "llama-3-8b-h100-table" and policy != "zos"
+    assert (walked[0] > 0) == walks
 
 
 def test_a_measured_profile_refuses_far_beyond_its_range():
@@ -212,6 +279,6 @@ def test_a_measured_profile_refuses_far_beyond_its_range():
 
 def test_v2_summary_names_the_new_quantities():
     tr = _trace(8, 50)
-    s = _quiet(trace=tr, policy="zos", concurrency=8, profile="v4-flash-like").summary
+    s = _quiet(trace=tr, policy="zos", concurrency=8, profile="v4-flash-8xh20").summary
     for key in ("preemptions", "recomputed_tokens", "itl_ms_max", "itl_ms_p99.9"):
         assert key in s and np.isfinite(s[key])

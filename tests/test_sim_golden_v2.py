@@ -32,29 +32,29 @@ def scenarios() -> dict[str, dict]:
     out: dict[str, dict] = {}
     for p in ("ar", "mtp1", "hw-aware", "zos", "auto"):
         out[f"c1-chat-v4-{p}"] = dict(
-            trace="chat", policy=p, concurrency=1, requests=6, profile="v4-flash-like"
+            trace="chat", policy=p, concurrency=1, requests=6, profile="v4-flash-8xh20"
         )
     for p in ("ar", "mtp1", "static:3", "hw-aware", "zos", "auto", "goodput", "oracle"):
         out[f"c16-synchat-h100-{p}"] = dict(
             trace="synthetic-chat", policy=p, concurrency=16, requests=48,
-            profile="h100-dense-8b",
+            profile="llama-3-8b-h100",
         )  # fmt: skip
     for p in ("zos", "auto", "mtp1"):
         out[f"c64-syncode-v4-{p}"] = dict(
             trace="synthetic-code", policy=p, concurrency=64, requests=192,
-            profile="v4-flash-like", seed=3,
+            profile="v4-flash-8xh20", seed=3,
         )  # fmt: skip
     out["poisson-chat-h100-auto"] = dict(
-        trace="chat", policy="auto", rate=30.0, requests=120, profile="h100-dense-8b", seed=2
+        trace="chat", policy="auto", rate=30.0, requests=120, profile="llama-3-8b-h100", seed=2
     )
     for p in ("static:3", "zos"):  # a small cache: paged preemption and recompute
         out[f"paged-tight-synmath-h100-{p}"] = dict(
             trace="synthetic-math", policy=p, concurrency=24, requests=72,
-            profile="h100-dense-8b", kv_tokens=6000,
+            profile="llama-3-8b-h100", kv_tokens=6000,
         )  # fmt: skip
     out["reserve-tight-synmath-h100-zos"] = dict(
         trace="synthetic-math", policy="zos", concurrency=24, requests=72,
-        profile="h100-dense-8b", kv_tokens=6000, kv="reserve",
+        profile="llama-3-8b-h100", kv_tokens=6000, kv="reserve",
     )  # fmt: skip
     out["chunked-code-cpu-hw-aware"] = dict(
         trace="code", policy="hw-aware", concurrency=8, requests=24,

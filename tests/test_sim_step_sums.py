@@ -43,7 +43,7 @@ def test_reduced_log_holds_16_bytes_a_step():
 
     root = Path(__file__).resolve().parent.parent
     tr = read_trace(str(root / "traces" / "synthetic-chat.parquet"))
-    cost = get_profile("v4-flash-like")
+    cost = get_profile("v4-flash-8xh20")
     wl = make_workload(tr, concurrency=8, requests=40, seed=0)
     limits = EngineLimits(cost.max_running, cost.kv_tokens)
     eng = Engine(tr, get_policy("hw-aware"), cost, wl, limits, record_tokens=False,

@@ -271,7 +271,7 @@ def test_throughput_says_deployment_or_per_gpu(capsys, monkeypatch):
     for r in obj["loads"][0]["rows"]:
         assert r["gpus"] == 4
         assert r["throughput_per_gpu_tok_s"] == pytest.approx(r["throughput_tok_s"] / 4)
-    code, out, _ = _cli(base, capsys, monkeypatch)  # h100-dense-8b: one GPU
+    code, out, _ = _cli(base, capsys, monkeypatch)  # llama-3-8b-h100 (default): one GPU
     head = next(ln for ln in out.splitlines() if "setting" in ln and "tau" in ln)
     assert "tok/s (1 GPU)" in head and "tok/s/GPU" not in head
 

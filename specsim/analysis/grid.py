@@ -148,7 +148,7 @@ def make_grid(
     *,
     load_kind: str = "concurrency",
     seeds: int = 1,
-    profile: str = "h100-dense-8b",
+    profile: str = "llama-3-8b-h100",
     base_seed: int = 0,
     requests: int | None = None,
     duration: float | None = None,

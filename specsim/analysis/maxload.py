@@ -107,7 +107,7 @@ def find_max_load(
     concurrency: tuple[float, float] | list[float] | None = None,
     rates: tuple[float, float] | list[float] | None = None,
     seeds: int = 1,
-    profile: str = "h100-dense-8b",
+    profile: str = "llama-3-8b-h100",
     seed: int = 0,
     requests: int | None = None,
     duration: float | None = None,

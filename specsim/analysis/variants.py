@@ -11,7 +11,7 @@ report can price each:
   ends). It bounds what the lag costs; it is not lossless (Appendix A).
 
 Use them by spec, like any user policy: ``specsim.analysis.variants:zos_serial``. The
-scheduler-cost scale the report varies is a profile suffix (``v4-flash-like@sched-x10``),
+scheduler-cost scale the report varies is a profile suffix (``v4-flash-8xh20@sched-x10``),
 parsed by ``specsim.sim.cost.profiles.get_profile``.
 """
 

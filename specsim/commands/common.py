@@ -22,7 +22,8 @@ POLICY_NAMES = (
     "trtllm-confidence:G", "trtllm-schedule:B=K", "sglang-dspark:G", "llama-dspark:P",
 )  # fmt: skip
 PROFILE_NAMES = (
-    "h100-dense-8b", "v4-flash-like", "v4-pro-like", "vllm-v4-flash-tp4-b300", "smollm2-135m-cpu",
+    "llama-3-8b-h100", "v4-flash-8xh20", "v4-pro-16xh20", "vllm-v4-flash-tp4-b300",
+    "smollm2-135m-cpu",
 )  # fmt: skip
 
 POLICY_HELP = (

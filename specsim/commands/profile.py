@@ -5,8 +5,8 @@ specsim profile import vllm-adaptive verify_cost.csv draft_cost.csv --out my-b30
 specsim profile import trtllm cost_table.json --out my-trtllm.csv
 specsim profile import table steps.csv --out my-gpu.csv --interpolation step
 specsim profile import bench c1.json c8.json c32.json --out my-bench.csv
-specsim profile export v4-pro-like --format vllm-adaptive --out v4-pro-tables/
-specsim profile export v4-pro-like --format trtllm --out cost_table.json --context 2048
+specsim profile export v4-pro-16xh20 --format vllm-adaptive --out v4-pro-tables/
+specsim profile export v4-pro-16xh20 --format trtllm --out cost_table.json --context 2048
 specsim profile show my-b300.csv
 specsim profile build --model llama-3-8b --gpu h100 --drafter dspark:layers=5,block=7 --out my.csv
 specsim profile fit --model llama-3-8b --gpu h100 --baseline c1.json c32.json --out fitted.csv
@@ -325,6 +325,8 @@ def summary(model) -> dict:  # type: ignore[no-untyped-def]
     return {
         "name": model.name,
         "source": model.meta.get("source", ""),
+        "built_as": model.meta.get("built_as"),
+        "scheduler": model.meta.get("scheduler"),
         "fitted": model.meta.get("fitted"),
         "fit_residual": model.meta.get("fit_residual"),
         "interpolation": model.interpolation,
@@ -341,6 +343,10 @@ def summary(model) -> dict:  # type: ignore[no-untyped-def]
 def summary_text(model) -> str:  # type: ignore[no-untyped-def]
     s = summary(model)
     lines = [f"{s['name']}: {s['source']}"]
+    if s["built_as"]:
+        lines.append(f"  built by: {s['built_as']} (steps and drafter; the scheduler added)")
+    if s["scheduler"]:
+        lines.append(f"  scheduler: {s['scheduler']}")
     if s["fitted"]:
         lines.append(f"  FITTED on your baseline ({s['fit_residual']}): {s['fitted']}")
     how = s["interpolation"] + (

@@ -2,7 +2,7 @@
 
 specsim replay traces/synthetic-chat.parquet --policy hw-aware --concurrency 64
 specsim replay my.parquet --policy zos --arrivals azure-conv --requests 2000 --json
-specsim replay my.parquet --policy mtp1 --rate 20 --cv 3 --profile v4-flash-like --sla-tps 80
+specsim replay my.parquet --policy mtp1 --rate 20 --cv 3 --profile v4-flash-8xh20 --sla-tps 80
 """
 
 from __future__ import annotations

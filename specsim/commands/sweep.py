@@ -1,7 +1,7 @@
 """``specsim sweep``: replay a grid of traces x policies x loads x seeds in parallel.
 
     specsim sweep traces/chat.parquet --policies mtp1,hw-aware,zos \\
-        --concurrency 1,2,4,...,256 --seeds 3 --profile v4-flash-like --out results.parquet
+        --concurrency 1,2,4,...,256 --seeds 3 --profile v4-flash-8xh20 --out results.parquet
 
 Local processes by default, or ``--dask tcp://host:port`` for an existing Dask cluster.
 Resumable: re-run the same command after an interruption and only missing cells run.

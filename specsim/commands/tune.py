@@ -1,7 +1,7 @@
 """``specsim tune``: your engine's best DSpark knobs at a load, and the config to paste.
 
-specsim tune synthetic-chat --engine vllm --concurrency 64 --slo tpot=15 --profile v4-flash-like
-specsim tune traces/code.parquet --engine trtllm --concurrency 1,4,16,64 --profile v4-flash-like
+specsim tune synthetic-chat --engine vllm --concurrency 64 --slo tpot=15 --profile v4-flash-8xh20
+specsim tune traces/code.parquet --engine trtllm --concurrency 1,4,16,64 --profile v4-flash-8xh20
 specsim tune my.parquet --engine llama --rate 4 --slo ttft=500,tpot=60 --json
 specsim tune --engine vllm --concurrency 1,16,64 --family eagle3=e3.parquet@e3.csv \
     --family dspark=synthetic-chat@ds.csv --family none@none.csv   # which drafter, per load

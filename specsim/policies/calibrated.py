@@ -219,10 +219,12 @@ def plan_depth(lag_surv: np.ndarray, step_time, draft_time) -> int:
     """The draft depth k = 0..gamma whose best budget gives the most expected tokens per
     second, drafting k tokens a request priced in (k = 0: no drafter).
 
-    Why: drafting costs what is drafted (a 7-token block on ``v4-flash-like`` at 256 requests
-    costs 16.1 ms, one token 8.4 ms, against a 33 ms step), and under load the budget buys about
-    one draft a request: a plan that only chose "nothing or the block" paid for six drafts it
-    never verified and fell below ``mtp1`` and ``ar`` (issue #33). For each k the global search
+    Why: a sequential drafter (EAGLE, MTP; the retired roofline profiles priced DSpark so too)
+    costs what it drafts (a 7-token block at 256 requests 16.1 ms, one token 8.4 ms, against a
+    33 ms step), and under load the budget buys about one draft a request: a plan that only
+    chose "nothing or the block" paid for six drafts it never verified and fell below ``mtp1``
+    and ``ar`` (issue #33). A parallel drafter (a built DSpark) costs the same at any depth, so
+    there the choice is k = 0 or the block. For each k the global search
     runs over the candidates at depth <= k (``lag_surv`` (R, gamma), lagged calibrated
     survivals, ranked once); ties keep the shallower depth. Reads lagged rows and the history
     only, like the budget itself: lossless."""

@@ -9,7 +9,6 @@ _LAZY = {
     "CostModel": "specsim.sim.cost.model",
     "get_profile": "specsim.sim.cost.profiles",
     "PROFILES": "specsim.sim.cost.profiles",
-    "roofline_profile": "specsim.sim.cost.profiles",
     "read_profile_csv": "specsim.sim.cost.profiles",
     "write_profile_csv": "specsim.sim.cost.profiles",
     "make_workload": "specsim.sim.workload",

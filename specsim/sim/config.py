@@ -51,7 +51,7 @@ class ReplayConfig:
     requests: int | None = _f(None, "stop after N requests")
     duration: float | None = _f(None, "no arrivals after S simulated seconds")
     # -- the server
-    profile: str = _f("h100-dense-8b", "cost profile")
+    profile: str = _f("llama-3-8b-h100", "cost profile")
     serving: str = _f(
         "v2",
         "serving model: v2, the one model (chunked prefill under a token budget, paged KV with "

@@ -46,7 +46,7 @@ def build(ctx: ReportContext) -> None:
 
     trace_paths = [ctx.path(t) for t in ctx.get("traces", kind=list)]
     policies = [str(p) for p in ctx.get("policies", kind=list)]
-    profile = str(ctx.get("profile", "v4-flash-like"))
+    profile = str(ctx.get("profile", "v4-flash-8xh20"))
     conc = ctx.numbers("concurrency")
     seeds = int(ctx.get("seeds", 1))
     requests = ctx.get("requests", None, kind=int)
@@ -397,10 +397,12 @@ def _discussion(sla, cur, names, ours, baseline, targets, profile, traces) -> li
         "",
         "### Why they differ from the paper's",
         "",
-        f"- The cost model `{profile}` is a roofline-shaped profile calibrated to public figures, "
-        "not a measurement of V4-Flash on production GPUs. Its single-request step time caps "
-        "per-user speed (see the right end of each Pareto curve), which decides which SLAs are "
-        "reachable at all, and where its step-time curve bends decides how much a large "
+        f"- The cost model `{profile}` is built from measured operator curves and public facts "
+        "(`specsim profile show` prints its `profile build` line), not a measurement of V4-Flash "
+        "on the paper's production GPUs, which the paper does not name. Its single-request "
+        "step time caps per-user speed (see the right end of each Pareto curve), which "
+        "decides which SLAs are reachable at all, and where its step-time curve bends (the "
+        "engine's CUDA-graph capture limit among others) decides how much a large "
         "verification batch costs, hence where speculation stops paying.",
         "- The traces are not the paper's: "
         + ", ".join(f"{n} (tau {v:.2f} by rows)" for n, v in taus.items())

@@ -24,7 +24,7 @@ def build(ctx: ReportContext) -> None:
     from specsim.sim.cost.profiles import get_profile, scaled_profile_name
 
     trace = ctx.path(ctx.get("trace"))
-    base_name = str(ctx.get("profile", "v4-flash-like"))
+    base_name = str(ctx.get("profile", "v4-flash-8xh20"))
     scales = ctx.numbers("sched_scales")
     conc = ctx.numbers("concurrency")
     seeds = int(ctx.get("seeds", 1))

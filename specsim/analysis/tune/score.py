@@ -288,9 +288,9 @@ DEPLOYMENT_TAU = (3.0, 6.0)
 TAU_SLACK = 0.5  # "far from": outside the range by more than this many tokens a step
 DEPLOYMENTS = {
     "vllm-v4-flash-tp4-b300": "DeepSeek-V4-Flash on 4 B300 GPUs",
-    "v4-flash-like": "a V4-Flash-like MoE on 8 GPUs",
-    "v4-pro-like": "DeepSeek-V4-Pro on 16 GPUs",
-    "h100-dense-8b": "a dense 8B model on an H100",
+    "v4-flash-8xh20": "DeepSeek-V4-Flash on 8 H20s",
+    "v4-pro-16xh20": "DeepSeek-V4-Pro on 16 H20s",
+    "llama-3-8b-h100": "Llama-3-8B on an H100",
 }
 
 

@@ -43,7 +43,7 @@ class TuneConfig:
         f"{REQUESTS_PER_CONCURRENCY}C), open loop {OPEN_LOOP_REQUESTS})",
         type=int,
     )
-    profile: str = _f("h100-dense-8b", "cost profile", cli=False)
+    profile: str = _f("llama-3-8b-h100", "cost profile", cli=False)
     seed: int = _f(0, "random seed, the same for every candidate", cli=False)
     seeds: int = _f(
         DEFAULT_SEEDS,

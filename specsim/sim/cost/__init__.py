@@ -2,8 +2,10 @@
 
 - :mod:`~specsim.sim.cost.model`: ``CostModel``, a step's time from a token batch (and a mean
   context), with the drafter's, the scheduler's and the engine's own terms;
-- :mod:`~specsim.sim.cost.profiles`: the built-in profiles by name, profile CSV files, and the
-  roofline generator the ``*-like`` profiles come from;
+- :mod:`~specsim.sim.cost.profiles`: the built-in profiles by name (built deployments, measured
+  tables) and profile CSV files;
+- :mod:`~specsim.sim.cost.build` / :mod:`~specsim.sim.cost.build_profile`: ``profile build``,
+  the one way a deployment's step is priced (measured operators, sourced facts);
 - :mod:`~specsim.sim.cost.profile_csv`: the profile file format and the one rule per kind of
   value (a step cost, a size, a context) every reader applies;
 - :mod:`~specsim.sim.cost.profile_import` / :mod:`~specsim.sim.cost.profile_export`: engines'

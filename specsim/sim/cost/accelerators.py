@@ -1,8 +1,8 @@
 """Accelerator facts: memory, bandwidth, tensor throughput and links of the GPUs LLMs are served on.
 
-Why a module of facts: a step cost carried from a measured deployment to another GPU (or a
-roofline built where nothing is measured) is only as good as the numbers it divides by, and a
-capacity planner must be able to see where each one comes from. Every figure is a
+Why a module of facts: a step cost carried from a measured deployment to another GPU (or an
+operator curve carried where nothing is measured) is only as good as the numbers it divides by,
+and a capacity planner must be able to see where each one comes from. Every figure is a
 :class:`~specsim.sim.cost.deployments.Fact` with its source. Conventions:
 
 - tensor throughput is DENSE (NVIDIA quotes sparse figures in most tables: dense = sparse / 2);

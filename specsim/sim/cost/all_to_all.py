@@ -1,5 +1,4 @@
-"""The expert all-to-all a deployment's MoE layers pay, derived from its fabric, and a
-deployment's sourced profile header.
+"""The expert all-to-all a deployment's MoE layers pay, derived from its fabric.
 
 Why apart from :mod:`specsim.sim.cost.deployments` (the facts): these are derivations from
 those facts (bandwidth shares, DeepEP's published latency less its transfer), and a reader of
@@ -10,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specsim.sim.cost.deployments import DEEPEP_LL, DSPARK, Deployment, FabricFacts, Fact
+from specsim.sim.cost.deployments import Deployment, FabricFacts
 
 
 @dataclass(frozen=True)
@@ -113,49 +112,4 @@ def all_to_all(dep: Deployment) -> AllToAll:
     )
 
 
-def sources(dep: Deployment) -> dict[str, str]:
-    """``key: value (source)`` lines for a profile header: every parameter with its source."""
-    m = dep.model
-    out: dict[str, str] = {}
-    for key in ("total_params", "active_params", "routed_experts", "top_k", "shared_experts",
-                "layers", "hidden", "context", "download_bytes", "kv_ratio_vs_v32"):  # fmt: skip
-        f: Fact = getattr(m, key)
-        out[key] = f"{f.value:g} ({f.source})"
-    out["bytes_per_param"] = f"{m.bytes_per_param:.3f} (derived: download_bytes / total_params)"
-    out["expert_share"] = f"{m.expert_share:.4f} (derived: active = (1-s)P + sPk/E)"
-    out["kv_bytes_per_token"] = (
-        f"{m.kv_bytes_per_token:.0f} (derived: V3.2 MLA 1152 B/layer x layers x kv ratio)"
-    )
-    g = dep.gpu
-    out["gpu"] = f"{g.name} {g.hbm_bytes.value:g} B, {g.mem_bw.value:g} B/s, " + (
-        f"{g.flops.value:g} FLOP/s ({g.hbm_bytes.source}; the paper says only 'production GPUs')"
-    )
-    out["gpus_derived"] = f"{dep.gpus} (derived: whole 8-GPU nodes holding the weights)"
-    for key in ("mem_derate", "flops_derate", "usable_hbm", "mtp1_acceptance", "max_running",
-                "context_tokens"):  # fmt: skip
-        f = getattr(dep, key)
-        out[key] = f"{f.value:g} ({f.source})"
-    a, fl = all_to_all(dep), latency_floor(dep.fabric, float(g.per_node))
-    out["a2a_per_token_us"] = (
-        f"{a.total_us:.3f} (derived: top-k x (dispatch FP8 + scales + combine BF16) x layers x "
-        f"share / (GPUs x bandwidth); NVLink {dep.fabric.nvlink_bw.value:g} B/s "
-        f"({dep.fabric.nvlink_bw.source}), NIC {dep.fabric.nic_bw.value:g} B/s "
-        f"({dep.fabric.nic_bw.source}))"
-    )
-    out["a2a_floor_ms"] = (
-        f"{a.floor_ms:.3f} (derived: {a.floor_us_per_layer:.1f} us per MoE layer x "
-        f"{a.layers} layers, charged only across nodes ({dep.gpus} GPUs, "
-        f"{g.per_node.value:g} per node); dispatch {fl.dispatch_us:.1f} + combine "
-        f"{fl.combine_us:.1f} us = DeepEP EP 16 latency "
-        f"{dep.fabric.ll_bench.ep16_dispatch_us.value:g} / "
-        f"{dep.fabric.ll_bench.ep16_combine_us.value:g} us minus its cross-node bytes at the NIC "
-        f"bandwidth ({DEEPEP_LL}))"
-    )
-    out["published"] = (
-        f"+{dep.published_gain_pct[0]:g}% at {dep.sla_tps[0]:g}, +{dep.published_gain_pct[1]:g}% "
-        f"at {dep.sla_tps[1]:g} tok/s/user ({DSPARK})"
-    )
-    return out
-
-
-__all__ = ["AllToAll", "LatencyFloor", "all_to_all", "latency_floor", "sources"]
+__all__ = ["AllToAll", "LatencyFloor", "all_to_all", "latency_floor"]

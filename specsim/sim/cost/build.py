@@ -32,11 +32,11 @@ from specsim.errors import SpecsimError
 from specsim.sim.cost import calibration as cal
 from specsim.sim.cost.assumed import Assumed
 from specsim.sim.cost.drafters import Drafter, parse_drafter, weight_params
+from specsim.sim.cost.graphs import cuda_graph_buckets
 from specsim.sim.cost.models import ModelArch, check_arch
 from specsim.sim.cost.operators import WEIGHT_DTYPES, OperatorCurves, curves, gpu_name
 from specsim.sim.cost.paths import ar_latency, expert_flops
 from specsim.sim.cost.profile_csv import count
-from specsim.sim.cost.profiles import cuda_graph_buckets, distinct_experts
 from specsim.sim.cost.tables import MAX_PROFILE_BATCH
 
 KV_DTYPES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
@@ -343,6 +343,13 @@ def step_terms(p: Priced, batch) -> dict[str, np.ndarray]:  # type: ignore[no-un
     ms = {"weights": weights, "attention": attention, "all-reduce": reduce, "moe": moe,
           "lm head": lm_head}  # fmt: skip
     return {k: np.asarray(v, dtype=np.float64) * 1000.0 for k, v in ms.items()}
+
+
+def distinct_experts(batch, experts: int, top_k: int):  # type: ignore[no-untyped-def]
+    """Expected distinct experts touched by B tokens each routed to top_k of E (uniform):
+    E * (1 - (1 - k/E)^B)."""
+    b = np.asarray(batch, dtype=np.float64)
+    return experts * (1.0 - (1.0 - top_k / experts) ** b)
 
 
 def moe_layer_s(p: Priced, b: np.ndarray, t: np.ndarray) -> np.ndarray:

@@ -21,8 +21,8 @@ from specsim.sim.cost.drafters import (
     draft_step_ms,
     prefill_us,
 )
+from specsim.sim.cost.graphs import cuda_graph_buckets
 from specsim.sim.cost.model import CostModel
-from specsim.sim.cost.profiles import cuda_graph_buckets
 
 SHOW_TOKENS = (1, 64, 256)
 KV_CTX = 1024.0  # the context the printed KV read is at

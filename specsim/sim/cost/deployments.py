@@ -6,17 +6,18 @@ Why a module of facts: the DSpark paper's production table (V4-Flash +51% / +661
 of prefix scheduling at scale. To test the simulator against it, the two cost profiles must come
 from public facts, each with its source, so that a prediction for V4-Pro made from a fit on
 V4-Flash is a prediction and not a second fit. Every number here is a :class:`Fact` (value +
-citation); :class:`FreeParams` are what physical facts leave open, fitted on V4-Flash only.
+citation); ``profile build`` prices both models from them (``specsim.sim.cost.models``).
 
 This module is pure data and arithmetic: it imports nothing from the simulator, so
-``specsim.sim.cost.profiles`` can build profiles from it (``deployment_profile``) without an import
-cycle.
+``specsim.sim.cost.models`` and the all-to-all terms can read it without an import cycle. The
+roofline profile once built from these facts (``v4-pro-like``, with a fit of its free overheads on
+V4-Flash) was retired after commit ea0e208; ``profile build`` prices V4 from the same facts.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 # Short citation strings, reused below.
 HF_FLASH = "deepseek-ai/DeepSeek-V4-Flash model card (Hugging Face)"
@@ -162,29 +163,11 @@ class LowLatencyBench:
 
 
 @dataclass(frozen=True)
-class FreeParams:
-    """What physical facts leave open: fitted on V4-Flash only, then carried to V4-Pro.
-
-    ``overhead_ms`` is the fixed cost of a step (launch, sync, sampling, framework) and
-    ``per_token_us`` the cost of each padded token the roofline misses (expert all-to-all,
-    sampling). Transfer rule to another model (a stated assumption, varied in the sensitivity
-    study): the fixed overhead scales with the number of layers (per-layer sync points) and the
-    per-token cost with layers x hidden (the bytes one token moves through the all-to-all).
-    """
-
-    overhead_ms: float
-    per_token_us: float
-    source: str
-
-
-@dataclass(frozen=True)
 class Deployment:
     """A model served on ``gpus`` accelerators, and the paper's figures for it."""
 
     model: ModelFacts
     gpu: GpuFacts
-    mem_derate: Fact  # share of nominal bandwidth kernels reach
-    flops_derate: Fact
     usable_hbm: Fact  # share of HBM for weights + KV (the rest: activations, graphs)
     mtp1_acceptance: Fact  # position-1 acceptance of the MTP head (the baseline)
     sla_tps: tuple[float, float]  # the paper's two SLA points, tok/s/user
@@ -289,8 +272,6 @@ def _deployment(model: ModelFacts, sla: tuple[float, float], gain: tuple[float, 
     return Deployment(
         model=model,
         gpu=H20,
-        mem_derate=Fact(0.75, PROFILE_ASSUMPTION),
-        flops_derate=Fact(0.45, PROFILE_ASSUMPTION),
         usable_hbm=Fact(0.90, "vLLM gpu_memory_utilization default 0.9"),
         mtp1_acceptance=MTP1_ACCEPTANCE,
         sla_tps=sla,
@@ -305,49 +286,11 @@ FLASH_DEPLOYMENT = _deployment(V4_FLASH, (80.0, 120.0), (51.0, 661.0))
 PRO_DEPLOYMENT = _deployment(V4_PRO, (35.0, 50.0), (52.0, 406.0))
 DEPLOYMENTS = {"v4-flash": FLASH_DEPLOYMENT, "v4-pro": PRO_DEPLOYMENT}
 
-# The fit that ships (made by the retired ``specsim report paper-check``).
-FLASH_FIT = FreeParams(
-    overhead_ms=12.9,
-    per_token_us=60.0,
-    source="fitted on V4-Flash (+51% at 80, +661% at 120 tok/s/user) by specsim report paper-check",
-)
-
-
-TRANSFER_RULES = ("layers", "layers-hidden", "constant")
-
-
-def transfer(
-    fit: FreeParams, to: ModelFacts, base: ModelFacts = V4_FLASH, rule: str = "layers"
-) -> FreeParams:
-    """The free parameters carried from ``base`` to ``to`` by a stated transfer rule.
-
-    The per-token cost always scales with layers x hidden (the bytes one token moves). The
-    fixed cost is the open question, so the rule names it: ``layers`` (the primary rule: one
-    sync point per layer), ``layers-hidden`` (the per-token rule applied to the fixed cost too:
-    fixed work that grows with the layer's width) or ``constant`` (both costs equal to
-    ``base``'s: nothing carried).
-    """
-    if rule not in TRANSFER_RULES:
-        raise ValueError(f"unknown transfer rule {rule!r}; use one of {TRANSFER_RULES}")
-    layers = float(to.layers) / float(base.layers)
-    width = float(to.hidden) / float(base.hidden)
-    if rule == "constant":
-        return replace(fit, source=f"{fit.source}; {to.name} given {base.name}'s overheads")
-    fixed = layers * (width if rule == "layers-hidden" else 1.0)
-    return FreeParams(
-        overhead_ms=fit.overhead_ms * fixed,
-        per_token_us=fit.per_token_us * layers * width,
-        source=f"{fit.source}; carried to {to.name} by {rule.replace('-', ' x ')} (fixed) and "
-        "layers x hidden (per token)",
-    )
-
-
 __all__ = [
     "DEEPEP_LL_BENCH",
     "DEPLOYMENTS",
     "HGX_FABRIC",
     "FLASH_DEPLOYMENT",
-    "FLASH_FIT",
     "MTP1_ACCEPTANCE",
     "PRO_DEPLOYMENT",
     "V4_FLASH",
@@ -355,9 +298,7 @@ __all__ = [
     "Deployment",
     "FabricFacts",
     "Fact",
-    "FreeParams",
     "GpuFacts",
     "LowLatencyBench",
     "ModelFacts",
-    "transfer",
 ]

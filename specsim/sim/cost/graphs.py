@@ -44,6 +44,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from specsim.errors import SpecsimError
 
 DC_BLACKWELL = frozenset({"B200", "B300", "GB200", "GB300"})  # compute capability 10.x
@@ -125,4 +127,12 @@ def _capped(why: str, tokens: int, max_batched_tokens: int) -> str:
     return why
 
 
-__all__ = ["DC_BLACKWELL", "MODES", "Capture", "capture", "graph_mode"]
+def cuda_graph_buckets(max_graph: int = 512) -> np.ndarray:
+    """vLLM-like captured batch sizes: 1, 2, 4, 8, 16, ..., 248 by 8, then by 16 to max_graph."""
+    small = [1, 2, 4]
+    return np.array(
+        small + list(range(8, 256, 8)) + list(range(256, max_graph + 1, 16)), dtype=np.int64
+    )
+
+
+__all__ = ["DC_BLACKWELL", "MODES", "Capture", "capture", "cuda_graph_buckets", "graph_mode"]

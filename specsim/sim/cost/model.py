@@ -98,7 +98,7 @@ class CostModel:
     draft_step_curve: tuple[tuple[int, float], ...] = ()
     # serving model v2: the drafter's own prefill of prompt tokens (its KV of the target's
     # features), and the KV a step reads per context token of every sequence in it (the
-    # roofline profiles' table then covers weights and compute only)
+    # built profiles' table then covers weights and compute only)
     draft_prefill_us_per_token: float = 0.0
     kv_read_us_per_ktoken: float = 0.0
     # serving model v2: decode attention's COMPUTE, us per query token x 1,000 context tokens of

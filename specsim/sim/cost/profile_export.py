@@ -1,12 +1,12 @@
 """specsim's profiles out, in the forms engines read: vLLM's two flat tables, TensorRT-LLM's
 DSpark cost table, SGLang's DSpark SPS table, a plain step table.
 
-Why: a profile generated from public facts (``v4-pro-like``) or measured here is only useful to
+Why: a profile built from public facts (``v4-pro-16xh20``) or measured here is only useful to
 an operator if their engine, or the next tool, can read it; and a round trip (export, import,
 replay) is the test that import and export mean the same thing by every number.
 
-What an engine measures is a whole step at some context with some tokens per request; a v2
-roofline profile keeps parts of that apart (the KV read per cached token, the loop's
+What an engine measures is a whole step at some context with some tokens per request; a built
+profile keeps parts of that apart (the KV read per cached token, the loop's
 per-request overhead). :func:`engine_step_ms` adds them back the way the simulator charges them,
 at a stated context and tokens per request, so the exported table is the step the simulator
 would time.
