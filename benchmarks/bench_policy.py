@@ -7,7 +7,7 @@ work. The ``profile sched`` column is what the engine charges for one decision (
 is under-charged by the simulator. Run on an idle core (issue #16 asks for R = 256):
 
     python benchmarks/bench_policy.py
-    python benchmarks/bench_policy.py --profile v4-flash-like --sizes 1,16,64,256
+    python benchmarks/bench_policy.py --profile v4-flash-8xh20 --sizes 1,16,64,256
 """
 
 from __future__ import annotations
@@ -34,14 +34,14 @@ def _history(trace_path: Path) -> np.ndarray:
         return auto.schedule(inp)
 
     spy = Policy(name="spy", schedule=keep, zos=True, needs=auto.needs)
-    replay(trace_path, spy, concurrency=64, requests=400, profile="v4-flash-like")
+    replay(trace_path, spy, concurrency=64, requests=400, profile="v4-flash-8xh20")
     return last[0]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trace", default=str(ROOT / "traces" / "synthetic-chat.parquet"))
-    ap.add_argument("--profile", default="v4-flash-like")
+    ap.add_argument("--profile", default="v4-flash-8xh20")
     ap.add_argument("--sizes", default="1,16,64,256")
     ap.add_argument("--policies", default="auto,zos,hw-aware,goodput,mtp1")
     ap.add_argument("--repeat", type=int, default=200)

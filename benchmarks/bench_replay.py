@@ -1,7 +1,9 @@
 """Simulator speed: simulated output tokens per wall-clock second of ``specsim.sim.simulate``.
 
-Scenarios (``hw-aware`` on a synthetic chat trace of 7-token blocks, h100-dense-8b profile,
-serving model v2, the one serving model; v1 was retired, it runs at commit 77e1490):
+Scenarios (``hw-aware`` on a synthetic chat trace of 7-token blocks, the measured
+``vllm-v4-flash-tp4-b300`` profile (a table the numpy bound prices: the built profiles' engine
+terms are beyond it; until house v4 the retired roofline ``h100-dense-8b``), serving model v2,
+the one serving model; v1 was retired, it runs at commit 77e1490):
 - closed loop at 1 (single-user latency), 64, 128 and 256 concurrent requests;
 - the Azure conversation arrivals (built-in ``azure-conv``), time-compressed by
   ``--azure-speedup`` so that 64+ requests run at once (the raw trace averages only a few).
@@ -64,8 +66,8 @@ def scenarios(args, tmp: str) -> dict[str, dict]:
         {f"closed-{c}": {"concurrency": c, "requests": args.requests} for c in (64, 128, 256)}
     )
     # The raw Azure conversation trace keeps only a few requests in flight; dividing its
-    # arrival times by --azure-speedup (default 4.5) keeps about 64-128 running on h100-dense-8b
-    # (4x: ~52, 6x: saturated at max_running 256). The table prints the realised mean.
+    # arrival times by --azure-speedup (default 4.5) kept about 64-128 running on the retired
+    # h100-dense-8b (4x: ~52, 6x: saturated at 256); the table prints the realised mean.
     path = os.path.join(tmp, "azure-conv-compressed.csv")
     _compressed_azure(path, args.azure_speedup, args.requests)
     out[f"azure-conv-x{args.azure_speedup:g}"] = {"arrivals": path}
@@ -132,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--requests", type=int, default=3000, help="requests per scenario (3000)")
     ap.add_argument("--repeat", type=int, default=3, help="runs per scenario; best is kept (3)")
     ap.add_argument("--policy", default="hw-aware")
-    ap.add_argument("--profile", default="h100-dense-8b")
+    ap.add_argument("--profile", default="vllm-v4-flash-tp4-b300")
     ap.add_argument(
         "--serving",
         default="v2",

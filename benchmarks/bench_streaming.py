@@ -2,7 +2,7 @@
 ``stream=True``.
 
 Scenario: ``hw-aware``, closed loop at ``--concurrency`` (256) on a synthetic chat trace of
-7-token blocks (the one ``bench_replay.py`` uses), h100-dense-8b, serving model v2, lean
+7-token blocks (the one ``bench_replay.py`` uses), its profile, serving model v2, lean
 (``record_steps=False, record_tokens=False``), at each of ``--sizes`` requests. Two modes:
 
 - ``lean``: today's lean replay: every request's row kept, the summary computed at the end;
@@ -166,7 +166,7 @@ def main() -> None:
     p.add_argument("--sizes", default="10000,100000,1000000")
     p.add_argument("--modes", default="lean,stream,bound")
     p.add_argument("--concurrency", type=int, default=256)
-    p.add_argument("--profile", default="h100-dense-8b")
+    p.add_argument("--profile", default="vllm-v4-flash-tp4-b300")
     p.add_argument("--sla-tps", type=float, default=60.0)
     p.add_argument("--out", help="stream mode: write each run's per-request Parquet here")
     p.add_argument("--child-mode", help=argparse.SUPPRESS)

@@ -2,7 +2,7 @@
 
 Goal on a 2-core laptop: one load in under a minute, a 6-load sweep in under 5 minutes, for each
 engine's default grid (the trace's block of 7: vllm 15 settings, trtllm 35, sglang 8, llama 43).
-Scenario: a shipped trace (``--trace``, chat), ``--profile`` (h100-dense-8b), the default
+Scenario: a shipped trace (``--trace``, chat), ``--profile`` (llama-3-8b-h100), the default
 requests per load (max(100, 4C) in a closed loop), a TPOT SLA of 10 ms, seed 0; one load at
 ``--one`` (64 in flight), the sweep at ``--sweep`` (1,4,16,64,128,256). Each (engine, scenario)
 runs ``specsim tune`` in a fresh process (as a user runs it: imports and trace read included),
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--engines", default=",".join(ENGINES), help="comma-separated engines")
     p.add_argument("--trace", default="chat", help="trace (a shipped name or a .parquet)")
-    p.add_argument("--profile", default="h100-dense-8b")
+    p.add_argument("--profile", default="llama-3-8b-h100")
     p.add_argument("--slo", default="tpot=10", help="the SLA tune scores against")
     p.add_argument("--one", default="64", help="the one-load scenario's concurrency")
     p.add_argument("--sweep", default="1,4,16,64,128,256", help="the sweep's concurrencies")
