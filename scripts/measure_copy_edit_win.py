@@ -40,15 +40,21 @@ def main() -> int:
     ap.add_argument("--out", type=Path, required=True, help="CSV to write (refused if present)")
     ap.add_argument("--max-tokens", type=int, default=96)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads-batch", type=int, default=1, help="llama-server --threads-batch")
+    ap.add_argument("--settings", default=",".join(SETTINGS), help="none first, comma-separated")
     args = ap.parse_args()
+    settings = tuple(args.settings.split(","))
+    if settings[0] != "none":
+        print("error: --settings must start with none (the gains are over it)", file=sys.stderr)
+        return 2
     if args.out.exists():
         print(f"error: {args.out} exists; move it away (the first result is kept)", file=sys.stderr)
         return 2
     args.out.parent.mkdir(parents=True, exist_ok=True)
     cfg = LlamaValidationConfig(
-        prompts=("copy-edit",), specs=SETTINGS, concurrency=tuple(LOADS), parallel=max(LOADS),
+        prompts=("copy-edit",), specs=settings, concurrency=tuple(LOADS), parallel=max(LOADS),
         calib_concurrency=tuple(LOADS), temperatures=(0.0,), max_tokens=args.max_tokens,
-        threads=1, threads_batch=1, seed=args.seed, out=args.out.parent,
+        threads=1, threads_batch=args.threads_batch, seed=args.seed, out=args.out.parent,
     )  # fmt: skip
     texts = {c: [p.text for p in load_prompts(spec)] for c, spec in LOADS.items()}
     widest = max(texts.values(), key=len)
@@ -60,7 +66,7 @@ def main() -> int:
           f"prompt mean {sum(map(len, ids)) / len(ids):.0f} ({time.monotonic() - t0:.0f} s)",
           flush=True)  # fmt: skip
     rows = []
-    for text in SETTINGS:
+    for text in settings:
         setting = SpecSetting.parse(text)
         with start_server(cfg, setting) as srv:
             for c, prompts in texts.items():
@@ -69,7 +75,8 @@ def main() -> int:
                 _, res, s = send(srv, ids[:n], lengths[:n], temperature=0.0, seed=args.seed,
                                  concurrency=c, requests=n)  # fmt: skip
                 row = {
-                    "setting": text, "concurrency": c, "requests": n,
+                    "setting": text, "threads_batch": args.threads_batch, "concurrency": c,
+                    "requests": n,
                     "failed": s["requests_failed"], "output_tokens": s["output_tokens"],
                     "throughput_tok_s": s["throughput_tok_s"], "tpot_ms_mean": s["tpot_ms_mean"],
                     "ttft_ms_mean": s["ttft_ms_mean"],
