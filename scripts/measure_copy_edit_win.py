@@ -40,6 +40,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, required=True, help="CSV to write (refused if present)")
     ap.add_argument("--max-tokens", type=int, default=96)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=1, help="llama-server -t")
     ap.add_argument("--threads-batch", type=int, default=1, help="llama-server --threads-batch")
     ap.add_argument("--settings", default=",".join(SETTINGS), help="none first, comma-separated")
     args = ap.parse_args()
@@ -54,7 +55,7 @@ def main() -> int:
     cfg = LlamaValidationConfig(
         prompts=("copy-edit",), specs=settings, concurrency=tuple(LOADS), parallel=max(LOADS),
         calib_concurrency=tuple(LOADS), temperatures=(0.0,), max_tokens=args.max_tokens,
-        threads=1, threads_batch=args.threads_batch, seed=args.seed, out=args.out.parent,
+        threads=args.threads, threads_batch=args.threads_batch, seed=args.seed, out=args.out.parent,
     )  # fmt: skip
     texts = {c: [p.text for p in load_prompts(spec)] for c, spec in LOADS.items()}
     widest = max(texts.values(), key=len)
@@ -75,7 +76,8 @@ def main() -> int:
                 _, res, s = send(srv, ids[:n], lengths[:n], temperature=0.0, seed=args.seed,
                                  concurrency=c, requests=n)  # fmt: skip
                 row = {
-                    "setting": text, "threads_batch": args.threads_batch, "concurrency": c,
+                    "setting": text, "threads": args.threads,
+                    "threads_batch": args.threads_batch, "concurrency": c,
                     "requests": n,
                     "failed": s["requests_failed"], "output_tokens": s["output_tokens"],
                     "throughput_tok_s": s["throughput_tok_s"], "tpot_ms_mean": s["tpot_ms_mean"],
