@@ -13,7 +13,7 @@ then for each setting one server (the fidelity grid's flags: ``-np`` --parallel,
 and those lengths, temperature 0; one run per (setting, concurrency). Gain = the setting's
 output tokens per wall second over ``none``'s at the same concurrency, minus 1.
 
-    ../shared/bin/alone python scripts/measure_copy_edit_win.py --out reports/llama-cpp-v4/win.csv
+    python scripts/measure_copy_edit_win.py --out reports/llama-cpp-v4/win.csv  # a quiet machine
 """
 
 from __future__ import annotations
