@@ -286,12 +286,8 @@ def recommend(rows: list[dict], cands: list[Any], best: int | None, default: int
 # CPU profile (smollm2-135m-cpu) and a profile CSV of your own say nothing of the drafter.
 DEPLOYMENT_TAU = (3.0, 6.0)
 TAU_SLACK = 0.5  # "far from": outside the range by more than this many tokens a step
-DEPLOYMENTS = {
-    "vllm-v4-flash-tp4-b300": "DeepSeek-V4-Flash on 4 B300 GPUs",
-    "v4-flash-8xh20": "DeepSeek-V4-Flash on 8 H20s",
-    "v4-pro-16xh20": "DeepSeek-V4-Pro on 16 H20s",
-    "llama-3-8b-h100": "Llama-3-8B on an H100",
-}
+# measured GPU tables, whose source line does not say it (built profiles' does: below)
+DEPLOYMENTS = {"vllm-v4-flash-tp4-b300": "DeepSeek-V4-Flash on 4 B300 GPUs"}
 
 
 BUILT = "specsim profile build: "  # how a built profile's source line starts
