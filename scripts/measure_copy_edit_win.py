@@ -42,6 +42,7 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1, help="llama-server -t")
     ap.add_argument("--threads-batch", type=int, default=1, help="llama-server --threads-batch")
+    ap.add_argument("--target-type", default="Q4_1", help="the target's weights (requant.TYPES)")
     ap.add_argument("--settings", default=",".join(SETTINGS), help="none first, comma-separated")
     args = ap.parse_args()
     settings = tuple(args.settings.split(","))
@@ -56,6 +57,7 @@ def main() -> int:
         prompts=("copy-edit",), specs=settings, concurrency=tuple(LOADS), parallel=max(LOADS),
         calib_concurrency=tuple(LOADS), temperatures=(0.0,), max_tokens=args.max_tokens,
         threads=args.threads, threads_batch=args.threads_batch, seed=args.seed, out=args.out.parent,
+        target_type=args.target_type,
     )  # fmt: skip
     texts = {c: [p.text for p in load_prompts(spec)] for c, spec in LOADS.items()}
     widest = max(texts.values(), key=len)
@@ -76,7 +78,7 @@ def main() -> int:
                 _, res, s = send(srv, ids[:n], lengths[:n], temperature=0.0, seed=args.seed,
                                  concurrency=c, requests=n)  # fmt: skip
                 row = {
-                    "setting": text, "threads": args.threads,
+                    "setting": text, "target_type": args.target_type, "threads": args.threads,
                     "threads_batch": args.threads_batch, "concurrency": c,
                     "requests": n,
                     "failed": s["requests_failed"], "output_tokens": s["output_tokens"],

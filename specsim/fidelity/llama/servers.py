@@ -60,14 +60,20 @@ def draft_gguf(cfg: LlamaValidationConfig, target: Any = None) -> Path:
 
 def start_server(cfg: LlamaValidationConfig, s: SpecSetting, log_dir: Path | None = None):  # noqa: ANN201
     """A started-on-enter llama-server for setting ``s`` (a context manager: always stopped)."""
-    from specsim.record.models import smollm2_gguf  # torch-free: locates the GGUF
-
     if s.kind == "dspark":
         draft_gguf(cfg)  # its -md file: made once, before the server needs it
     log = None if log_dir is None else log_dir / f"server-{s.slug}.log"
-    spec = ServerSpec(model=smollm2_gguf(), args=server_args(cfg, s), log_path=log,
+    spec = ServerSpec(model=target_gguf(cfg), args=server_args(cfg, s), log_path=log,
                       startup_timeout_s=STARTUP_TIMEOUT_S)  # fmt: skip
     return LlamaServer(spec)
+
+
+def target_gguf(cfg: LlamaValidationConfig) -> Path:
+    """The target's GGUF in ``cfg.target_type`` (the shipped file, or re-encoded once)."""
+    from specsim.record.models import cache_dir, smollm2_gguf  # torch-free: locates the GGUF
+    from specsim.record.requant import requantized
+
+    return requantized(smollm2_gguf(), cfg.target_type, cache_dir() / "targets")
 
 
 # SmolLM2-135M's GGUF (~100 MB) loads in about a second: a server not healthy after a minute
