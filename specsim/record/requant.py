@@ -9,7 +9,10 @@ to 8 bits: the model's outputs barely move) or Q4_0 (a second rounding) gives th
 batched kernels a GPU engine has in spirit: a verify's extra tokens cost less than a decode.
 
 Only the Q4_1 matrices change; the F32 norms and the Q8_0 token embedding are copied as they
-are, with every metadata key but ``general.file_type``. Uses ``gguf`` (llama.cpp's gguf-py):
+are, with every metadata key but ``general.file_type``. ``Q4_0-pure`` re-encodes the token
+embedding too: SmolLM2 ties it to the LM head, which llama.cpp loads a second time as the
+output matrix, so as Q4_0 the head of a verify's k + 1 positions also takes the repacked kernel
+(as Q8_0 it has none on x86 below 8 rows). Uses ``gguf`` (llama.cpp's gguf-py):
 its numpy quantizers are the reference ones llama.cpp's tests compare against.
 """
 
@@ -22,8 +25,8 @@ import numpy as np
 
 from specsim.errors import SpecsimError
 
-TYPES = ("Q4_1", "Q8_0", "Q4_0")  # the shipped type first
-FILE_TYPE = {"Q4_1": 3, "Q8_0": 7, "Q4_0": 2}  # llama_ftype: LLAMA_FTYPE_MOSTLY_*
+TYPES = ("Q4_1", "Q8_0", "Q4_0", "Q4_0-pure")  # the shipped type first
+FILE_TYPE = {"Q4_1": 3, "Q8_0": 7, "Q4_0": 2, "Q4_0-pure": 2}  # LLAMA_FTYPE_MOSTLY_*
 
 
 def requantized(src: Path, qtype: str, out_dir: Path) -> Path:
@@ -50,8 +53,9 @@ def requantized(src: Path, qtype: str, out_dir: Path) -> Path:
 def _write(src: Path, qtype: str, dst: Path) -> None:
     import gguf  # noqa: PLC0415 (an optional dependency's import stays where it is needed)
 
-    new = gguf.GGMLQuantizationType[qtype]
+    new = gguf.GGMLQuantizationType[qtype.removesuffix("-pure")]
     old = gguf.GGMLQuantizationType.Q4_1
+    redo = {old, gguf.GGMLQuantizationType.Q8_0} if qtype.endswith("-pure") else {old}
     reader = gguf.GGUFReader(src)
     arch = reader.fields[gguf.Keys.General.ARCHITECTURE].contents()
     writer = gguf.GGUFWriter(dst, arch=arch, endianess=reader.endianess)
@@ -65,8 +69,8 @@ def _write(src: Path, qtype: str, dst: Path) -> None:
     tensors: list[tuple[str, np.ndarray, gguf.GGMLQuantizationType]] = []
     for t in reader.tensors:
         data, kind = np.asarray(t.data), t.tensor_type
-        if kind == old:
-            data, kind = gguf.quants.quantize(gguf.quants.dequantize(data, old), new), new
+        if kind in redo:
+            data, kind = gguf.quants.quantize(gguf.quants.dequantize(data, kind), new), new
         tensors.append((t.name, data, kind))
     for name, data, kind in tensors:
         writer.add_tensor_info(name, data.shape, data.dtype, data.nbytes, kind)  # bytes' shape
