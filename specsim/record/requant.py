@@ -20,8 +20,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-
-import numpy as np
+from typing import Any
 
 from specsim.errors import SpecsimError
 
@@ -51,7 +50,8 @@ def requantized(src: Path, qtype: str, out_dir: Path) -> Path:
 
 
 def _write(src: Path, qtype: str, dst: Path) -> None:
-    import gguf  # noqa: PLC0415 (an optional dependency's import stays where it is needed)
+    import gguf  # the record extra's; imported here so the CLI's help stays light
+    import numpy as np
 
     new = gguf.GGMLQuantizationType[qtype.removesuffix("-pure")]
     old = gguf.GGMLQuantizationType.Q4_1
@@ -66,7 +66,7 @@ def _write(src: Path, qtype: str, dst: Path) -> None:
         value = FILE_TYPE[qtype] if field.name == gguf.Keys.General.FILE_TYPE else field.contents()
         sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
         writer.add_key_value(field.name, value, vtype, sub_type=sub)
-    tensors: list[tuple[str, np.ndarray, gguf.GGMLQuantizationType]] = []
+    tensors: list[tuple[str, Any, Any]] = []
     for t in reader.tensors:
         data, kind = np.asarray(t.data), t.tensor_type
         if kind in redo:

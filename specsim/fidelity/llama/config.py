@@ -103,6 +103,12 @@ class LlamaValidationConfig:
         "drafter's id (dspark-v3-b179c9523d0e) or a checkpoint folder; exported to GGUF once "
         "into the cache (<cache>/drafts/)",
     )
+    dspark_trace: str = option(
+        "torch",
+        "where the dspark:N settings' drafts come from: 'torch' (specsim's drafter in fp32 over "
+        "the target's teacher-forced pass) or 'server' (the server's own quantized drafter: "
+        "its step log over a recording run, specsim/serve/spec_log.py)",
+    )
     concurrency: tuple[int, ...] = option(
         (1, 2, 3, 4, 6, 8, 12, 16), "closed-loop levels", type=int
     )
@@ -190,6 +196,8 @@ class LlamaValidationConfig:
         check_flags(self)  # the numbers' bounds, before any server starts (issue: reliability v3)
         if self.threads_batch is not None and self.threads_batch < 1:
             raise SpecsimError(f"--threads-batch must be at least 1, got {self.threads_batch}")
+        if self.dspark_trace not in ("torch", "server"):
+            raise SpecsimError(f"--dspark-trace is 'torch' or 'server', got {self.dspark_trace!r}")
         if self.target_type not in TARGET_TYPES:
             raise SpecsimError(
                 f"--target-type {self.target_type!r} unknown; use one of {', '.join(TARGET_TYPES)}"

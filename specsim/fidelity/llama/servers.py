@@ -58,13 +58,21 @@ def draft_gguf(cfg: LlamaValidationConfig, target: Any = None) -> Path:
     return cached_gguf(drafter_folder(cfg), target)
 
 
-def start_server(cfg: LlamaValidationConfig, s: SpecSetting, log_dir: Path | None = None):  # noqa: ANN201
-    """A started-on-enter llama-server for setting ``s`` (a context manager: always stopped)."""
+def start_server(  # noqa: ANN201
+    cfg: LlamaValidationConfig, s: SpecSetting, log_dir: Path | None = None, steps: bool = False
+):
+    """A started-on-enter llama-server for setting ``s`` (a context manager: always stopped);
+    ``steps``: it logs every step it takes (:mod:`specsim.serve.spec_log`; for recording, not
+    for timed runs: the debug log costs time)."""
+    from specsim.serve import spec_log
+
     if s.kind == "dspark":
         draft_gguf(cfg)  # its -md file: made once, before the server needs it
     log = None if log_dir is None else log_dir / f"server-{s.slug}.log"
-    spec = ServerSpec(model=target_gguf(cfg), args=server_args(cfg, s), log_path=log,
-                      startup_timeout_s=STARTUP_TIMEOUT_S)  # fmt: skip
+    args = server_args(cfg, s) + (spec_log.ARGS if steps else ())
+    spec = ServerSpec(model=target_gguf(cfg), args=args, log_path=log,
+                      startup_timeout_s=STARTUP_TIMEOUT_S,
+                      env=dict(spec_log.ENV) if steps else {})  # fmt: skip
     return LlamaServer(spec)
 
 

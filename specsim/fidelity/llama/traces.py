@@ -12,9 +12,10 @@ them one trace per speculative setting and temperature.
   iff it equals that sample), so these outputs are what every setting's runs emit, up to the
   arithmetic's dependence on the batch (the grid reports how many requests differ).
 - Traces: the drafts llama-server makes at every position of those outputs
-  (:mod:`specsim.serve.ngram` for ``ngram:M``; for ``dspark:N[:P]`` the target's
+  (:mod:`specsim.serve.ngram` for ``ngram:M``; for ``dspark:N[:P]`` either the target's
   teacher-forced pass and the torch drafter, :mod:`specsim.record.llama_dspark_trace`, the
-  only part of the grid that imports torch), built by
+  only part of the grid that imports torch, or with ``--dspark-trace server`` the server's
+  own step log over a recording run, :mod:`specsim.fidelity.llama.server_drafts`), built by
   :func:`specsim.serve.llama_trace.build_trace`.
 """
 
@@ -25,7 +26,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specsim.fidelity.llama.config import LlamaValidationConfig, SpecSetting
-from specsim.fidelity.llama.servers import drafter_folder, drafter_of, send, start_server
+from specsim.fidelity.llama.servers import (
+    drafter_folder,
+    drafter_of,
+    send,
+    start_server,
+    target_gguf,
+)
 from specsim.serve.llama_trace import build_trace
 from specsim.serve.ngram import Positions, positions
 from specsim.trace.model import Trace
@@ -109,7 +116,7 @@ def setting_trace(
     plen = [len(p) for p in inputs.ids]
     meta = {
         "temperature": f"{temperature:g}",
-        "target": "SmolLM2-135M-Instruct.Q4_1.gguf (llama-server)",
+        "target": f"{target_gguf(cfg).name} (llama-server)",
         "drafter": s.name,
     }
     if s.kind == "none":
@@ -155,33 +162,63 @@ def dspark_traces(
     temperatures: tuple[float, ...] | list[float],
     log: Callable[[str], None] | None = None,
 ) -> dict[tuple[str, float], Trace]:
-    """The traces of draft-dspark settings: what the server drafts at every position of the
-    plain server's outputs (:mod:`specsim.record.llama_dspark_trace`: the target's
-    teacher-forced pass and the torch drafter, each block of N decoded as llama.cpp decodes
-    it). torch is imported here, and only for these settings: ``specsim.fidelity`` itself
-    stays torch-free (tests/test_architecture.py)."""
-    from specsim.record.llama_dspark_trace import settings_positions
-
+    """The traces of draft-dspark settings, from ``cfg.dspark_trace``: ``torch``, what the
+    server drafts at every position of the plain server's outputs
+    (:mod:`specsim.record.llama_dspark_trace`: the target's teacher-forced pass and the torch
+    drafter, each block of N decoded as llama.cpp decodes it; torch is imported here, and only
+    for these settings: ``specsim.fidelity`` itself stays torch-free,
+    tests/test_architecture.py); ``server``, what each setting's own server drafted and
+    accepted along its walk (:mod:`specsim.fidelity.llama.server_drafts`)."""
     folder = drafter_folder(cfg)
     temps = [float(t) for t in temperatures]
     plen = [len(p) for p in inputs.ids]
+    found = (_server_dspark if cfg.dspark_trace == "server" else _torch_dspark)(
+        cfg, settings, inputs, temps, log
+    )
+    out = {}
+    target = target_gguf(cfg).name
+    for s in settings:
+        for t in temps:
+            meta = {"temperature": f"{t:g}", "target": f"{target} (llama-server)",
+                    "drafter": f"draft-dspark {folder.name} n-max={s.n_max} "
+                               f"p-min={s.p_min:g}", "drafts_from": cfg.dspark_trace}  # fmt: skip
+            out[(s.name, t)] = _trace_of(plen, inputs.lengths, found[(s.name, t)], s.n_max, meta)
+    return out
+
+
+def _torch_dspark(cfg, settings, inputs, temps, log):  # noqa: ANN001, ANN202
+    """The torch drafter at every position of the plain server's outputs (one model load)."""
+    from specsim.record.llama_dspark_trace import settings_positions
+
+    folder = drafter_folder(cfg)
     requests = [(p, o) for t in temps for p, o in zip(inputs.ids, inputs.outputs[t], strict=True)]
     if log is not None:
-        log(f"draft-dspark traces: {len(requests)} outputs, drafter {folder.name}, settings "
-            f"{', '.join(s.name for s in settings)}")  # fmt: skip
+        log(f"draft-dspark traces: {len(requests)} outputs, drafter {folder.name} in torch, "
+            f"settings {', '.join(s.name for s in settings)}")  # fmt: skip
     wanted = list(dict.fromkeys((s.n_max, s.p_min) for s in settings))
     found = settings_positions(requests, wanted, folder, cfg.ctx_per_slot, cfg.threads, log)
-    out = {}
     n = len(inputs.ids)
+    return {(s.name, t): found[(s.n_max, s.p_min)][k * n : (k + 1) * n]
+            for s in settings for k, t in enumerate(temps)}  # fmt: skip
+
+
+def _server_dspark(cfg, settings, inputs, temps, log):  # noqa: ANN001, ANN202
+    """Each setting's own server over the grid's prompts, its step log read (one run each)."""
+    from specsim.fidelity.llama.server_drafts import server_positions
+
+    out = {}
     for s in settings:
-        pos_all = found[(s.n_max, s.p_min)]
-        for k, t in enumerate(temps):
-            pos = pos_all[k * n : (k + 1) * n]
-            meta = {"temperature": f"{t:g}",
-                    "target": "SmolLM2-135M-Instruct.Q4_1.gguf (llama-server)",
-                    "drafter": f"draft-dspark {folder.name} n-max={s.n_max} "
-                               f"p-min={s.p_min:g}"}  # fmt: skip
-            out[(s.name, t)] = _trace_of(plen, inputs.lengths, pos, s.n_max, meta)
+        for t in temps:
+            pos, outs = server_positions(cfg, s, inputs.ids, inputs.lengths, t)
+            differ = sum(a != b for a, b in zip(outs, inputs.outputs[t], strict=True))
+            out[(s.name, t)] = pos
+            if log is not None:
+                drafted = sum(int(p.drafted.sum()) for p in pos)
+                accepted = sum(int(p.accepted.sum()) for p in pos)
+                log(
+                    f"{s.name} T={t:g}: the server's own drafts: {accepted} of {drafted} "
+                    f"accepted; {differ} of {len(pos)} outputs differ from the plain server's"
+                )
     return out
 
 

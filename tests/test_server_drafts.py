@@ -1,0 +1,80 @@
+"""A setting's trace from its own server's step log (specsim.fidelity.llama.server_drafts),
+end to end against a running llama-server: four requests in flight, matched back to their
+prompts, each position the exact n-gram port's; and the draft-dspark trace it gives."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specsim.fidelity.llama.config import LlamaValidationConfig, SpecSetting
+
+
+def _ids(cfg: LlamaValidationConfig, n: int) -> list[list[int]]:
+    """n copy-edit prompts in the server's chat template, as token ids."""
+    from specsim.fidelity.llama.servers import start_server
+    from specsim.prompts import load_prompts
+    from specsim.serve.llama_tokens import chat_prompt_ids
+
+    texts = [p.text for p in load_prompts(f"copy-edit[0:{n}]")]
+    with start_server(cfg, SpecSetting("none")) as srv:
+        return chat_prompt_ids(srv, texts)
+
+
+@pytest.mark.real_server
+def test_the_server_walk_of_an_ngram_setting_is_the_exact_port(tmp_path):
+    """ngram:3 at four in flight: each request's trace from the server's log is a walk (from
+    position 1, accepted + 1 a step) and equals the exact port's drafts and accepted
+    prefixes along it, over the output the server gave in that run."""
+    from specsim.fidelity.llama.server_drafts import server_positions
+    from specsim.fidelity.llama.servers import drafter_of
+    from specsim.serve.ngram import positions, server_path
+
+    cfg = LlamaValidationConfig(prompts=("copy-edit",), specs=("none", "ngram:3"), parallel=4,
+                                concurrency=(4,), calib_concurrency=(4,), threads=1,
+                                target_type="Q4_0-pure", out=tmp_path)  # fmt: skip
+    s = SpecSetting.parse("ngram:3")
+    ids = _ids(cfg, 8)
+    lengths = [40] * len(ids)
+    got, served = server_positions(cfg, s, ids, lengths, 0.0)
+    d = drafter_of(cfg, s)
+    assert [len(o) for o in served] == lengths
+    for p, o, pos in zip(ids, served, got, strict=True):
+        assert server_path(pos)[:2] == (int(pos.drafted.sum()), int(pos.accepted.sum()))
+        port = positions(d, p, o)
+        walk = np.flatnonzero(pos.drafted)
+        assert np.array_equal(port.drafted[walk], pos.drafted[walk])
+        assert np.array_equal(port.accepted[walk], pos.accepted[walk])
+        assert server_path(port) == server_path(pos)  # the port walks the same steps
+    assert sum(int(q.accepted.sum()) for q in got) > 0  # copying: the n-grams were accepted
+    assert any((tmp_path / "logs" / "steps").iterdir())  # the step log kept beside the report
+
+
+@pytest.mark.slow
+@pytest.mark.record
+@pytest.mark.real_server(converter=True)
+def test_a_dspark_trace_from_the_server_is_its_walk_with_its_totals(tmp_path):
+    """dspark:7:0.3 (drafter v3 as the server runs it): steps the confidence cut left without
+    drafts are in the walk, and each request's trace walks its whole output; the grid's trace
+    built from it carries where its drafts came from."""
+    from specsim.fidelity.llama.server_drafts import server_positions
+    from specsim.fidelity.llama.traces import GridInputs, dspark_traces
+    from specsim.serve.ngram import server_path
+
+    cfg = LlamaValidationConfig(prompts=("copy-edit",), specs=("none", "dspark:7:0.3"),
+                                parallel=4, concurrency=(4,), calib_concurrency=(4,),
+                                threads=1, target_type="Q4_0-pure", dspark_trace="server",
+                                temperatures=(0.0,), out=tmp_path)  # fmt: skip
+    s = SpecSetting.parse("dspark:7:0.3")
+    ids = _ids(cfg, 4)
+    lengths = [32] * len(ids)
+    got, served = server_positions(cfg, s, ids, lengths, 0.0)
+    for pos, n in zip(got, lengths, strict=True):
+        drafted, accepted, steps = server_path(pos)
+        assert (drafted, accepted) == (int(pos.drafted.sum()), int(pos.accepted.sum()))
+        assert 1 + accepted + steps == n  # the prefill's token, then accepted + 1 a step
+        assert np.all(pos.drafted <= 7)
+    inputs = GridInputs(ids, lengths, {0.0: served}, [], [])
+    tr = dspark_traces(cfg, [s], inputs, (0.0,))[(s.name, 0.0)]
+    assert tr.meta["drafts_from"] == "server"
+    assert "Q4_0-pure" in tr.meta["target"]
