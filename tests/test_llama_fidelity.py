@@ -127,6 +127,8 @@ def test_config_takes_dspark_settings_of_the_shipped_drafter_and_serves_them():
         ({"rates": (0.0,)}, "--rates"),
         ({"max_tokens": 8}, "--max-tokens"),
         ({"repeats": 0}, "--repeats"),
+        ({"target_type": "Q2_K"}, "--target-type 'Q2_K' unknown; use one of Q4_1"),
+        ({"dspark_trace": "gpu"}, "--dspark-trace is 'torch' or 'server'"),
     ],
 )
 def test_config_refuses_bad_grids(change, match):

@@ -78,3 +78,23 @@ def test_a_dspark_trace_from_the_server_is_its_walk_with_its_totals(tmp_path):
     tr = dspark_traces(cfg, [s], inputs, (0.0,))[(s.name, 0.0)]
     assert tr.meta["drafts_from"] == "server"
     assert "Q4_0-pure" in tr.meta["target"]
+
+
+@pytest.mark.real_server
+def test_an_output_streamed_short_is_taken_again_whole():
+    """llama-server streams no event for a token that ends inside a UTF-8 character, so a
+    streamed answer in Japanese lacks ids; the grid's outputs take such answers again,
+    unstreamed, in full (traces.whole_output)."""
+    from specsim.fidelity.llama.servers import send, start_server
+    from specsim.fidelity.llama.traces import whole_output
+    from specsim.serve.llama_tokens import chat_prompt_ids
+
+    cfg = LlamaValidationConfig(concurrency=(1,), calib_concurrency=(1,), parallel=1)
+    text = "Repeat this line exactly, three times: 日本語のテキスト、漢字とひらがな。"
+    with start_server(cfg, SpecSetting("none")) as srv:
+        (ids,) = chat_prompt_ids(srv, [text])
+        _, (res,), _ = send(srv, [ids], [24], temperature=0.0, seed=0, concurrency=1, requests=1)
+        whole = whole_output(srv, ids, 24, 0.0, 0)
+    assert res.output_tokens == 24 and len(res.tokens) < 24  # the stream lost some ids
+    assert len(whole) == 24
+    assert set(res.tokens) <= set(whole)

@@ -72,6 +72,15 @@ def prepare(
             _, res, _ = send(srv, ids, lengths, temperature=t, seed=cfg.seed,
                              concurrency=TRACE_CONCURRENCY, requests=len(ids))  # fmt: skip
             by_prompt: dict[int, list[int]] = {r.trace_id: r.tokens for r in res}
+            short = [i for i, n in enumerate(lengths) if len(by_prompt.get(i, ())) < n]
+            for i in short:  # a token ending inside a UTF-8 character is never streamed
+                if not any(r.trace_id == i and r.error for r in res):
+                    by_prompt[i] = whole_output(srv, ids[i], lengths[i], t, cfg.seed)
+            if short:
+                log(
+                    f"T={t:g}: {len(short)} outputs streamed short (a token ending inside a "
+                    "UTF-8 character is not streamed) taken again whole, unstreamed"
+                )
             bad = [i for i, n in enumerate(lengths) if len(by_prompt.get(i, ())) != n]
             if bad:
                 from specsim.errors import SpecsimError
@@ -83,6 +92,18 @@ def prepare(
                 )
             outputs[float(t)] = [by_prompt[i] for i in range(len(ids))]
     return GridInputs(ids, lengths, outputs, calib_ids, calib_lengths)
+
+
+def whole_output(srv, prompt: list[int], n: int, temperature: float, seed: int) -> list[int]:  # noqa: ANN001
+    """A request's output token ids in full: one unstreamed ``/completion`` (llama-server
+    streams no event for a token that ends inside a UTF-8 character, server-context.cpp
+    ``process_token``, so a streamed answer can lack ids; the unstreamed one lists them all)."""
+    from specsim.serve.llama_server import completion_timeout_s
+
+    ans = srv.completion({"prompt": prompt, "n_predict": n, "temperature": temperature,
+                          "seed": seed, "ignore_eos": True, "cache_prompt": False,
+                          "return_tokens": True}, timeout_s=completion_timeout_s(n))  # fmt: skip
+    return [int(t) for t in ans.get("tokens", [])]
 
 
 def natural_lengths(srv, ids: list[list[int]], cfg: LlamaValidationConfig) -> list[int]:  # noqa: ANN001
