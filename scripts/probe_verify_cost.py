@@ -8,8 +8,9 @@ weight type has no batched kernel. This measures that curve on the same weights 
 and Q4_0 (:mod:`specsim.record.requant`), so the next win measurement's target is chosen for a
 reason, before it runs.
 
-Method: one plain server per type (``-np 1 -t T --threads-batch T``); a 200-token prefix is
-evaluated once and cached; then, interleaved over k, requests send the prefix plus k fresh
+Method: one plain server per type and prefix (``-np 1 -t T --threads-batch T``); a prefix of
+random tokens (--prefixes, 200 by default) is evaluated once and cached; then, interleaved
+over k, requests send the prefix plus k fresh
 random tokens with ``n_predict`` 1, and the server's own ``timings.prompt_ms`` for those k
 tokens is the batch's cost (its median over --repeats); a 64-token ``ignore_eos`` completion
 gives the one-token decode (``predicted_ms`` per token).
@@ -42,15 +43,17 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2, help="-t and --threads-batch")
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--types", default=",".join(TYPES))
+    ap.add_argument("--prefixes", default=str(PREFIX), help="cached prefix lengths, a,b,...")
     args = ap.parse_args()
     if args.out.exists():
         print(f"error: {args.out} exists; move it away (the first result is kept)", file=sys.stderr)
         return 2
     rng = np.random.default_rng(0)
-    prefix = [int(t) for t in rng.integers(1000, 20000, PREFIX)]
     rows = []
     t0 = time.monotonic()
-    for qtype in args.types.split(","):
+    cases = [(q, int(n)) for q in args.types.split(",") for n in args.prefixes.split(",")]
+    for qtype, plen in cases:
+        prefix = [int(t) for t in rng.integers(1000, 20000, plen)]
         cfg = LlamaValidationConfig(
             concurrency=(1,), calib_concurrency=(1,), parallel=1, threads=args.threads,
             threads_batch=args.threads, target_type=qtype,
@@ -72,10 +75,10 @@ def main() -> int:
             decode_ms = dec["timings"]["predicted_ms"] / dec["timings"]["predicted_n"]
         for k in KS:
             ms = statistics.median(cost[k])
-            rows.append({"target_type": qtype, "threads": args.threads, "k": k,
+            rows.append({"target_type": qtype, "threads": args.threads, "prefix": plen, "k": k,
                          "batch_ms": ms, "decode_ms": decode_ms,
                          "batch_over_decode": ms / decode_ms})  # fmt: skip
-        print(f"{qtype}: decode {decode_ms:.2f} ms; batch of 1/4/8/16: "
+        print(f"{qtype} after {plen}: decode {decode_ms:.2f} ms; batch of 1/4/8/16: "
               + " / ".join(f"{statistics.median(cost[k]):.1f}" for k in (1, 4, 8, 16))
               + f" ms ({time.monotonic() - t0:.0f} s)", flush=True)  # fmt: skip
     table = pd.DataFrame(rows)

@@ -5,6 +5,7 @@ prompts, each position the exact n-gram port's; and the draft-dspark trace it gi
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from specsim.fidelity.llama.config import LlamaValidationConfig, SpecSetting
@@ -47,7 +48,11 @@ def test_the_server_walk_of_an_ngram_setting_is_the_exact_port(tmp_path):
         assert np.array_equal(port.accepted[walk], pos.accepted[walk])
         assert server_path(port) == server_path(pos)  # the port walks the same steps
     assert sum(int(q.accepted.sum()) for q in got) > 0  # copying: the n-grams were accepted
-    assert any((tmp_path / "logs" / "steps").iterdir())  # the step log kept beside the report
+    kept = tmp_path / "logs" / "steps" / "steps-ngram-3-t0.parquet"  # the log, tidy
+    steps = pd.read_parquet(kept)
+    assert steps.task.nunique() == len(ids)
+    assert len(steps) == sum(server_path(pos)[2] for pos in got)  # a row a step
+    assert not list(kept.parent.glob("*.log"))  # the raw debug log is not kept
 
 
 @pytest.mark.slow

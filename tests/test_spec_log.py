@@ -39,6 +39,16 @@ def test_parse_reads_every_step_with_its_position_drafts_and_clock():
     assert 1 + sum(a + 1 for a in task.accepted) == task.generated
 
 
+def test_table_has_a_row_a_step():
+    t = spec_log.table(spec_log.parse(LOG))
+    assert t[["n_tokens", "drafted", "accepted"]].to_numpy().tolist() == [
+        [5, 3, 2],
+        [8, 0, 0],
+        [9, 2, 2],
+    ]
+    assert set(t.task) == {7} and set(t.generated) == {8}
+
+
 def test_match_takes_the_task_that_agrees_and_names_a_request_that_has_none():
     (task,) = spec_log.parse(LOG)
     assert spec_log.match([task], [5], [(8, 5, 4)]) == [task]

@@ -119,6 +119,20 @@ def parse(text: str) -> list[Task]:
     return sorted(tasks.values(), key=lambda k: (k.launched_s, k.task))
 
 
+def table(tasks: Sequence[Task]):  # noqa: ANN201 - a DataFrame
+    """Every step of ``tasks`` as one tidy table (a row a step: task, slot, the server's clock,
+    the slot's tokens, drafted, accepted; the task's prompt and generated tokens)."""
+    import pandas as pd
+
+    rows = [
+        {"task": t.task, "slot": t.slot, "t_s": ts, "n_tokens": n, "drafted": k, "accepted": a,
+         "prompt_n": t.prompt_n, "generated": t.generated}
+        for t in tasks
+        for ts, n, k, a in zip(t.t_s, t.n_tokens, t.drafted, t.accepted, strict=True)
+    ]  # fmt: skip
+    return pd.DataFrame(rows)
+
+
 def match(
     tasks: Sequence[Task], prompts: Sequence[int], results: Sequence[tuple[int, int, int]]
 ) -> list[Task]:

@@ -88,8 +88,13 @@ def _kinds(cfg: LlamaValidationConfig) -> str:
     if any(s.kind == "dspark" for s in cfg.settings):
         out += (
             f"; dspark:N[:P] = `--spec-type draft-dspark --spec-draft-n-max N "
-            f"--spec-draft-p-min P`, drafter {cfg.dspark_drafter}, calibrated on its torch "
-            "replay's steps (docs/llama-cpp.md, 'Not yet')"
+            f"--spec-draft-p-min P`, drafter {cfg.dspark_drafter}; "
+            + (
+                "traces from each server's own step log, "
+                if cfg.dspark_trace == "server"
+                else "traces from its torch replay, "
+            )
+            + "calibrated on its torch replay's steps (docs/llama-cpp.md, 'Not yet')"
         )
     return out
 
@@ -137,8 +142,8 @@ def render(
     return f"""# llama-server as the simulator's reference (wall clock)
 
 The simulator predicts what `specsim bench` measures on llama.cpp's `llama-server` (build
-11434, SmolLM2-135M-Instruct Q4_1, CPU), from a profile fitted on calibration runs that share
-neither prompts nor concurrencies with the grid. Method and how to use it:
+11434, SmolLM2-135M-Instruct {cfg.target_type}, CPU), from a profile fitted on calibration
+runs that share neither prompts nor concurrencies with the grid. Method and how to use it:
 [docs/llama-cpp.md](../../docs/llama-cpp.md).
 {note}
 ## Results against the goals

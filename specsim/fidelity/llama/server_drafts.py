@@ -34,10 +34,12 @@ def server_positions(
 ) -> tuple[list[Positions], list[list[int]]]:
     """Each request's positions as setting ``s``'s server walked them, and its outputs in
     that run (the caller compares them with the plain server's)."""
-    with start_server(cfg, s, cfg.out / "logs" / "steps", steps=True) as srv:
+    folder = cfg.out / "logs" / "steps"
+    with start_server(cfg, s, folder, steps=True) as srv:
         _, res, _ = send(srv, ids, lengths, temperature=temperature, seed=cfg.seed,
                          concurrency=RECORD_CONCURRENCY, requests=len(ids))  # fmt: skip
         text = srv.log_text()
+        raw = srv.log_path
     failed = [r for r in res if r.error or r.draft_n is None]
     if failed:
         raise SpecsimError(
@@ -45,8 +47,12 @@ def server_positions(
             f"(first: {failed[0].error or 'no timings.draft_n'}); see its log in {cfg.out}/logs"
         )
     order = sorted(res, key=lambda r: r.sent_s)  # the server launches them in this order
+    parsed = spec_log.parse(text)
+    # what the debug log said, kept tidy (the raw log runs to megabytes): one row a step
+    spec_log.table(parsed).to_parquet(folder / f"steps-{s.slug}-t{temperature:g}.parquet")
+    raw.unlink(missing_ok=True)
     tasks = spec_log.match(
-        spec_log.parse(text),
+        parsed,
         [len(ids[r.trace_id]) for r in order],
         [(r.output_tokens, r.draft_n or 0, r.draft_accepted or 0) for r in order],
     )
