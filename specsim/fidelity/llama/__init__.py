@@ -123,8 +123,9 @@ def score(cfg: LlamaValidationConfig, log: Callable[[str], None] = print) -> pd.
     every cell simulated and compared, the report."""
     import pandas as pd
 
+    from specsim.fidelity.llama.config import profile_file, profile_key
     from specsim.fidelity.llama.grid import compare, rankings
-    from specsim.fidelity.llama.profile import cost_model, fit_steps, profile_file, profile_key
+    from specsim.fidelity.llama.profile import cost_model, fit_steps
     from specsim.fidelity.llama.report import write_report
     from specsim.fidelity.llama.servers import limits
     from specsim.outputs import jsonable, write_table, write_text
@@ -154,7 +155,8 @@ def score(cfg: LlamaValidationConfig, log: Callable[[str], None] = print) -> pd.
             costs[key] = read_profile_csv(cfg.profile / path.name)
             continue
         if fit is None:
-            fit = fit_steps(pd.read_parquet(out / "calibration_steps.parquet"), cfg.temperatures)
+            steps = pd.read_parquet(out / "calibration_steps.parquet")
+            fit = fit_steps(steps, cfg.temperatures, cfg.terms)
         drafter, t = key
         at = ",".join(map(str, cfg.calib_concurrency))
         meta = {"threads": str(cfg.threads), "parallel": str(cfg.parallel),

@@ -12,6 +12,8 @@ from specsim.errors import SpecsimError
 from specsim.options import option
 from specsim.record.requant import TYPES as TARGET_TYPES
 
+# the step model's speculative terms (profile.design); which a grid fits is frozen per grid
+TERMS = ("spec_step", "draft_token", "drafter_request")
 MAX_DRAFT = 256  # tokens drafted per step: far beyond any useful one (llama.cpp's default: 16)
 SPEC_HELP = (
     "none, ngram:M (ngram-simple, draft size M) or dspark:N[:P] (draft-dspark, "
@@ -137,6 +139,11 @@ class LlamaValidationConfig:
         None, "a profile folder from an earlier run (profile-t*.csv) instead of calibrating",
         type=Path,
     )  # fmt: skip
+    terms: tuple[str, ...] = option(
+        TERMS,
+        "the step model's speculative terms (of TERMS; frozen per grid by the "
+        "leave-one-run-out rule, docs/llama-cpp.md: v3 all three, v4 drafter_request only)",
+    )
     # -- the server
     threads: int = option(1, "llama-server -t (1 measured best on the 2-core VM: docs)")
     threads_batch: int | None = option(
@@ -196,6 +203,13 @@ class LlamaValidationConfig:
         check_flags(self)  # the numbers' bounds, before any server starts (issue: reliability v3)
         if self.threads_batch is not None and self.threads_batch < 1:
             raise SpecsimError(f"--threads-batch must be at least 1, got {self.threads_batch}")
+        unknown = [
+            t for t in self.terms if t not in ("spec_step", "draft_token", "drafter_request")
+        ]
+        if unknown:
+            raise SpecsimError(
+                f"--terms {unknown[0]!r} unknown; use spec_step, draft_token, drafter_request"
+            )
         if self.dspark_trace not in ("torch", "server"):
             raise SpecsimError(f"--dspark-trace is 'torch' or 'server', got {self.dspark_trace!r}")
         if self.target_type not in TARGET_TYPES:
@@ -274,8 +288,6 @@ def check_flags(cfg: LlamaValidationConfig) -> None:
             "its profile-t<T>.csv files)"
         )
     if cfg.profile is not None:
-        from specsim.fidelity.llama.profile import profile_file, profile_key
-
         keys = sorted({profile_key(s.name, t) for s in cfg.settings for t in cfg.temperatures})
         missing = [
             profile_file(k) for k in keys if not (Path(cfg.profile) / profile_file(k)).is_file()
@@ -313,3 +325,17 @@ def check_dspark(cfg: LlamaValidationConfig) -> None:
             f"drafter {folder.name} has no confidence head: llama-server refuses "
             "--spec-draft-p-min > 0 with it; use dspark:N without :P"
         )
+
+
+def profile_key(spec: str, temperature: float) -> tuple[bool, float]:
+    """Which fitted profile a setting's cells are simulated with: (draft-model setting?,
+    temperature). A draft-model setting pays its drafter's forward per decoder; the others
+    share one profile per temperature."""
+    return SpecSetting.parse(spec).kind == "dspark", float(temperature)
+
+
+def profile_file(key: tuple[bool, float]) -> str:
+    """The profile's file in the report folder: ``profile-t<T>.csv`` (as before draft-model
+    settings existed), ``profile-drafter-t<T>.csv`` for draft-model settings."""
+    drafter, t = key
+    return f"profile-drafter-t{t:g}.csv" if drafter else f"profile-t{t:g}.csv"

@@ -19,8 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from specsim.fidelity.llama.config import LlamaValidationConfig, SpecSetting
-from specsim.fidelity.llama.profile import profile_key
+from specsim.fidelity.llama.config import LlamaValidationConfig, SpecSetting, profile_key
 from specsim.fidelity.llama.servers import limits, send
 from specsim.fidelity.llama.traces import GridInputs
 from specsim.serve.llama_trace import path_counts

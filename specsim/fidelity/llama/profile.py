@@ -43,12 +43,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+# The speculative terms (config.TERMS), frozen before the v3 held-out grid (issue 48): each
+# lowered the mean absolute leave-one-run-out error of the calibration runs' wall time (13.1%
+# without them, 10.8% with spec_step, 9.4% with both; docs/llama-cpp.md); drafter_request is
+# structural: the drafter's forward, fitted where draft-model settings are calibrated. A grid
+# fits the ones its --terms names (v4: drafter_request only, reports/llama-cpp-v4/PLAN.md).
+from specsim.fidelity.llama.config import TERMS
+
 BASE_KNOTS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
-# The speculative terms, frozen before the held-out grid (issue 48): each lowered the mean
-# absolute leave-one-run-out error of the calibration runs' wall time (13.1% without them,
-# 10.8% with spec_step, 9.4% with both; docs/llama-cpp.md). drafter_request is structural: the
-# drafter's forward, fitted where draft-model settings are calibrated.
-TERMS = ("spec_step", "draft_token", "drafter_request")
 CONTEXT_ROWS = (0.0, 8192.0)
 HUBER_K = 1.5  # residuals beyond this many robust sd get less weight (VM hiccups)
 
@@ -226,20 +228,6 @@ def _fill_knots(knots: Sequence[int], vals: np.ndarray, seen: np.ndarray) -> np.
     if seen.sum() >= 2 and not seen.all():
         v[~seen] = np.interp(k[~seen], k[seen], v[seen])
     return v
-
-
-def profile_key(spec: str, temperature: float) -> tuple[bool, float]:
-    """Which fitted profile a setting's cells are simulated with: (draft-model setting?,
-    temperature). A draft-model setting pays its drafter's forward per decoder; the others
-    share one profile per temperature."""
-    return spec_kind(spec) == "dspark", float(temperature)
-
-
-def profile_file(key: tuple[bool, float]) -> str:
-    """The profile's file in the report folder: ``profile-t<T>.csv`` (as before draft-model
-    settings existed), ``profile-drafter-t<T>.csv`` for draft-model settings."""
-    drafter, t = key
-    return f"profile-drafter-t{t:g}.csv" if drafter else f"profile-t{t:g}.csv"
 
 
 def cost_model(fit: StepFit, temperature: float, name: str, limits: dict[str, int],
