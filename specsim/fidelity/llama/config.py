@@ -203,13 +203,9 @@ class LlamaValidationConfig:
         check_flags(self)  # the numbers' bounds, before any server starts (issue: reliability v3)
         if self.threads_batch is not None and self.threads_batch < 1:
             raise SpecsimError(f"--threads-batch must be at least 1, got {self.threads_batch}")
-        unknown = [
-            t for t in self.terms if t not in ("spec_step", "draft_token", "drafter_request")
-        ]
+        unknown = [t for t in self.terms if t not in TERMS]
         if unknown:
-            raise SpecsimError(
-                f"--terms {unknown[0]!r} unknown; use spec_step, draft_token, drafter_request"
-            )
+            raise SpecsimError(f"--terms {unknown[0]!r} unknown; use some of {', '.join(TERMS)}")
         if self.dspark_trace not in ("torch", "server"):
             raise SpecsimError(f"--dspark-trace is 'torch' or 'server', got {self.dspark_trace!r}")
         if self.target_type not in TARGET_TYPES:
