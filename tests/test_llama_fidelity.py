@@ -129,6 +129,7 @@ def test_config_takes_dspark_settings_of_the_shipped_drafter_and_serves_them():
         ({"repeats": 0}, "--repeats"),
         ({"target_type": "Q2_K"}, "--target-type 'Q2_K' unknown; use one of Q4_1"),
         ({"dspark_trace": "gpu"}, "--dspark-trace is 'torch' or 'server'"),
+        ({"ngram_trace": "torch"}, "--ngram-trace is 'port' or 'server'"),
         ({"terms": ("spec_step", "attention")}, "--terms 'attention' unknown; use some of"),
     ],
 )

@@ -111,6 +111,12 @@ class LlamaValidationConfig:
         "the target's teacher-forced pass) or 'server' (the server's own quantized drafter: "
         "its step log over a recording run, specsim/serve/spec_log.py)",
     )
+    ngram_trace: str = option(
+        "port",
+        "where the ngram:M settings' drafts come from: 'port' (the exact ngram-simple port over "
+        "the plain server's outputs) or 'server' (each setting's own server's step log over a "
+        "recording run, as --dspark-trace server: its own outputs, which at T > 0 differ)",
+    )
     concurrency: tuple[int, ...] = option(
         (1, 2, 3, 4, 6, 8, 12, 16), "closed-loop levels", type=int
     )
@@ -206,6 +212,8 @@ class LlamaValidationConfig:
         unknown = [t for t in self.terms if t not in TERMS]
         if unknown:
             raise SpecsimError(f"--terms {unknown[0]!r} unknown; use some of {', '.join(TERMS)}")
+        if self.ngram_trace not in ("port", "server"):
+            raise SpecsimError(f"--ngram-trace is 'port' or 'server', got {self.ngram_trace!r}")
         if self.dspark_trace not in ("torch", "server"):
             raise SpecsimError(f"--dspark-trace is 'torch' or 'server', got {self.dspark_trace!r}")
         if self.target_type not in TARGET_TYPES:

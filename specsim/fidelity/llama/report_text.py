@@ -85,6 +85,8 @@ def _kinds(cfg: LlamaValidationConfig) -> str:
     """What the setting names mean, the draft-dspark ones only where the grid has them (and
     then which drafter)."""
     out = f"ngram:M = `--spec-type ngram-simple`, lookup {cfg.ngram_n}, draft size M"
+    if cfg.ngram_trace == "server":
+        out += ", traces from each server's own step log"
     if any(s.kind == "dspark" for s in cfg.settings):
         out += (
             f"; dspark:N[:P] = `--spec-type draft-dspark --spec-draft-n-max N "

@@ -130,9 +130,15 @@ def natural_lengths(srv, ids: list[list[int]], cfg: LlamaValidationConfig) -> li
 
 
 def setting_trace(
-    cfg: LlamaValidationConfig, s: SpecSetting, inputs: GridInputs, temperature: float
+    cfg: LlamaValidationConfig,
+    s: SpecSetting,
+    inputs: GridInputs,
+    temperature: float,
+    log: Callable[[str], None] | None = None,
 ) -> Trace:
-    """The trace of setting ``s`` over the outputs at ``temperature``."""
+    """The trace of setting ``s`` at ``temperature``: over the plain server's outputs (the
+    n-gram port), or its own server's walk (``--ngram-trace server``; draft-dspark: see
+    :func:`dspark_traces`)."""
     outs = inputs.outputs[float(temperature)]
     plen = [len(p) for p in inputs.ids]
     meta = {
@@ -144,10 +150,15 @@ def setting_trace(
         return build_trace(plen, inputs.lengths, None, None, None, 1, meta)
     if s.kind == "dspark":
         return dspark_traces(cfg, [s], inputs, [temperature])[(s.name, float(temperature))]
+    meta["drafter"] = f"ngram-simple n={cfg.ngram_n} m={s.n_max}"
+    meta["drafts_from"] = cfg.ngram_trace
+    if cfg.ngram_trace == "server":
+        t = float(temperature)
+        pos = _server_drafts(cfg, [s], inputs, [t], log)[(s.name, t)]
+        return _trace_of(plen, inputs.lengths, pos, s.n_max, meta)
     d = drafter_of(cfg, s)
     assert d is not None
     pos = [positions(d, p, o, cfg.ctx_per_slot) for p, o in zip(inputs.ids, outs, strict=True)]
-    meta["drafter"] = f"ngram-simple n={cfg.ngram_n} m={s.n_max}"
     return _trace_of(plen, inputs.lengths, pos, s.n_max, meta)
 
 
@@ -171,7 +182,7 @@ def all_traces(
     for s in settings:
         for t in cfg.temperatures:
             if s.kind != "dspark":
-                made[(s.name, float(t))] = setting_trace(cfg, s, inputs, t)
+                made[(s.name, float(t))] = setting_trace(cfg, s, inputs, t, log)
     return {(s.name, float(t)): made[(s.name, float(t))] for s in settings
             for t in cfg.temperatures}  # fmt: skip
 
@@ -193,7 +204,7 @@ def dspark_traces(
     folder = drafter_folder(cfg)
     temps = [float(t) for t in temperatures]
     plen = [len(p) for p in inputs.ids]
-    found = (_server_dspark if cfg.dspark_trace == "server" else _torch_dspark)(
+    found = (_server_drafts if cfg.dspark_trace == "server" else _torch_dspark)(
         cfg, settings, inputs, temps, log
     )
     out = {}
@@ -223,7 +234,7 @@ def _torch_dspark(cfg, settings, inputs, temps, log):  # noqa: ANN001, ANN202
             for s in settings for k, t in enumerate(temps)}  # fmt: skip
 
 
-def _server_dspark(cfg, settings, inputs, temps, log):  # noqa: ANN001, ANN202
+def _server_drafts(cfg, settings, inputs, temps, log):  # noqa: ANN001, ANN202
     """Each setting's own server over the grid's prompts, its step log read (one run each)."""
     from specsim.fidelity.llama.server_drafts import server_positions
 
