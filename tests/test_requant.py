@@ -32,6 +32,7 @@ def made(shipped, tmp_path_factory):
     return lambda qtype: requantized(shipped, qtype, folder)
 
 
+@pytest.mark.slow  # fast suite under 5 min: 15 s (CI runs it)
 @pytest.mark.parametrize("qtype", ["Q8_0", "Q4_0", "Q4_0-pure"])
 def test_requantized_keeps_every_tensor_and_key(src, made, qtype):
     dst = gguf.GGUFReader(made(qtype))

@@ -22,6 +22,7 @@ def _ids(cfg: LlamaValidationConfig, n: int) -> list[list[int]]:
         return chat_prompt_ids(srv, texts)
 
 
+@pytest.mark.slow  # fast suite under 5 min: 5 s (CI runs it)
 @pytest.mark.real_server
 def test_the_server_walk_of_an_ngram_setting_is_the_exact_port(tmp_path):
     """ngram:3 at four in flight: each request's trace from the server's log is a walk (from
