@@ -1,5 +1,7 @@
 """What a speculative setting's own llama-server drafted and accepted at every step of the
-grid's outputs: the trace of ``dspark:N[:P]`` from the drafter the server runs.
+grid's outputs: the trace of ``dspark:N[:P]`` from the drafter the server runs
+(``--dspark-trace server``), and of ``ngram:M`` over the server's own outputs
+(``--ngram-trace server``).
 
 Why: the torch drafter (fp32) next to the server's outputs is not the drafter the server runs
 (its GGUF), and on the v3 held-out grid their acceptance differed by up to 8.9%. Here the
@@ -9,7 +11,8 @@ setting's server itself takes the grid's prompts once (the outputs' run: their l
 the server's walk visited, the drafts it verified and the prefix it accepted. The run's
 outputs come back too: the caller counts those that differ from the plain server's (on the
 Q4_0 target a batch of one token and a batch of several take different kernels, so a greedy
-near-tie can flip), as the grid reports it for every setting.
+near-tie can flip; an output streamed short, a token ending inside a UTF-8 character, counts
+as different too), as the grid reports it for every setting.
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ them one trace per speculative setting and temperature.
   iff it equals that sample), so these outputs are what every setting's runs emit, up to the
   arithmetic's dependence on the batch (the grid reports how many requests differ).
 - Traces: the drafts llama-server makes at every position of those outputs
-  (:mod:`specsim.serve.ngram` for ``ngram:M``; for ``dspark:N[:P]`` either the target's
+  (:mod:`specsim.serve.ngram` for ``ngram:M``, or with ``--ngram-trace server`` each
+  server's own step log over a recording run; for ``dspark:N[:P]`` either the target's
   teacher-forced pass and the torch drafter, :mod:`specsim.record.llama_dspark_trace`, the
   only part of the grid that imports torch, or with ``--dspark-trace server`` the server's
   own step log over a recording run, :mod:`specsim.fidelity.llama.server_drafts`), built by
