@@ -146,7 +146,3 @@ def policy_label(policy: str) -> str:
     except Exception:  # noqa: BLE001 - a name only a report knows (zos-serial): no claim to add
         return policy
     return policy if lossless else f"{policy} (lossy)"
-
-
-def policy_color(policy: str) -> str:
-    return policy_style(policy).color

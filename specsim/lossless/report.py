@@ -70,23 +70,6 @@ def mutant_table(
     return pd.DataFrame([mutant_row(m, seed, samples, stop_early, checks) for m in catalogue()])
 
 
-def correct_table(seed: int = 0, samples: int = DEFAULT_SAMPLES) -> pd.DataFrame:
-    """Every correct pipeline's checks, one row each: all must pass."""
-    rows = []
-    for pipe in correct_pipelines():
-        df = check_pipeline(pipe, seed=seed, samples=samples, progress=False)
-        rows.append(
-            {
-                "pipeline": pipe.name,
-                "checks": len(df),
-                "max_exact_tv": df.loc[df["check"] == "exact", "tv"].max(),
-                "min_p_value": df.loc[df["check"] == "statistical", "p_value"].min(),
-                "passed": bool(df["lossless"].all()),
-            }
-        )
-    return pd.DataFrame(rows)
-
-
 def stress(seeds=range(20), samples: int = DEFAULT_SAMPLES) -> pd.DataFrame:
     """The statistical checks under many seeds (run once while developing, not in CI): how many
     correct pipelines pass and how many statistically-caught mutants are caught, per seed."""

@@ -329,12 +329,6 @@ class BlockSampler:
             window[rows, j] = self.ctx.sample_after(before, self.rng.random(rows.size))
 
 
-def sample_block(world, pipe: Pipeline, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """(counts, target probabilities) per stratum, from ``n`` sampled blocks."""
-    s = BlockSampler(world, pipe, seed)
-    return s.counts(n), s.probs
-
-
 def _multi_chunk(world, pipe: Pipeline, n: int, rng) -> np.ndarray:
     """Multi-draft: k = gamma candidates for the first token; the token of each case."""
     toy, k = world.toy, world.gamma

@@ -177,13 +177,6 @@ class ExactRequests:
         return float(np.partition(f, c - 1)[c - 1])
 
 
-def itl_ms(log: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(chunk gap in ms, chunks) per engine step: the inter-token latency distribution."""
-    c = COL
-    period = (log[:, c["duration_s"]] + log[:, c["sched_wait_s"]]) * 1000.0
-    return period, log[:, c["decoding"]]
-
-
 def latency_summary(
     raw: RawLog,
     done: np.ndarray | None,

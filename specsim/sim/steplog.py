@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import math
 from array import array
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -161,33 +160,3 @@ class RunningSums:
             window_start=self.t0,
             window_end=self.t1,
         )
-
-
-def retime(raw: Any, steps: Any) -> Any:
-    """The closed-loop run ``raw`` (on the engine's clock) on the wall clock: every time stamp
-    of a closed loop is some step's start or end, so mapping step boundaries maps them all.
-    ``steps``: the engine's step table (its ``wall_start_s`` and ``wall_end_s`` columns)."""
-    start = raw.step_log[:, 0]
-    end = start + raw.step_log[:, 1]
-    virt = np.empty(2 * start.shape[0])
-    wall = np.empty_like(virt)
-    virt[0::2], virt[1::2] = start, end
-    wall[0::2] = steps["wall_start_s"].to_numpy()
-    wall[1::2] = steps["wall_end_s"].to_numpy()
-
-    def f(t: np.ndarray | None) -> np.ndarray | None:
-        return None if t is None else np.interp(t, virt, wall)
-
-    log = raw.step_log.copy()
-    log[:, 0] = wall[0::2]
-    log[:, 1] = wall[1::2] - wall[0::2]
-    return replace(
-        raw,
-        arrival_s=f(raw.arrival_s),
-        admitted_s=f(raw.admitted_s),
-        first_token_s=f(raw.first_token_s),
-        finish_s=f(raw.finish_s),
-        step_log=log,
-        token_time=f(raw.token_time),
-        sim_time_s=float(wall[-1]) if wall.size else 0.0,
-    )
