@@ -62,6 +62,7 @@ class Task:
     accepted: list[int] = field(default_factory=list)
     prompt_n: int = -1  # prompt tokens the server evaluated (the uncached part)
     generated: int = -1
+    ended_s: float = float("nan")  # its timings' line: after the step that ended it
 
     @property
     def totals(self) -> tuple[int, int]:
@@ -111,6 +112,7 @@ def parse(text: str) -> list[Task]:
             task.prompt_n = int(m["prompt"])
         else:
             task.generated = int(m["gen"])
+            task.ended_s = t
     if saw_verify and not saw_step:
         raise SpecsimError(
             "llama-server log has verifies but no step lines: start it with -lv 5 "
