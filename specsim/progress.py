@@ -46,10 +46,6 @@ def _mode() -> str:
     return "bar" if sys.stderr.isatty() or _in_notebook() else "lines"
 
 
-def _enabled() -> bool:
-    return _mode() != "off"
-
-
 def _clock(seconds: float) -> str:
     m, s = divmod(int(round(seconds)), 60)
     h, m = divmod(m, 60)

@@ -34,8 +34,6 @@ from specsim.commands.profile_args import (  # noqa: F401 - the flags' value rul
 )
 from specsim.errors import SpecsimError
 
-ACTIONS = ("measure", "import", "export", "show", "build", "fit")
-
 
 def legacy_argv(argv: list[str]) -> list[str]:
     """``specsim profile --out F ...`` -> ``specsim profile measure --out F ...``. Only a flag

@@ -301,7 +301,6 @@ class ParquetRows:
         self._schema = None
         self._pending: list[object] = []  # pandas frames not yet written
         self._rows = 0
-        self.rows_written = 0
 
     def add(self, batch: Finished) -> None:
         from specsim.sim.metrics import request_columns
@@ -327,7 +326,6 @@ class ParquetRows:
             self._writer = pq.ParquetWriter(self.path, self._schema)
         for start in range(0, table.num_rows, self.row_group):
             self._writer.write_table(table.slice(start, self.row_group))
-        self.rows_written += table.num_rows
 
     def close(self) -> None:
         """Write what is left and the file's footer (an empty table if no request finished)."""

@@ -23,13 +23,6 @@ from typing import Any
 
 from specsim.errors import SpecsimError
 
-# how each speculative kind's depth (the most tokens drafted per step) is set
-DEPTH_FLAGS = {
-    "ngram-simple": "--spec-ngram-simple-size-m",
-    "draft-simple": "--spec-draft-n-max",
-    "draft-dspark": "--spec-draft-n-max",
-}
-
 
 @dataclass(frozen=True)
 class Kind:

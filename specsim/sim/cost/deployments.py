@@ -239,7 +239,6 @@ H800 = GpuFacts(
     flops=Fact(1979e12, H800_SPEC),
     per_node=Fact(8, "HGX board: 8 GPUs per node"),
 )
-GPUS = {"H20": H20, "H800": H800}
 
 # One NIC per GPU at 400 Gb/s and NVLink inside an 8-GPU node. The NIC figure is what DeepEP and
 # the V3 report give (~50 GB/s); DeepEP's normal kernels reach 43 GB/s across 2 nodes (EP 16), the
