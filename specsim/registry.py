@@ -43,6 +43,11 @@ class Registry(Generic[T]):
 
         return deco
 
+    def no_arg(self, name: str, arg: str | None) -> None:
+        """Refuse ``NAME:ARG`` for a factory that takes no argument."""
+        if arg is not None:
+            raise SpecsimError(f"{self.kind} {name!r} takes no argument (got {name}:{arg})")
+
     def names(self) -> list[str]:
         return sorted(self._factories)
 

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from specsim.errors import SpecsimError
 from specsim.policies.base import POLICIES, Policy, StepInput
 from specsim.policies.hw_aware import (
     _global_budget_flat,
@@ -250,8 +249,7 @@ def plan_depth(lag_surv: np.ndarray, step_time, draft_time) -> int:
     help="ZOS on confidences calibrated online from verification outcomes (alias: auto)",
 )
 def calibrated_zos(arg: str | None = None) -> Policy:
-    if arg is not None:
-        raise SpecsimError(f"policy 'calibrated-zos' takes no argument (got calibrated-zos:{arg})")
+    POLICIES.no_arg("calibrated-zos", arg)
     return Policy(
         name="calibrated-zos",
         schedule=calibrated_zos_lengths,
@@ -264,6 +262,5 @@ def calibrated_zos(arg: str | None = None) -> Policy:
 
 @POLICIES.register("auto", help="the policy to deploy blind: calibrated-zos")
 def auto(arg: str | None = None) -> Policy:
-    if arg is not None:
-        raise SpecsimError(f"policy 'auto' takes no argument (got auto:{arg})")
+    POLICIES.no_arg("auto", arg)
     return calibrated_zos()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from specsim.errors import SpecsimError
 from specsim.policies.base import POLICIES, Policy, StepInput
 
 PRIOR_ACCEPT_RATE = 0.5  # used until the engine has estimates
@@ -42,8 +41,7 @@ def goodput_lengths(inp: StepInput) -> np.ndarray:
 
 @POLICIES.register("goodput", help="one k for the batch from online acceptance (SmartSpec/vLLM)")
 def goodput(arg: str | None = None) -> Policy:
-    if arg is not None:
-        raise SpecsimError(f"policy 'goodput' takes no argument (got goodput:{arg})")
+    POLICIES.no_arg("goodput", arg)
     return Policy(
         name="goodput",
         schedule=goodput_lengths,

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from specsim.errors import SpecsimError
 from specsim.policies.base import POLICIES, Policy, StepInput
 
 
@@ -283,14 +282,9 @@ def global_solo(conf: np.ndarray, accept_len: np.ndarray, step_time) -> np.ndarr
     return _solo_theta(conf, step_time).argmax(axis=1).astype(np.int64)
 
 
-def _no_arg(name: str, arg: str | None) -> None:
-    if arg is not None:
-        raise SpecsimError(f"policy {name!r} takes no argument (got {name}:{arg})")
-
-
 @POLICIES.register("hw-aware", help="DSpark Algorithm 1: survival-ranked search, early stop")
 def hw_aware(arg: str | None = None) -> Policy:
-    _no_arg("hw-aware", arg)
+    POLICIES.no_arg("hw-aware", arg)
     return Policy(
         name="hw-aware",
         schedule=hw_aware_lengths,
@@ -304,7 +298,7 @@ def hw_aware(arg: str | None = None) -> Policy:
     "hw-aware-global", help="Algorithm 1 without early stop: NOT lossless (Appendix A)"
 )
 def hw_aware_global(arg: str | None = None) -> Policy:
-    _no_arg("hw-aware-global", arg)
+    POLICIES.no_arg("hw-aware-global", arg)
     return Policy(
         name="hw-aware-global",
         schedule=hw_aware_global_lengths,
@@ -317,7 +311,7 @@ def hw_aware_global(arg: str | None = None) -> Policy:
 
 @POLICIES.register("zos", help="production DSpark: lagged global budget + dynamic top-K, ZOS")
 def zos(arg: str | None = None) -> Policy:
-    _no_arg("zos", arg)
+    POLICIES.no_arg("zos", arg)
     return Policy(
         name="zos",
         schedule=zos_lengths,

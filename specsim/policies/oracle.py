@@ -22,8 +22,7 @@ def oracle_lengths(inp: StepInput) -> np.ndarray:
 
 @POLICIES.register("oracle", help="verify exactly what will be accepted (upper bound)")
 def oracle(arg: str | None = None) -> Policy:
-    if arg is not None:
-        raise SpecsimError(f"policy 'oracle' takes no argument (got oracle:{arg})")
+    POLICIES.no_arg("oracle", arg)
     return Policy(
         name="oracle",
         schedule=oracle_lengths,

@@ -34,14 +34,9 @@ def _constant(name: str, k: int | None) -> Policy:
     )
 
 
-def _no_arg(name: str, arg: str | None) -> None:
-    if arg is not None:
-        raise SpecsimError(f"policy {name!r} takes no argument (got {name}:{arg})")
-
-
 @POLICIES.register("ar", help="no speculation: verify no drafts, one token per step")
 def ar(arg: str | None = None) -> Policy:
-    _no_arg("ar", arg)
+    POLICIES.no_arg("ar", arg)
     return _constant("ar", 0)
 
 
@@ -60,11 +55,11 @@ def static(arg: str | None = None) -> Policy:
 
 @POLICIES.register("mtp1", help="static:1, the DSpark paper's production baseline (MTP-1)")
 def mtp1(arg: str | None = None) -> Policy:
-    _no_arg("mtp1", arg)
+    POLICIES.no_arg("mtp1", arg)
     return _constant("mtp1", 1)
 
 
 @POLICIES.register("full", help="verify the whole draft block of every request")
 def full(arg: str | None = None) -> Policy:
-    _no_arg("full", arg)
+    POLICIES.no_arg("full", arg)
     return _constant("full", None)
