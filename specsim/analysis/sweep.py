@@ -485,9 +485,6 @@ class _Store:
         self.parts.mkdir(exist_ok=True)
         write_table(frame, self._part_path(cell))
 
-    def read_part(self, cell: Cell) -> pd.DataFrame:
-        return pd.read_parquet(self._part_path(cell))
-
     def finish(self, table: pd.DataFrame) -> None:
         write_table(table, self.out, meta={SWEEP_META_KEY: b"1"})
         if self.parts.exists():
