@@ -130,12 +130,29 @@ def test_config_takes_dspark_settings_of_the_shipped_drafter_and_serves_them():
         ({"target_type": "Q2_K"}, "--target-type 'Q2_K' unknown; use one of Q4_1"),
         ({"dspark_trace": "gpu"}, "--dspark-trace is 'torch' or 'server'"),
         ({"ngram_trace": "torch"}, "--ngram-trace is 'port' or 'server'"),
+        ({"step_clock": "wall"}, "--step-clock is 'client' or 'server'"),
         ({"terms": ("spec_step", "attention")}, "--terms 'attention' unknown; use some of"),
     ],
 )
 def test_config_refuses_bad_grids(change, match):
     with pytest.raises(SpecsimError, match=match):
         LlamaValidationConfig(**change)
+
+
+def test_scoring_reads_the_calibration_steps_of_its_clock():
+    """One calibration table holds both clocks' steps of the same runs; a table from before the
+    clock column is the client's; a clock that timed nothing is refused in one line."""
+    import pandas as pd
+
+    from specsim.fidelity.llama.profile import calibration_steps
+
+    both = pd.DataFrame({"duration_s": [0.01, 0.02, 0.03], "clock": ["client", "server", "server"]})
+    assert calibration_steps(both, "server")["duration_s"].tolist() == [0.02, 0.03]
+    assert "clock" not in calibration_steps(both, "client")
+    old = both.drop(columns="clock")
+    assert len(calibration_steps(old, "client")) == 3
+    with pytest.raises(SpecsimError, match="no 'server' clock's table; measure with --step-clock"):
+        calibration_steps(old, "server")
 
 
 @pytest.mark.parametrize(
@@ -254,6 +271,35 @@ def test_a_tiny_grid_runs_end_to_end_against_llama_server(tmp_path):
     assert json.loads((out / "grid_time.json").read_text())["minutes"] > 0
     assert main(argv) == 2  # an existing report is not replaced without --force
     assert main([*argv, "--rescore"]) == 0  # scoring again needs no server
+
+
+@pytest.mark.slow
+@pytest.mark.real_server
+def test_a_grid_calibrated_on_the_servers_clock(tmp_path):
+    """``--step-clock server``: the calibration runs go to a server of their own that logs its
+    steps; both clocks' tables of the same runs are kept (the server's emits what the
+    requests generated), the raw log becomes a step table, and the same runs score again on
+    the client's clock."""
+    out = tmp_path / "llama"
+    argv = ["validate", "--engine", "llama-server", "--prompts", "copy-edit[0:3]",
+            "--specs", "none,ngram:3", "--concurrency", "1", "--rates", "2", "--repeats", "1",
+            "--temperatures", "0", "--min-requests", "3", "--open-requests", "3",
+            "--max-tokens", "24", "--calib-prompts", "copy-edit[32:35]",
+            "--calib-concurrency", "1,2", "--calib-requests", "2", "--parallel", "4",
+            "--target-type", "Q4_0-pure", "--step-clock", "server", "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    steps = pd.read_parquet(out / "calibration_steps.parquet")
+    assert set(steps["clock"]) == {"client", "server"}
+    server = steps[steps["clock"] == "server"]
+    assert (server["duration_s"] > 0).all() and (server["prefill_tokens"] > 0).any()
+    ng = server[server["spec"] == "ngram:3"]
+    assert (ng["batch_tokens"] > ng["decoding"]).any()  # it drafted, and the log says so
+    emitted = steps.groupby(["clock", "spec", "concurrency"])["emitted"].sum()
+    assert (emitted["server"] == emitted["client"]).all()  # every generated token, both ways
+    assert (out / "logs" / "steps" / "calibration-ngram-3.parquet").exists()
+    assert not list((out / "logs" / "calibration").glob("*.log"))
+    argv[argv.index("server")] = "client"
+    assert main([*argv, "--rescore"]) == 0
 
 
 def test_rankings_with_intervals_count_pairs_whose_intervals_do_not_overlap():

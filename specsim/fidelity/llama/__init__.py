@@ -51,7 +51,7 @@ def measure(
     runs on a server of its own. Everything the scoring reads is written to ``cfg.out``."""
     import pandas as pd
 
-    from specsim.fidelity.llama.calibrate import calibrate
+    from specsim.fidelity.llama.calibrate import calibrate, calibration_server, keep_calibration_log
     from specsim.fidelity.llama.grid import real_runs
     from specsim.fidelity.llama.servers import start_server
     from specsim.fidelity.llama.traces import all_traces, prepare
@@ -84,8 +84,14 @@ def measure(
     if cfg.target_ci is None:  # fixed --repeats: one setting's server at a time
         for s in cfg.settings:
             log(f"phase 2: {s.name}: calibration, then the grid")
+            if cfg.profile is None and cfg.step_clock == "server":
+                with calibration_server(cfg, s, out) as cal:
+                    st, rows = calibrate(cfg, s, cal, inputs.calib_ids, inputs.calib_lengths, log)
+                keep_calibration_log(s, out)
+                steps.append(st)
+                calib_rows += rows
             with start_server(cfg, s, out / "logs") as srv:
-                if cfg.profile is None:
+                if cfg.profile is None and cfg.step_clock == "client":
                     st, rows = calibrate(cfg, s, srv, inputs.calib_ids, inputs.calib_lengths, log)
                     steps.append(st)
                     calib_rows += rows
@@ -100,10 +106,16 @@ def measure(
             servers = {}
             for s in cfg.settings:
                 log(f"phase 2: {s.name}: server" + (", calibration" if cfg.profile is None else ""))
+                if cfg.profile is None and cfg.step_clock == "server":
+                    with calibration_server(cfg, s, out) as cal:
+                        st, rows = calibrate(cfg, s, cal, inputs.calib_ids, inputs.calib_lengths,
+                                             log)  # fmt: skip
+                    keep_calibration_log(s, out)
                 srv = stack.enter_context(start_server(cfg, s, out / "logs"))
                 servers[s.name] = srv
-                if cfg.profile is None:
+                if cfg.profile is None and cfg.step_clock == "client":
                     st, rows = calibrate(cfg, s, srv, inputs.calib_ids, inputs.calib_lengths, log)
+                if cfg.profile is None:
                     steps.append(st)
                     calib_rows += rows
             log(f"phase 2: the grid, repeated until +-{100 * cfg.target_ci:g}% (round-robin)")
@@ -125,7 +137,7 @@ def score(cfg: LlamaValidationConfig, log: Callable[[str], None] = print) -> pd.
 
     from specsim.fidelity.llama.config import profile_file, profile_key
     from specsim.fidelity.llama.grid import compare, rankings
-    from specsim.fidelity.llama.profile import cost_model, fit_steps
+    from specsim.fidelity.llama.profile import calibration_steps, cost_model, fit_steps
     from specsim.fidelity.llama.report import write_report
     from specsim.fidelity.llama.servers import limits
     from specsim.outputs import jsonable, write_table, write_text
@@ -156,6 +168,7 @@ def score(cfg: LlamaValidationConfig, log: Callable[[str], None] = print) -> pd.
             continue
         if fit is None:
             steps = pd.read_parquet(out / "calibration_steps.parquet")
+            steps = calibration_steps(steps, cfg.step_clock)
             fit = fit_steps(steps, cfg.temperatures, cfg.terms)
         drafter, t = key
         at = ",".join(map(str, cfg.calib_concurrency))

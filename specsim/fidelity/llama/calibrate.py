@@ -13,13 +13,16 @@ model is loaded once per setting and never runs beside a measured run.
 
 from __future__ import annotations
 
+import re
+import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from specsim.fidelity.llama.config import LlamaValidationConfig, SpecSetting
-from specsim.fidelity.llama.servers import send
+from specsim.fidelity.llama.servers import send, start_server
 from specsim.fidelity.llama.traces import request_positions
 from specsim.serve.bench_config import Job, Result
 from specsim.serve.llama_steps import align, request_groups, step_table
@@ -74,14 +77,22 @@ def calibrate(
     lengths: list[int],
     log: Callable[[str], None],
 ) -> tuple[pd.DataFrame, list[dict]]:
-    """Every calibration run of setting ``s`` on ``srv``: their steps (one frame) and a row of
-    run-level numbers each."""
+    """Every calibration run of setting ``s`` on ``srv``: their steps (one frame, a ``clock``
+    column: ``client`` rebuilt, and ``server`` where ``srv`` logs its steps) and a row of
+    run-level numbers each. A first request warms the server up, unmeasured (its first
+    request after loading runs up to five times slower: PLAN.md step 2c)."""
     frames, rows, runs = [], [], []
+    send(srv, ids[:1], [min(lengths[0], 16)], temperature=0.0, seed=cfg.seed, concurrency=1)
+    at = _logged_steps(srv, 0, 1)[1] if cfg.step_clock == "server" else 0
     for t in cfg.temperatures:
         for c in cfg.calib_concurrency:
             n = int(np.ceil(cfg.calib_requests * c))
             jobs, res, summary = send(srv, ids, lengths, temperature=t, seed=cfg.seed + 1,
                                       concurrency=c, requests=n)  # fmt: skip
+            if cfg.step_clock == "server":
+                table, at = _logged_steps(srv, at, n)
+                frames.append(table.assign(spec=s.name, temperature=float(t), concurrency=c,
+                                           clock="server"))  # fmt: skip
             failed = [r.error for r in res if r.error]
             if failed:  # a profile fitted on the steps of the requests that survived is wrong
                 from specsim.errors import RunFailed
@@ -102,6 +113,7 @@ def calibrate(
         at += len(jobs)
         table, info = run_steps(cfg, s, jobs, res, mine)
         table["spec"], table["temperature"], table["concurrency"] = s.name, float(t), c
+        table["clock"] = "client"
         frames.append(table)
         rows.append({"spec": s.name, "temperature": t, "concurrency": c, "requests": n,
                      "throughput_tok_s": summary["throughput_tok_s"],
@@ -111,3 +123,46 @@ def calibrate(
             f"{len(table)} steps, align {info['align_worst']:.2f}, drafts exact "
             f"{info['requests_exact']}/{info['requests_checked']}")  # fmt: skip
     return pd.concat(frames, ignore_index=True), rows
+
+
+_ENDED = re.compile(r"\|\s+eval time =")
+
+
+def _logged_steps(srv, at: int, requests: int) -> tuple[pd.DataFrame, int]:  # noqa: ANN001
+    """The steps of the run whose log starts at offset ``at`` of ``srv``'s log, on the server's
+    clock, and where the next run's starts. The log is written by a thread of its own: wait
+    (up to 10 s) until every request's timings line is in it."""
+    from specsim.serve import spec_log
+    from specsim.serve.log_steps import server_steps
+
+    deadline = time.monotonic() + 10.0
+    while True:
+        text = srv.log_text()
+        end = text.rfind("\n") + 1  # whole lines only
+        if len(_ENDED.findall(text, at, end)) >= requests or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    return server_steps(spec_log.parse(text[at:end])), end
+
+
+def calibration_server(cfg: LlamaValidationConfig, s: SpecSetting, out: Path):  # noqa: ANN201
+    """The server the calibration runs of ``s`` go to: with ``--step-clock server`` one of its
+    own that logs every step (the log costs time, so the grid's cells never run on it; its
+    steps are kept as ``logs/steps/calibration-<setting>.parquet``, the raw log removed),
+    else None (the grid's server calibrates)."""
+    if cfg.step_clock != "server":
+        return None
+    return start_server(cfg, s, out / "logs" / "calibration", steps=True)
+
+
+def keep_calibration_log(s: SpecSetting, out: Path) -> None:
+    """The logging calibration server's log, as its tidy step table (megabytes of text
+    otherwise)."""
+    from specsim.serve import spec_log
+
+    raw = out / "logs" / "calibration" / f"server-{s.slug}.log"
+    if raw.exists():
+        (out / "logs" / "steps").mkdir(parents=True, exist_ok=True)
+        tasks = spec_log.parse(raw.read_text(errors="replace"))
+        spec_log.table(tasks).to_parquet(out / "logs" / "steps" / f"calibration-{s.slug}.parquet")
+        raw.unlink()

@@ -145,6 +145,13 @@ class LlamaValidationConfig:
         None, "a profile folder from an earlier run (profile-t*.csv) instead of calibrating",
         type=Path,
     )  # fmt: skip
+    step_clock: str = option(
+        "client",
+        "whose clock times the calibration's steps: 'client' (rebuilt from the streamed "
+        "chunks' arrival, specsim/serve/llama_steps.py) or 'server' (the calibration servers "
+        "log every step on their own clock, specsim/serve/log_steps.py; both tables are kept "
+        "and scoring reads this one)",
+    )
     terms: tuple[str, ...] = option(
         TERMS,
         "the step model's speculative terms (of TERMS; frozen per grid by the "
@@ -214,6 +221,8 @@ class LlamaValidationConfig:
             raise SpecsimError(f"--terms {unknown[0]!r} unknown; use some of {', '.join(TERMS)}")
         if self.ngram_trace not in ("port", "server"):
             raise SpecsimError(f"--ngram-trace is 'port' or 'server', got {self.ngram_trace!r}")
+        if self.step_clock not in ("client", "server"):
+            raise SpecsimError(f"--step-clock is 'client' or 'server', got {self.step_clock!r}")
         if self.dspark_trace not in ("torch", "server"):
             raise SpecsimError(f"--dspark-trace is 'torch' or 'server', got {self.dspark_trace!r}")
         if self.target_type not in TARGET_TYPES:

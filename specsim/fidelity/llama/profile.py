@@ -183,6 +183,23 @@ def _costs_fit(x: np.ndarray, y: np.ndarray, nk: int) -> np.ndarray:
     return coef
 
 
+def calibration_steps(frame, clock: str):  # noqa: ANN001, ANN201
+    """The calibration's steps on ``clock``'s clock (``client`` or ``server``, a ``clock``
+    column: ``--step-clock``); a table from before that column is the client's. Refused where
+    the runs were not timed by that clock."""
+    if "clock" not in frame:
+        frame = frame.assign(clock="client")
+    mine = frame[frame["clock"] == clock]
+    if mine.empty:
+        from specsim.errors import SpecsimError
+
+        raise SpecsimError(
+            f"the calibration steps have no {clock!r} clock's table; measure with --step-clock "
+            f"{clock} or score with --step-clock {frame['clock'].iloc[0]}"
+        )
+    return mine.drop(columns="clock")
+
+
 def run_time_errors(frame, terms: Sequence[str] = TERMS) -> dict[str, float]:  # noqa: ANN001
     """Leave-one-run-out: for each calibration run (setting, temperature, concurrency), the
     model fitted on the other runs' steps predicts the run's steps; the signed error of their
