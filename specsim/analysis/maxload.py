@@ -9,9 +9,8 @@ probe at concurrency 32 gives exactly the row a sweep at concurrency 32 gives.
 
 from __future__ import annotations
 
+import functools
 import math
-import os
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from typing import Any
 
@@ -19,7 +18,7 @@ import pandas as pd
 
 from specsim.analysis.cell_warnings import KEY, Tally
 from specsim.analysis.grid import Cell
-from specsim.analysis.sweep import build_cells, run_cell
+from specsim.analysis.sweep import _execute, build_cells, check_workers, run_cell
 from specsim.errors import SpecsimError
 from specsim.progress import Progress
 
@@ -99,6 +98,14 @@ def _summary(means: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in means.items() if k not in skip}
 
 
+class _Search(list):
+    """One (trace, policy)'s cells, one search: run as the sweep runs its cells."""
+
+    @property
+    def key_hash(self) -> str:  # its Dask key
+        return f"search-{self[0].key_hash}"
+
+
 def find_max_load(
     traces: Any,
     policies: Any,
@@ -129,6 +136,7 @@ def find_max_load(
     loads = concurrency if concurrency is not None else rates
     if loads is None or concurrency is not None and rates is not None:
         raise SpecsimError("give exactly one of concurrency (--concurrency) or rates (--rates)")
+    check_workers(workers)
     loads = [float(x) for x in loads]
     lo, hi = min(loads), max(loads)
     if not lo < hi:
@@ -145,38 +153,17 @@ def find_max_load(
         duration=duration,
         options=replay_options,
     )
-    groups: dict[tuple[str, str], list[Cell]] = {}
+    groups: dict[tuple[str, str], _Search] = {}
     for c in cells:
-        groups.setdefault((c.trace, c.policy), []).append(c)
+        groups.setdefault((c.trace, c.policy), _Search()).append(c)
     jobs = list(groups.values())
-    rows: list[dict[str, Any]] = []
+    search = functools.partial(search_one, sla_tps=sla_tps, lo=lo, hi=hi, rel_tol=rel_tol)
+    found: dict[int, dict[str, Any]] = {}
     with Progress(len(jobs), "find-max-load", " policies", enabled=progress) as bar:
-        if dask is not None:
-            from specsim.analysis.sweep import dask_client
-
-            client, own = dask_client(dask)
-            try:
-                futs = [
-                    client.submit(search_one, g, sla_tps, lo, hi, rel_tol, pure=False) for g in jobs
-                ]
-                for f in futs:
-                    rows.append(f.result())
-                    bar.update(1)
-            finally:
-                if own:
-                    client.close()
-        else:
-            n = int(workers) if workers else (os.cpu_count() or 1)
-            if n <= 1 or len(jobs) == 1:
-                for g in jobs:
-                    rows.append(search_one(g, sla_tps, lo, hi, rel_tol))
-                    bar.update(1)
-            else:
-                with ProcessPoolExecutor(max_workers=min(n, len(jobs))) as pool:
-                    futs = [pool.submit(search_one, g, sla_tps, lo, hi, rel_tol) for g in jobs]
-                    for f in futs:
-                        rows.append(f.result())
-                        bar.update(1)
+        for job, row in _execute(jobs, workers=workers, dask=dask, runner=search):
+            found[id(job)] = row
+            bar.update(1)
+    rows = [found[id(job)] for job in jobs]  # in grid order, whichever finished first
     tally = Tally("searches")
     for row in rows:
         tally.add(row)

@@ -249,13 +249,17 @@ def run_cells(
 
     The returned frame's ``attrs`` say ``cells_total``, ``cells_run`` and ``cells_reused``.
     """
-    if workers is not None and int(workers) < 1:
-        raise SpecsimError(f"--workers must be at least 1 (default: one per CPU), got {workers}")
+    check_workers(workers)
     store = _Store(Path(out)) if out is not None else None
     with lock(store.out) if store is not None else contextlib.nullcontext():
         table, n_run = _run_locked(cells, store, workers, dask, force, progress, runner)
     table.attrs.update(cells_total=len(cells), cells_run=n_run, cells_reused=len(cells) - n_run)
     return table
+
+
+def check_workers(workers: int | None) -> None:
+    if workers is not None and int(workers) < 1:
+        raise SpecsimError(f"--workers must be at least 1 (default: one per CPU), got {workers}")
 
 
 def cell_cost(cell: Cell) -> float:
