@@ -96,7 +96,11 @@ def _kinds(cfg: LlamaValidationConfig) -> str:
                 if cfg.dspark_trace == "server"
                 else "traces from its torch replay, "
             )
-            + "calibrated on its torch replay's steps (docs/llama-cpp.md, 'Not yet')"
+            + (
+                "calibrated on its server's logged steps"
+                if cfg.step_clock == "server"
+                else "calibrated on its torch replay's steps (docs/llama-cpp.md, 'Not yet')"
+            )
         )
     return out
 
@@ -157,7 +161,8 @@ runs that share neither prompts nor concurrencies with the grid. Method and how 
 - closed loops at C = {conc} ({cfg.min_requests} requests or 3C); Poisson at {rates} req/s
   ({cfg.open_requests} requests); temperatures {temps}; {_repeats(cfg)}
 - prompts: {prompts}, outputs of each prompt's greedy length (at most {cfg.max_tokens})
-- calibration (the profile): {cfg.calib_prompts} at C = {calib}
+- calibration (the profile): {cfg.calib_prompts} at C = {calib}, its steps timed by the
+  {cfg.step_clock}'s clock; speculative terms: {", ".join(cfg.terms) or "none"}
 - server: `-np {cfg.parallel} -c {cfg.parallel * cfg.ctx_per_slot} -t {cfg.threads}
   --threads-batch {cfg.threads if cfg.threads_batch is None else cfg.threads_batch}`
 - machine: {machine}
