@@ -189,3 +189,56 @@ def overlaps(defn: Mapping[str, Any] = HELD_OUT, tuning: Mapping[str, Any] = TUN
     if shared:
         out.append(f"{len(shared)} prompts")
     return out
+
+
+# Issue 66's held-out grid (fidelity v4, reports/llama-cpp-v4/PLAN.md step 3), fixed here before
+# it runs: copy-edit prompts no run saw (the tuning runs took 0-31, their calibration 32-47), a
+# closed loop at C = 3 and Poisson arrivals at 0.5 req/s (no earlier grid ran either: v3 C = 1,
+# 2, 4, 8 and 5, rates 0.7 and 0.25; v4's tuning C = 1, 4, rate 1.5), T = 0 and 1, the
+# tuning runs' settings, servers and calibration (C = 2, 6 on copy-edit[32:48]), the terms and
+# clock the committed rules froze; every cell repeated until the 95% interval of its median is
+# within 5%, 3-6 kept runs. At 0.5 req/s of ~94-token answers most requests are alone on the
+# server, where speculation wins on this target (step 1e: ngram:3 +36% at C = 1).
+HELD_OUT_V4: dict[str, Any] = {
+    "grid_label": "held-out",
+    "prompts": ("copy-edit[48:80]",),
+    "calib_prompts": "copy-edit[32:48]",
+    "calib_concurrency": (2, 6),
+    "calib_requests": 2.0,
+    "specs": ("none", "ngram:3", "ngram:7", "dspark:7", "dspark:7:0.3"),
+    "ngram_n": 2,
+    "concurrency": (3,),
+    "rates": (0.5,),
+    "temperatures": (0.0, 1.0),
+    "max_tokens": 96,
+    "min_requests": 8,
+    "open_requests": 12,
+    "parallel": 8,
+    "threads": 2,
+    "threads_batch": 2,
+    "target_type": "Q4_0-pure",
+    "dspark_trace": "server",
+    "ngram_trace": "server",
+    "terms": ("drafter_request",),
+    "step_clock": "server",  # tuning-3 (PLAN.md step 2c: chosen after its result, said so)
+    "target_ci": 0.05,
+    "min_repeats": 3,
+    "max_repeats": 6,
+    "warmup": 1,
+    "out": "reports/llama-cpp-v4/held-out",
+    "dspark": {"drafter": "dspark-v3-b179c9523d0e", "block_size": 7},
+}
+
+# every earlier grid and calibration of this method (v3: reports/llama-cpp, its held-out grid;
+# v4: the tuning runs), which the v4 held-out grid must not overlap
+EARLIER_V4: dict[str, Any] = {
+    "prompts": ("mt-bench[0:52]", "gsm8k[100:112]", "humaneval[100:112]", "copy-edit[0:32]"),
+    "calib_prompts": "copy-edit[32:48]",
+    "concurrency": (1, 2, 4, 5, 8),
+    "calib_concurrency": (1, 2, 6),
+    "rates": (0.25, 0.7, 1.5),
+}
+
+# the v4 servers' throughput per setting kind at one request in flight (tuning-3, tok/s): the
+# planning estimate's speeds for HELD_OUT_V4
+TOK_S_V4 = {"none": 180.0, "ngram": 190.0, "dspark": 70.0}
