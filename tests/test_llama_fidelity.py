@@ -335,3 +335,29 @@ def test_goal_rows_judge_the_cells_whose_real_interval_is_tight():
     assert "worst 4.0%" in row and row.endswith("| met |"), text
     assert "the 2 of 3 cells whose real interval is within the tolerance" in text
     assert "worst 30.0%" in text  # every cell is still shown
+
+
+def test_gains_are_each_settings_over_none_at_its_load_on_the_metric_a_user_reads():
+    """Closed loops: throughput over none's; open loops: none's mean TPOT over the setting's
+    (the throughput of an open loop is its arrivals'); a sign is judged beyond +-2%."""
+    from specsim.fidelity.llama.report import gains, goals
+
+    nan = float("nan")
+    t = pd.DataFrame({
+        "spec": ["none", "ngram:3", "none", "ngram:3"], "temperature": [0.0] * 4,
+        "concurrency": [3.0, 3.0, nan, nan], "rate": [nan, nan, 0.5, 0.5],
+        "real_throughput_tok_s": [200.0, 230.0, 72.0, 73.0],
+        "sim_throughput_tok_s": [180.0, 171.0, 71.0, 72.0],
+        "real_tpot_ms_mean": [12.0, 10.0, 6.0, 4.0], "sim_tpot_ms_mean": [12.0, 12.0, 8.0, 7.2],
+        "err_throughput_wall": [0.0] * 4, "err_tpot_mean_wall": [0.0] * 4,
+        "real_accept_per_draft": [nan, 0.6, nan, 0.6], "sim_accept_per_draft": [nan, 0.6, nan, 0.6],
+    })  # fmt: skip
+    g = gains(t).set_index("load")
+    assert g.loc["C=3", "metric"] == "throughput" and g.loc["rate=0.5", "metric"] == "tpot_speedup"
+    assert g.loc["C=3", "real_gain"] == pytest.approx(0.15)
+    assert g.loc["C=3", "sim_gain"] == pytest.approx(-0.05)  # the sign wrong
+    assert g.loc["rate=0.5", "real_gain"] == pytest.approx(0.5)
+    assert g.loc["rate=0.5", "gap_points"] == pytest.approx(100 * (8 / 7.2 - 1.5))
+    m = goals(t)
+    assert (m["gain_signs_judged"], m["gain_signs_wrong"]) == (2.0, 1.0)
+    assert m["gain_gap_max_points"] == pytest.approx(100 * (1.5 - 8 / 7.2))

@@ -37,9 +37,48 @@ def goals(table: pd.DataFrame) -> dict[str, float]:
             e = np.abs(tight[f"err_{m}_wall"].to_numpy(np.float64))
             out[f"{m}_median_abs_converged"] = float(np.nanmedian(e)) if len(e) else np.nan
             out[f"{m}_max_abs_converged"] = float(np.nanmax(e)) if len(e) else np.nan
+    gain = gains(table)
+    if len(gain):
+        out["gain_gap_max_points"] = float(gain["gap_points"].abs().max())
+        judged = gain[gain["real_gain"].abs() >= GAIN_SIGN_FLOOR]
+        wrong = np.sign(judged["real_gain"]) != np.sign(judged["sim_gain"])
+        out["gain_signs_judged"], out["gain_signs_wrong"] = float(len(judged)), float(wrong.sum())
     pooled = accept_pooled(table)
     out["accept_gap_pooled_max"] = float(pooled["gap"].abs().max()) if len(pooled) else np.nan
     return out
+
+
+GAIN_SIGN_FLOOR = 0.02  # a real gain within +-2% has no sign worth judging
+
+
+def gains(table: pd.DataFrame) -> pd.DataFrame:
+    """The gain of each speculative setting over ``none`` at the same load and temperature,
+    the server's and the simulator's (tidy: a row per setting, temperature, load). The metric a
+    user would read there: output throughput in a closed loop, and in an open loop the mean
+    TPOT's speed-up (``none``'s TPOT over the setting's, minus 1), since an open loop's
+    throughput is its arrivals'."""
+    cols = ["spec", "temperature", "load", "metric", "real_gain", "sim_gain", "gap_points"]
+    rows = []
+    need = {"concurrency", "rate", "real_tpot_ms_mean", "sim_tpot_ms_mean", "sim_throughput_tok_s"}
+    if not need <= set(table.columns):  # a table of errors only: no gains to take
+        return pd.DataFrame(columns=cols)
+    for (t, c, r), g in table.groupby(["temperature", "concurrency", "rate"], dropna=False):
+        base = g[g["spec"] == "none"]
+        if base.empty:
+            continue
+        b = base.iloc[0]
+        closed = not np.isfinite(r)
+        metric = "throughput" if closed else "tpot_speedup"
+        for _, row in g[g["spec"] != "none"].iterrows():
+            if closed:
+                real = row["real_throughput_tok_s"] / b["real_throughput_tok_s"] - 1.0
+                sim = row["sim_throughput_tok_s"] / b["sim_throughput_tok_s"] - 1.0
+            else:
+                real = b["real_tpot_ms_mean"] / row["real_tpot_ms_mean"] - 1.0
+                sim = b["sim_tpot_ms_mean"] / row["sim_tpot_ms_mean"] - 1.0
+            load = f"C={int(c)}" if closed else f"rate={r:g}"
+            rows.append([row["spec"], t, load, metric, real, sim, 100.0 * (sim - real)])
+    return pd.DataFrame(rows, columns=cols)
 
 
 def accept_pooled(table: pd.DataFrame) -> pd.DataFrame:
@@ -198,6 +237,11 @@ def write_report(
     from specsim.outputs import write_text
 
     plot(table, cfg.out / "fidelity.png")
+    gain = gains(table)
+    if len(gain):
+        from specsim.outputs import write_table
+
+        write_table(gain, cfg.out / "gains.csv")
     g = goals(table)
     machine = f"{cpu_model()} ({os.cpu_count()} cores), Python {sys.version.split()[0]}"
     text = render(cfg, g, ranks, _fmt_cells(table), minutes, load, machine, rescored, command)

@@ -68,6 +68,15 @@ def goal_rows(
         ("the same, pooled over the loads of each setting and temperature",
          f"worst {_pct(pooled)}", pooled <= 0.03)
     )  # fmt: skip
+    if "gain_gap_max_points" in g:
+        wrong, judged = int(g["gain_signs_wrong"]), int(g["gain_signs_judged"])
+        rows.append(
+            ("each setting's gain over `none` within +-10 points of the server's, its sign right "
+             "(closed loops: throughput; open: TPOT speed-up; `gains.csv`)",
+             f"worst {g['gain_gap_max_points']:.1f} points; sign wrong in {wrong} of {judged} "
+             "cells whose real gain is beyond +-2%",
+             g["gain_gap_max_points"] <= 10.0 and wrong == 0)
+        )  # fmt: skip
     rule = _pair_rule(ranks)
     rows.append(
         (f"ranking of the settings where {rule}", f"{agree} of {pairs} pairs agree",
