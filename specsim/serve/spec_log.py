@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -133,6 +134,16 @@ def table(tasks: Sequence[Task]):  # noqa: ANN201 - a DataFrame
         for ts, n, k, a in zip(t.t_s, t.n_tokens, t.drafted, t.accepted, strict=True)
     ]  # fmt: skip
     return pd.DataFrame(rows)
+
+
+def keep_table(text: str, raw: Path, dest: Path) -> list[Task]:
+    """Parse a step log's ``text`` and keep it as its tidy table (:func:`table`) at ``dest``,
+    removing the raw log at ``raw`` (a debug log runs to megabytes): the parsed tasks."""
+    tasks = parse(text)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    table(tasks).to_parquet(dest)
+    raw.unlink(missing_ok=True)
+    return tasks
 
 
 def match(

@@ -162,7 +162,5 @@ def keep_calibration_log(s: SpecSetting, out: Path) -> None:
 
     raw = out / "logs" / "calibration" / f"server-{s.slug}.log"
     if raw.exists():
-        (out / "logs" / "steps").mkdir(parents=True, exist_ok=True)
-        tasks = spec_log.parse(raw.read_text(errors="replace"))
-        spec_log.table(tasks).to_parquet(out / "logs" / "steps" / f"calibration-{s.slug}.parquet")
-        raw.unlink()
+        dest = out / "logs" / "steps" / f"calibration-{s.slug}.parquet"
+        spec_log.keep_table(raw.read_text(errors="replace"), raw, dest)

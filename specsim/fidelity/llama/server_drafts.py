@@ -50,10 +50,7 @@ def server_positions(
             f"(first: {failed[0].error or 'no timings.draft_n'}); see its log in {cfg.out}/logs"
         )
     order = sorted(res, key=lambda r: r.sent_s)  # the server launches them in this order
-    parsed = spec_log.parse(text)
-    # what the debug log said, kept tidy (the raw log runs to megabytes): one row a step
-    spec_log.table(parsed).to_parquet(folder / f"steps-{s.slug}-t{temperature:g}.parquet")
-    raw.unlink(missing_ok=True)
+    parsed = spec_log.keep_table(text, raw, folder / f"steps-{s.slug}-t{temperature:g}.parquet")
     tasks = spec_log.match(
         parsed,
         [len(ids[r.trace_id]) for r in order],
