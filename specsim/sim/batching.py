@@ -265,10 +265,24 @@ class Batching(Step):
                 self.sums.t1 = self.sums.before(now)
         # STEPS holds the decode steps done so far until the prefill ends (0, or a preempted
         # request's count), then the index its decoding started at
+        if self.eng.slot_rng is not None:
+            self.place(a)
         self.S = np.concatenate((S, jobs.cols.take(a, axis=1)), axis=1)
         new = np.asarray(adm_chunk, dtype=np.int64)
         self.chunk = np.concatenate((self.chunk, new)) if self.n_pref else new
         self.n_pref += len(adm)
+
+    def place(self, admitted: np.ndarray) -> None:
+        """The engine slots (llama-server's ``-np``) the ``admitted`` requests take: each a free
+        one, drawn at random from the run's seeded stream. Why at random: llama-server gives a
+        request the free slot whose cached prompt shares the longest prefix with it, else the
+        least recently used one, so which slots run together depends on the prompts' text and
+        the server's history, neither of which a trace holds; and which slots run together
+        sets how many passes a step costs (:mod:`specsim.sim.ubatch`)."""
+        slot = self.jobs.server_slot
+        taken = slot[self.S[JOB]]
+        free = np.setdiff1d(np.arange(self.max_run), taken)
+        slot[admitted] = self.eng.slot_rng.choice(free, size=admitted.shape[0], replace=False)
 
     def queued_prompt(self, n_run: int) -> int:
         """Prompt tokens waiting at the head of the queue, up to the free slots (the policy's

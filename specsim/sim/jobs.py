@@ -47,6 +47,7 @@ class Jobs:
         ("preempted_at", np.float64, np.nan),  # v2: when the job was last preempted
         ("stall", np.float64, 0.0),  # v2: its longest gap between tokens across a preemption
         ("seq", np.int64, -1),  # the job's number in creation order
+        ("server_slot", np.int64, -1),  # the engine slot it runs in (specsim.sim.ubatch)
     )
 
     def __init__(self, capacity: int, offsets: np.ndarray, gamma: int) -> None:

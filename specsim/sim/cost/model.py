@@ -114,6 +114,11 @@ class CostModel:
     # token in the table (llama-server: +3.4 ms a draft token in the tuning grid's calibration
     # steps, docs/llama-cpp.md); charged per draft token verified, accepted or not
     verify_draft_token_ms: float = 0.0
+    # serving model v2: what each micro-batch (forward pass) of a step costs beyond its tokens,
+    # where the engine cuts a step into several: llama-server with one KV stream per slot runs
+    # one pass per run of consecutive slots holding as many tokens each
+    # (specsim.sim.ubatch); the simulator then places each request in a slot. 0: one pass
+    verify_per_ubatch_ms: float = 0.0
     # a tree drafter (EAGLE on SGLang): the tokens a request verifies beyond its drafted path,
     # the tree's other branches (num_draft_tokens - steps), in every step it speculates; 0: a
     # chain. The step holds them (budget and price) though none is ever accepted (serving v2)
@@ -253,6 +258,7 @@ class CostModel:
             or self.accept_per_token_ms
             or self.emit_per_token_ms
             or self.verify_draft_token_ms
+            or self.verify_per_ubatch_ms
             or self.tree_tokens_per_request
             or self.mixed_step_ms
         )
@@ -394,6 +400,11 @@ class CostModel:
                 else {}
             ),
             **({"mixed_step_ms": self.mixed_step_ms} if self.mixed_step_ms else {}),
+            **(
+                {"verify_per_ubatch_ms": self.verify_per_ubatch_ms}
+                if self.verify_per_ubatch_ms
+                else {}
+            ),
             **(
                 {"tree_tokens_per_request": self.tree_tokens_per_request}
                 if self.tree_tokens_per_request
