@@ -13,7 +13,9 @@ from specsim.options import option
 from specsim.record.requant import TYPES as TARGET_TYPES
 
 # the step model's speculative terms (profile.design); which a grid fits is frozen per grid
-TERMS = ("spec_step", "draft_token", "drafter_request")
+# (``ubatch``: the forward passes the server cut a step into, known from its own log only)
+TERMS = ("spec_step", "draft_token", "drafter_request", "ubatch")
+V3_TERMS = TERMS[:3]
 MAX_DRAFT = 256  # tokens drafted per step: far beyond any useful one (llama.cpp's default: 16)
 SPEC_HELP = (
     "none, ngram:M (ngram-simple, draft size M) or dspark:N[:P] (draft-dspark, "
@@ -153,7 +155,7 @@ class LlamaValidationConfig:
         "and scoring reads this one)",
     )
     terms: tuple[str, ...] = option(
-        TERMS,
+        V3_TERMS,
         "the step model's speculative terms (of TERMS; frozen per grid by the "
         "leave-one-run-out rule, docs/llama-cpp.md: v3 all three, v4 drafter_request only)",
     )
@@ -219,6 +221,11 @@ class LlamaValidationConfig:
         unknown = [t for t in self.terms if t not in TERMS]
         if unknown:
             raise SpecsimError(f"--terms {unknown[0]!r} unknown; use some of {', '.join(TERMS)}")
+        if "ubatch" in self.terms and self.step_clock != "server":
+            raise SpecsimError(
+                "--terms ubatch needs --step-clock server: only the server's log names the slots "
+                "a step ran, which set the forward passes it was cut into"
+            )
         if self.ngram_trace not in ("port", "server"):
             raise SpecsimError(f"--ngram-trace is 'port' or 'server', got {self.ngram_trace!r}")
         if self.step_clock not in ("client", "server"):

@@ -20,7 +20,7 @@ step from a profile (``specsim.sim.serving``, ``CostModel.verify_s``):
   row by row and stops at the first draft its sample rejects
   (``common_sampler_sample_and_accept_n``), so a rejected draft costs its logits (in ``B``)
   but no sampling; T = 0 and T = 1 sample with different chains, so each has its own term;
-- three speculative terms (:data:`TERMS`, chosen on the tuning grid's calibration steps and
+- three speculative terms (:data:`V3_TERMS`, chosen on the tuning grid's calibration steps and
   then frozen, docs/llama-cpp.md "The serving model's terms"): ``spec_step`` per step with a
   decoder of a server started with speculation (the simulator's ``draft_base_ms``: the
   speculative path's own work, paid even when nothing is drafted), ``draft_token`` per
@@ -28,7 +28,12 @@ step from a profile (``specsim.sim.serving``, ``CostModel.verify_s``):
   in that calibration, where a step verifying 12 tokens of 12 decoders took 75.8 ms and one of
   8.7 decoders with drafts 100.5 ms) and ``drafter_request`` per decoder of a draft-model
   setting (``draft_per_request_ms``: the drafter's forward for its block; 0 where no step of
-  such a setting was calibrated).
+  such a setting was calibrated);
+- a fourth, ``ubatch``, per forward pass the server cut the step's decoders into
+  (``verify_per_ubatch_ms``, :mod:`specsim.sim.ubatch`): llama-server with one KV stream per
+  slot runs one pass per run of consecutive slots holding as many tokens each, so the same B
+  costs one pass or several by which slots verify how many tokens; known from the server's
+  log only (``--step-clock server``), and the simulator places requests in slots to price it.
 
 A step with no decoder costs ``t`` at the first knot (what the simulator charges, its
 ``step_time(0)``). The fitted numbers become one :class:`specsim.sim.cost.model.CostModel` per
@@ -48,7 +53,7 @@ import numpy as np
 # without them, 10.8% with spec_step, 9.4% with both; docs/llama-cpp.md); drafter_request is
 # structural: the drafter's forward, fitted where draft-model settings are calibrated. A grid
 # fits the ones its --terms names (v4: drafter_request only, reports/llama-cpp-v4/PLAN.md).
-from specsim.fidelity.llama.config import TERMS
+from specsim.fidelity.llama.config import V3_TERMS
 
 BASE_KNOTS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 CONTEXT_ROWS = (0.0, 8192.0)
@@ -69,6 +74,7 @@ class StepFit:
     spec_step_ms: float = 0.0
     draft_token_ms: float = 0.0
     drafter_request_ms: float = 0.0
+    ubatch_ms: float = 0.0
     steps: int = 0
     resid_sd_ms: float = float("nan")
     r2: float = float("nan")
@@ -103,9 +109,10 @@ def spec_kind(spec: str) -> str:
 
 
 def term_columns(frame) -> dict[str, np.ndarray]:  # noqa: ANN001
-    """The speculative terms' regressors (:data:`TERMS`) of a step table with a ``spec``
+    """The speculative terms' regressors (config.TERMS) of a step table with a ``spec``
     column: steps with a decoder on a speculating server, verified draft tokens (B minus the
-    decoders' own tokens), decoders of a draft-model setting."""
+    decoders' own tokens), decoders of a draft-model setting, and the forward passes the
+    server cut the decoders into (``ubatches``, a server-clock table's; NaN without it)."""
     dec = frame["decoding"].to_numpy(np.float64)
     kind = np.array([spec_kind(s) for s in frame["spec"]]) if "spec" in frame else None
     speculating = (kind != "none") if kind is not None else np.zeros(dec.shape[0], bool)
@@ -115,11 +122,16 @@ def term_columns(frame) -> dict[str, np.ndarray]:  # noqa: ANN001
         "spec_step": np.where(speculating & (dec > 0), 1.0, 0.0),
         "draft_token": np.maximum(drafts, 0.0),
         "drafter_request": np.where(drafter, dec, 0.0),
+        "ubatch": (
+            np.where(dec > 0, frame["ubatches"].to_numpy(np.float64), 0.0)
+            if "ubatches" in frame
+            else np.full(dec.shape[0], np.nan)
+        ),
     }
 
 
 def design(  # noqa: ANN001
-    frame, knots: Sequence[int], temperatures: Sequence[float], terms: Sequence[str] = TERMS
+    frame, knots: Sequence[int], temperatures: Sequence[float], terms: Sequence[str] = V3_TERMS
 ) -> np.ndarray:
     """The regression's columns for a step table (with a ``temperature`` column): hats of B,
     B * ctx, P, E at each temperature, then the speculative ``terms``."""
@@ -133,12 +145,19 @@ def design(  # noqa: ANN001
     e = frame["emitted"].to_numpy(np.float64)
     cols += [np.where(np.isclose(temp, t), e, 0.0)[:, None] for t in temperatures]
     extra = term_columns(frame)
+    if "ubatch" in terms and np.isnan(extra["ubatch"]).any():
+        from specsim.errors import SpecsimError
+
+        raise SpecsimError(
+            "the step term 'ubatch' needs the server's own step table (its 'ubatches' column); "
+            "calibrate with --step-clock server, or leave 'ubatch' out of --terms"
+        )
     cols += [extra[name][:, None] for name in terms]
     return np.hstack(cols)
 
 
 def fit_steps(  # noqa: ANN001
-    frame, temperatures: Sequence[float] | None = None, terms: Sequence[str] = TERMS
+    frame, temperatures: Sequence[float] | None = None, terms: Sequence[str] = V3_TERMS
 ) -> StepFit:
     """Fit the step model on the steps with a known duration (ms)."""
     st = frame[np.isfinite(frame["duration_s"]) & (frame["duration_s"] > 0)]
@@ -162,6 +181,7 @@ def fit_steps(  # noqa: ANN001
         spec_step_ms=term.get("spec_step", 0.0),
         draft_token_ms=term.get("draft_token", 0.0),
         drafter_request_ms=term.get("drafter_request", 0.0),
+        ubatch_ms=term.get("ubatch", 0.0),
         steps=int(y.shape[0]),
         resid_sd_ms=float(np.std(r)),
         r2=float(1.0 - np.var(r) / np.var(y)),
@@ -200,13 +220,13 @@ def calibration_steps(frame, clock: str):  # noqa: ANN001, ANN201
     return mine.drop(columns="clock")
 
 
-def run_time_errors(frame, terms: Sequence[str] = TERMS) -> dict[str, float]:  # noqa: ANN001
+def run_time_errors(frame, terms: Sequence[str] = V3_TERMS) -> dict[str, float]:  # noqa: ANN001
     """Leave-one-run-out: for each calibration run (setting, temperature, concurrency), the
     model fitted on the other runs' steps predicts the run's steps; the signed error of their
     summed time against the measured (``sum(pred) / sum(real) - 1``). Why the run's time: it
     is what throughput is scored on, and a term that only moves the robust fit of typical
     steps (the fit's residual) can still leave every run's total as wrong as before. The
-    rule the serving model's terms were chosen by (:data:`TERMS`)."""
+    rule the serving model's terms were chosen by (:data:`V3_TERMS`)."""
     st = frame[np.isfinite(frame["duration_s"]) & (frame["duration_s"] > 0)].reset_index()
     temps = tuple(sorted(set(st["temperature"])))
     knots = knots_for(int(st["batch_tokens"].max()))
@@ -280,6 +300,7 @@ def cost_model(fit: StepFit, temperature: float, name: str, limits: dict[str, in
         draft_base_ms=max(fit.spec_step_ms, 0.0),
         draft_per_request_ms=max(fit.drafter_request_ms, 0.0) if drafter else 0.0,
         verify_draft_token_ms=max(fit.draft_token_ms, 0.0),
+        verify_per_ubatch_ms=max(fit.ubatch_ms, 0.0),
         meta=info,
         **limits,
     )
