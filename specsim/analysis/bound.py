@@ -130,11 +130,11 @@ def step_cost(cost: CostModel, requests: int, gamma: int, contexts: np.ndarray) 
             "request beyond its path): the bound's step price would depend on how many "
             "requests verify a draft, not only on how many drafts; not computed"
         )
-    if price.ubatch_coef:
+    if price.by_slot:
         raise SpecsimError(
-            f"profile {cost.name!r} prices the forward passes a step is cut into by slot "
-            "(verify_per_ubatch_ms): the bound's step price would depend on which requests "
-            "verify how many drafts, not only on how many; not computed"
+            f"profile {cost.name!r} cuts a step into forward passes by slot (passes_by_slot): "
+            "the bound's step price would depend on which requests verify how many drafts, "
+            "not only on how many; not computed"
         )
     if price.attn_coef * (1 + gamma) > price.kv_coef:
         raise SpecsimError(

@@ -265,7 +265,7 @@ class Batching(Step):
                 self.sums.t1 = self.sums.before(now)
         # STEPS holds the decode steps done so far until the prefill ends (0, or a preempted
         # request's count), then the index its decoding started at
-        if self.eng.slot_rng is not None:
+        if self.eng.by_slot:
             self.place(a)
         self.S = np.concatenate((S, jobs.cols.take(a, axis=1)), axis=1)
         new = np.asarray(adm_chunk, dtype=np.int64)
@@ -273,16 +273,18 @@ class Batching(Step):
         self.n_pref += len(adm)
 
     def place(self, admitted: np.ndarray) -> None:
-        """The engine slots (llama-server's ``-np``) the ``admitted`` requests take: each a free
-        one, drawn at random from the run's seeded stream. Why at random: llama-server gives a
-        request the free slot whose cached prompt shares the longest prefix with it, else the
-        least recently used one, so which slots run together depends on the prompts' text and
-        the server's history, neither of which a trace holds; and which slots run together
-        sets how many passes a step costs (:mod:`specsim.sim.ubatch`)."""
+        """The engine slots (llama-server's ``-np``) the ``admitted`` requests take: the lowest
+        free ones, so the requests in flight sit in consecutive slots as far as their comings
+        and goings allow. Which slots run together sets how many passes a step costs
+        (:mod:`specsim.sim.ubatch`). llama-server gives a request the free slot whose cached
+        prompt shares the longest prefix with it (the first such in slot order), else the
+        least recently used one: it depends on the prompts' text and the server's history,
+        which a trace does not hold. Seeded random free slots were tried on the v4 tuning
+        grid and priced its plain server at C = 4 37% slow; the lowest free slots 13%
+        (reports/llama-cpp-v4/PLAN.md, step 4)."""
         slot = self.jobs.server_slot
-        taken = slot[self.S[JOB]]
-        free = np.setdiff1d(np.arange(self.max_run), taken)
-        slot[admitted] = self.eng.slot_rng.choice(free, size=admitted.shape[0], replace=False)
+        free = np.setdiff1d(np.arange(self.max_run), slot[self.S[JOB]])
+        slot[admitted] = free[: admitted.shape[0]]
 
     def queued_prompt(self, n_run: int) -> int:
         """Prompt tokens waiting at the head of the queue, up to the free slots (the policy's

@@ -69,7 +69,7 @@ from specsim.sim.jobs import ACC, BASE, JOB, KV, OUT, PRE, PROMPT, PTGT, RES, ST
 from specsim.sim.jobs import Jobs as _Jobs
 from specsim.sim.steplog import STEP_COLUMNS, RawLog
 from specsim.sim.steplog import RunningSums as _Sums
-from specsim.sim.ubatch import ubatch_count
+from specsim.sim.ubatch import decoder_passes
 from specsim.sim.walks import Walks
 from specsim.sim.workload import Workload
 from specsim.trace.model import Trace
@@ -114,9 +114,9 @@ class Engine(Walks, History):
         self.policy = policy
         # the policy's own seeded stream (StepInput.rng): a random policy draws from it only
         self.policy_rng = stream(seed, "policy")
-        # the engine slot each admitted request takes, where the profile prices the passes a
-        # step is cut into by slot (specsim.sim.ubatch): a free slot at random, seeded
-        self.slot_rng = stream(seed, "slots") if cost.verify_per_ubatch_ms else None
+        # each admitted request takes an engine slot where the profile prices the passes a step
+        # is cut into by slot (specsim.sim.ubatch; Batching.place)
+        self.by_slot = bool(cost.passes_by_slot)
         self.cost = cost
         self.wl = workload
         self.limits = limits
@@ -305,7 +305,7 @@ class StepV2(Batching):
         self.table = self.base_fn if self.engine_terms else self.step_price.table_s
         self.sched_on = self.decides and not self.zos  # the scheduler is in the step
         self.attn_on = bool(self.step_price.attn_coef)
-        self.slotted = eng.slot_rng is not None  # the passes are priced by slot
+        self.slotted = eng.by_slot  # the passes are priced by slot
 
     def ready(self, now: float) -> bool:
         """START's usual case without a generator: arrivals up to ``now`` joined, something
@@ -443,25 +443,18 @@ class StepV2(Batching):
             q = np.ones(n_dec, np.int64) if ones else 1 + lens
             qk = float(np.dot(q, S[PROMPT, :n_dec] + S[N, :n_dec]))
         prefill = self.prefill_tokens
-        ubatches = self.ubatches() if self.slotted and n_dec else 0
+        passes = None
+        if self.slotted and n_dec:  # the passes the engine cuts the decoders into, by slot
+            passes = decoder_passes(self.jobs.server_slot[self.S[JOB, :n_dec]], self.lens)
         return float(
             self.step_price.seconds(
                 table, requests=self.n_run, decode=n_dec, drafts=self.n_ver, drafted=k,
                 draft_context=dctx, tree=self.tree_tokens, prefill=prefill,
                 draft_prefill=prefill if self.uses_drafter else 0,
                 sched=self.cost.sched_s(n_dec) if n_dec and self.sched_on else 0.0,
-                kv=self.ctx_dec + self.pre_ctx, qk=qk, emitted=self.emitted, ubatches=ubatches,
+                kv=self.ctx_dec + self.pre_ctx, qk=qk, emitted=self.emitted, passes=passes,
             )
         )  # fmt: skip
-
-    def ubatches(self) -> int:
-        """The forward passes the engine cuts the decoders into: by their slots and the tokens
-        each verifies (its anchor and the drafts it verifies; :mod:`specsim.sim.ubatch`)."""
-        n_dec, lens = self.n_dec, self.lens
-        slots = self.jobs.server_slot[self.S[JOB, :n_dec]].tolist()
-        if lens is None or len(lens) != n_dec:
-            return ubatch_count(slots, [1] * n_dec)
-        return ubatch_count(slots, (lens + 1).tolist())
 
     def account(self, end: float, duration: float) -> None:
         """ACCOUNT: the decoders and prefillers advance, the tokens are recorded, finished

@@ -47,6 +47,20 @@ def ubatch_sizes(slots: Sequence[int], tokens: Sequence[int]) -> list[int]:
     return out
 
 
-def ubatch_count(slots: Sequence[int], tokens: Sequence[int]) -> int:
-    """How many micro-batches (forward passes) the step costs: :func:`ubatch_sizes`' length."""
-    return len(ubatch_sizes(slots, tokens))
+def decoder_passes(slots, lens) -> list[int]:  # noqa: ANN001 - numpy arrays
+    """The passes of a simulated step's decoders: ``slots`` their slots, ``lens`` the drafts
+    each verifies (None, or not one per decoder: none drafted); each verifies its anchor too."""
+    n = len(slots)
+    if lens is None or len(lens) != n:
+        return ubatch_sizes(slots.tolist(), [1] * n)
+    return ubatch_sizes(slots.tolist(), (lens + 1).tolist())
+
+
+def pass_text(sizes: Sequence[int]) -> str:
+    """A step's passes as a table cell (``"3 1"``): what a step table keeps of them."""
+    return " ".join(str(int(n)) for n in sizes)
+
+
+def pass_sizes(text: str) -> list[int]:
+    """:func:`pass_text` read back (``""``: a step with no decoder)."""
+    return [int(n) for n in str(text).split()]

@@ -114,11 +114,11 @@ class CostModel:
     # token in the table (llama-server: +3.4 ms a draft token in the tuning grid's calibration
     # steps, docs/llama-cpp.md); charged per draft token verified, accepted or not
     verify_draft_token_ms: float = 0.0
-    # serving model v2: what each micro-batch (forward pass) of a step costs beyond its tokens,
-    # where the engine cuts a step into several: llama-server with one KV stream per slot runs
-    # one pass per run of consecutive slots holding as many tokens each
-    # (specsim.sim.ubatch); the simulator then places each request in a slot. 0: one pass
-    verify_per_ubatch_ms: float = 0.0
+    # serving model v2, 1: the engine cuts a step into forward passes by slot, each priced by
+    # the table at its own tokens: llama-server with one KV stream per slot runs one pass per
+    # run of consecutive slots holding as many tokens each (specsim.sim.ubatch), and the
+    # simulator places each request in one of ``max_running`` slots. 0: one pass a step
+    passes_by_slot: int = 0
     # a tree drafter (EAGLE on SGLang): the tokens a request verifies beyond its drafted path,
     # the tree's other branches (num_draft_tokens - steps), in every step it speculates; 0: a
     # chain. The step holds them (budget and price) though none is ever accepted (serving v2)
@@ -152,6 +152,11 @@ class CostModel:
             raise SpecsimError(
                 f"profile {self.name!r}: tree_tokens_per_request = "
                 f"{self.tree_tokens_per_request} must be a whole number in [0, 4096]"
+            )
+        if self.passes_by_slot not in (0, 1):
+            raise SpecsimError(
+                f"profile {self.name!r}: passes_by_slot = {self.passes_by_slot} must be 0 (one "
+                "pass a step) or 1 (a pass per run of consecutive slots, llama-server)"
             )
         if not 0 <= self.draft_context_window <= 10**9:
             raise SpecsimError(
@@ -258,7 +263,7 @@ class CostModel:
             or self.accept_per_token_ms
             or self.emit_per_token_ms
             or self.verify_draft_token_ms
-            or self.verify_per_ubatch_ms
+            or self.passes_by_slot
             or self.tree_tokens_per_request
             or self.mixed_step_ms
         )
@@ -400,11 +405,7 @@ class CostModel:
                 else {}
             ),
             **({"mixed_step_ms": self.mixed_step_ms} if self.mixed_step_ms else {}),
-            **(
-                {"verify_per_ubatch_ms": self.verify_per_ubatch_ms}
-                if self.verify_per_ubatch_ms
-                else {}
-            ),
+            **({"passes_by_slot": self.passes_by_slot} if self.passes_by_slot else {}),
             **(
                 {"tree_tokens_per_request": self.tree_tokens_per_request}
                 if self.tree_tokens_per_request

@@ -11,13 +11,13 @@ drafted tokens between them, costs
       + the scheduler (the caller's: 0 for a policy that does not decide, or under ZOS)
       + the target step over decode + drafts + tree + prefill tokens: the table read by
         ``table`` (``B -> seconds`` at the step's context), through ``CostModel.verify_s``
-        with a measured engine's terms
+        with a measured engine's terms; where the engine cuts the decoders into several
+        forward passes (``passes_by_slot``, llama-server: :mod:`specsim.sim.ubatch`), the table
+        at each pass's tokens, summed
       + the KV it reads (``kv_read_us_per_ktoken`` per cached token of every sequence in it),
         or decode attention's compute where that is longer (``attn_us_per_qk_ktoken`` per
         query x context token of the decoders)
-      + ``emit_per_token_ms`` per decode token emitted
-      + ``verify_per_ubatch_ms`` per forward pass the engine cuts the decoders into
-        (llama-server with one KV stream per slot, :mod:`specsim.sim.ubatch`).
+      + ``emit_per_token_ms`` per decode token emitted.
 
 Every argument may be a number or a numpy array (the bound prices all its choices at once);
 numbers are summed in the order above, which is the order the golden tables were made in.
@@ -41,7 +41,7 @@ class StepPrice:
     __slots__ = (
         "cost", "gamma", "engine_terms", "kv_coef", "attn_coef", "emit_coef", "dpre",
         "tree_extra", "lut", "lut_list", "n_lut", "d_base", "d_req", "d_tok", "draft_lut",
-        "n_block", "curved", "ubatch_coef",
+        "n_block", "curved", "by_slot",
     )  # fmt: skip
 
     def __init__(self, cost: CostModel, gamma: int) -> None:
@@ -53,7 +53,7 @@ class StepPrice:
         self.emit_coef = cost.emit_per_token_ms * 1e-3  # seconds per emitted decode token
         self.dpre = cost.draft_prefill_us_per_token * 1e-6  # the drafter's prefill, a token
         self.tree_extra = int(cost.tree_tokens_per_request)  # a tree's unaccepted branches
-        self.ubatch_coef = cost.verify_per_ubatch_ms * 1e-3  # s a micro-batch (specsim.sim.ubatch)
+        self.by_slot = bool(cost.passes_by_slot)  # a pass per run of slots (specsim.sim.ubatch)
         self.lut = cost.lut_seconds(None)
         self.lut_list = self.lut.tolist()  # the same floats, read without a numpy scalar
         self.n_lut = self.lut.shape[0]
@@ -95,7 +95,7 @@ class StepPrice:
 
     def seconds(  # type: ignore[no-untyped-def]
         self, table, *, requests, decode, drafts=0, drafted=0, draft_context=0.0, tree=0,
-        prefill=0, draft_prefill=0, sched=0.0, kv=0, qk=None, emitted=0, ubatches=0,
+        prefill=0, draft_prefill=0, sched=0.0, kv=0, qk=None, emitted=0, passes=None,
     ):  # fmt: skip
         """Seconds of one step (the module docstring): ``drafted`` tokens drafted a decoder
         (0: the drafter skipped) plus ``draft_context`` (seconds of the drafter's context,
@@ -103,8 +103,8 @@ class StepPrice:
         tokens (``draft_prefill`` of them also prefilled by the drafter), ``sched`` seconds of
         scheduler, ``kv`` cached tokens read, ``qk`` the decoders' query x context tokens
         (None: attention's compute not priced), ``emitted`` decode tokens emitted and
-        ``ubatches`` the forward passes the engine cut the decoders into (priced only by a
-        profile with ``verify_per_ubatch_ms``)."""
+        ``passes`` the token counts of the forward passes the engine cut the decoders into
+        (None: one pass; each priced by ``table`` at its own tokens)."""
         if decode and drafted:  # a full block for a tabulated count: read, not a call
             d = self.draft_lut[decode] if drafted >= self.gamma and decode < self.n_block else (
                 self.draft_s(decode, drafted)
@@ -113,6 +113,8 @@ class StepPrice:
         else:
             draft = 0.0
         tokens = decode + drafts + tree
+        if passes is not None:  # the table at each pass's tokens, summed
+            table = _passes_table(table, passes)
         if self.engine_terms:
             verify = self.cost.verify_s(tokens, prefill, requests, table, drafts)
         else:
@@ -123,6 +125,14 @@ class StepPrice:
         duration = draft + self.dpre * draft_prefill + sched + verify + kv_s
         if self.emit_coef and decode:  # the server's sampling and streaming, per emitted token
             duration = duration + self.emit_coef * emitted
-        if self.ubatch_coef and decode:  # the engine's forward passes (specsim.sim.ubatch)
-            duration = duration + self.ubatch_coef * ubatches
         return duration
+
+
+def _passes_table(table, passes: list[int]):  # type: ignore[no-untyped-def]
+    """``table`` read at each pass's tokens and summed, for the decoders' tokens (the verify
+    reads it at them, or at them and the step's prompt tokens where the profile has no
+    ``prefill_token_ms``: those then cost what they add to the table beyond the decoders')."""
+    total = sum(float(table(n)) for n in passes)
+    mine = sum(passes)
+    base = float(table(mine))
+    return lambda tokens: total + (float(table(tokens)) - base if tokens != mine else 0.0)

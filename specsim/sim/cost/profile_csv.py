@@ -34,6 +34,7 @@ _INT_KEYS = (
     "draft_context_window",
     "capture_max_tokens",
     "tree_tokens_per_request",
+    "passes_by_slot",
 )
 _FLOAT_KEYS = COST_KEYS  # the cost model's non-negative float terms
 

@@ -70,7 +70,6 @@ COST_KEYS = (
     "emit_per_token_ms",
     "verify_draft_token_ms",
     "mixed_step_ms",
-    "verify_per_ubatch_ms",
 )
 # the (requests, ms) curves a profile header may hold: the engine loop's overhead, a draft
 # call's cost, and a sequential drafter's cost a drafted position (EAGLE, MTP)
