@@ -8,6 +8,7 @@ import pytest
 
 from specsim.serve import spec_log
 from specsim.serve.log_steps import server_steps
+from specsim.sim.ubatch import pass_sizes
 
 # two slots: task 1 launches alone and is prefilled; then task 2 launches while 1 decodes (one
 # iteration); both decode (slot 0 drafts 2, accepts 1); task 1 ends; slot 1 decodes alone; task
@@ -42,6 +43,8 @@ def test_iterations_are_told_apart_and_idle_time_is_no_steps():
     assert st["batch_tokens"].tolist() == [0, 1, 3, 2, 1, 0, 1]
     assert st["emitted"].tolist() == [0, 1, 2, 2, 1, 0, 1]
     assert st["ctx_mean"].tolist() == [0.0, 10.0, 11.0, 16.5, 21.0, 0.0, 8.0]
+    # the forward passes by slot: slots 0 and 1 adjacent, one token each, make one pass
+    assert st["passes"].tolist() == ["", "1", "3", "2", "1", "", "1"]
     # the last step before the idle gap ends at task 2's timings line, not at task 3's launch
     assert ms == pytest.approx([10.0, 10.0, 20.1, 10.0, 5.91, 8.0, 4.01], abs=0.01)
 
@@ -69,6 +72,9 @@ def test_the_servers_steps_add_up_to_its_own_timings():
             answers = list(pool.map(lambda p: srv.completion({**body, "prompt": p}), ids))
         text = srv.log_text()
     st = server_steps(spec_log.parse(text))
+    cut = [pass_sizes(p) for p in st["passes"]]  # each step's passes hold its tokens
+    assert [sum(c) for c in cut] == st["batch_tokens"].tolist()
+    assert all(len(c) <= d for c, d in zip(cut, st["decoding"], strict=True))
     gen = sum(a["timings"]["predicted_ms"] for a in answers)
     steps = sum(a["timings"]["predicted_n"] - 1 - a["timings"]["draft_n_accepted"] for a in answers)
     assert st["emitted"].sum() == sum(a["timings"]["predicted_n"] - 1 for a in answers)

@@ -19,8 +19,8 @@ timings line (the server then waits for the client: idle time is no step's).
 A row has the columns of :func:`specsim.serve.llama_steps.step_table` that the profile fit
 reads: the decoders, their verified and emitted tokens and mean context, the prompt tokens
 prefilled (each launched task's uncached part), the duration; and, which only the server's log
-can say (it names each step's slots), the forward passes the server cut the decoders into
-(``ubatches``: :mod:`specsim.sim.ubatch`).
+can say (it names each step's slots), the tokens of each forward pass the server cut the
+decoders into (``passes``, e.g. ``"3 1"``: :mod:`specsim.sim.ubatch`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from specsim.serve.spec_log import Task
-from specsim.sim.ubatch import ubatch_count
+from specsim.sim.ubatch import pass_text, ubatch_sizes
 
 _END, _LAUNCH, _STEP = 0, 1, 2  # at one instant: an iteration ends before the next launches
 SAME_ITERATION_S = 1e-3  # launches further apart are two iterations (one prefilled between)
@@ -101,5 +101,5 @@ def _row(g: dict) -> dict:
         "ctx_mean": float(np.mean(ctx)) if ctx else 0.0,
         "ctx_weighted": float(np.dot(verified, ctx)) if ctx else 0.0,
         "first_sent_s": np.nan,
-        "ubatches": ubatch_count([k.slot for k, _ in dec], verified),
+        "passes": pass_text(ubatch_sizes([k.slot for k, _ in dec], verified)),
     }

@@ -137,7 +137,12 @@ def score(cfg: LlamaValidationConfig, log: Callable[[str], None] = print) -> pd.
 
     from specsim.fidelity.llama.config import profile_file, profile_key
     from specsim.fidelity.llama.grid import compare, rankings
-    from specsim.fidelity.llama.profile import calibration_steps, cost_model, fit_steps
+    from specsim.fidelity.llama.profile import (
+        calibration_loads,
+        calibration_steps,
+        cost_model,
+        fit_steps,
+    )
     from specsim.fidelity.llama.report import write_report
     from specsim.fidelity.llama.servers import limits
     from specsim.outputs import jsonable, write_table, write_text
@@ -168,7 +173,7 @@ def score(cfg: LlamaValidationConfig, log: Callable[[str], None] = print) -> pd.
             continue
         if fit is None:
             steps = pd.read_parquet(out / "calibration_steps.parquet")
-            steps = calibration_steps(steps, cfg.step_clock)
+            steps = calibration_loads(calibration_steps(steps, cfg.step_clock), cfg)
             fit = fit_steps(steps, cfg.temperatures, cfg.terms)
         drafter, t = key
         at = ",".join(map(str, cfg.calib_concurrency))

@@ -13,8 +13,9 @@ from specsim.options import option
 from specsim.record.requant import TYPES as TARGET_TYPES
 
 # the step model's speculative terms (profile.design); which a grid fits is frozen per grid
-# (``ubatch``: the forward passes the server cut a step into, known from its own log only)
-TERMS = ("spec_step", "draft_token", "drafter_request", "ubatch")
+# (``passes``: not a coefficient but the table read at each forward pass the server cut a step
+# into, known from its own log only: profile.design)
+TERMS = ("spec_step", "draft_token", "drafter_request", "passes")
 V3_TERMS = TERMS[:3]
 MAX_DRAFT = 256  # tokens drafted per step: far beyond any useful one (llama.cpp's default: 16)
 SPEC_HELP = (
@@ -221,9 +222,9 @@ class LlamaValidationConfig:
         unknown = [t for t in self.terms if t not in TERMS]
         if unknown:
             raise SpecsimError(f"--terms {unknown[0]!r} unknown; use some of {', '.join(TERMS)}")
-        if "ubatch" in self.terms and self.step_clock != "server":
+        if "passes" in self.terms and self.step_clock != "server":
             raise SpecsimError(
-                "--terms ubatch needs --step-clock server: only the server's log names the slots "
+                "--terms passes needs --step-clock server: only the server's log names the slots "
                 "a step ran, which set the forward passes it was cut into"
             )
         if self.ngram_trace not in ("port", "server"):

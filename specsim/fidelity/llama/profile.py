@@ -29,11 +29,13 @@ step from a profile (``specsim.sim.serving``, ``CostModel.verify_s``):
   8.7 decoders with drafts 100.5 ms) and ``drafter_request`` per decoder of a draft-model
   setting (``draft_per_request_ms``: the drafter's forward for its block; 0 where no step of
   such a setting was calibrated);
-- a fourth, ``ubatch``, per forward pass the server cut the step's decoders into
-  (``verify_per_ubatch_ms``, :mod:`specsim.sim.ubatch`): llama-server with one KV stream per
-  slot runs one pass per run of consecutive slots holding as many tokens each, so the same B
-  costs one pass or several by which slots verify how many tokens; known from the server's
-  log only (``--step-clock server``), and the simulator places requests in slots to price it.
+- ``passes`` (among the terms, though no coefficient of its own): the table read at each
+  forward pass the server cut the step's decoders into and summed, ``sum_u t(n_u)`` for
+  ``t(B)`` (:mod:`specsim.sim.ubatch`, the profile's ``passes_by_slot``): llama-server with
+  one KV stream per slot runs one pass per run of consecutive slots holding as many tokens
+  each, so the same B costs one pass or several by which slots verify how many tokens; known
+  from the server's log only (``--step-clock server``); the simulator places requests in
+  slots to price it.
 
 A step with no decoder costs ``t`` at the first knot (what the simulator charges, its
 ``step_time(0)``). The fitted numbers become one :class:`specsim.sim.cost.model.CostModel` per
@@ -74,7 +76,7 @@ class StepFit:
     spec_step_ms: float = 0.0
     draft_token_ms: float = 0.0
     drafter_request_ms: float = 0.0
-    ubatch_ms: float = 0.0
+    passes_by_slot: bool = False
     steps: int = 0
     resid_sd_ms: float = float("nan")
     r2: float = float("nan")
@@ -111,8 +113,7 @@ def spec_kind(spec: str) -> str:
 def term_columns(frame) -> dict[str, np.ndarray]:  # noqa: ANN001
     """The speculative terms' regressors (config.TERMS) of a step table with a ``spec``
     column: steps with a decoder on a speculating server, verified draft tokens (B minus the
-    decoders' own tokens), decoders of a draft-model setting, and the forward passes the
-    server cut the decoders into (``ubatches``, a server-clock table's; NaN without it)."""
+    decoders' own tokens), decoders of a draft-model setting."""
     dec = frame["decoding"].to_numpy(np.float64)
     kind = np.array([spec_kind(s) for s in frame["spec"]]) if "spec" in frame else None
     speculating = (kind != "none") if kind is not None else np.zeros(dec.shape[0], bool)
@@ -122,38 +123,51 @@ def term_columns(frame) -> dict[str, np.ndarray]:  # noqa: ANN001
         "spec_step": np.where(speculating & (dec > 0), 1.0, 0.0),
         "draft_token": np.maximum(drafts, 0.0),
         "drafter_request": np.where(drafter, dec, 0.0),
-        "ubatch": (
-            np.where(dec > 0, frame["ubatches"].to_numpy(np.float64), 0.0)
-            if "ubatches" in frame
-            else np.full(dec.shape[0], np.nan)
-        ),
     }
 
 
 def design(  # noqa: ANN001
     frame, knots: Sequence[int], temperatures: Sequence[float], terms: Sequence[str] = V3_TERMS
 ) -> np.ndarray:
-    """The regression's columns for a step table (with a ``temperature`` column): hats of B,
-    B * ctx, P, E at each temperature, then the speculative ``terms``."""
+    """The regression's columns for a step table (with a ``temperature`` column): hats of B
+    (with ``passes`` in ``terms``: of each pass's tokens, summed), B * ctx, P, E at each
+    temperature, then the speculative ``terms``."""
     b = frame["batch_tokens"].to_numpy(np.float64)
     dec = frame["decoding"].to_numpy() > 0
     b_eff = np.where(dec, b, float(knots[0]))
     ctx = np.where(dec, frame["ctx_mean"].to_numpy(np.float64), CONTEXT_ROWS[0])
-    cols = [hat_basis(b_eff, knots), (b * ctx)[:, None] * 1e-3]
+    hats = hat_basis(b_eff, knots)
+    if "passes" in terms:
+        hats = _pass_hats(frame, knots, hats)
+    cols = [hats, (b * ctx)[:, None] * 1e-3]
     cols.append(frame["prefill_tokens"].to_numpy(np.float64)[:, None])
     temp = frame["temperature"].to_numpy(np.float64)
     e = frame["emitted"].to_numpy(np.float64)
     cols += [np.where(np.isclose(temp, t), e, 0.0)[:, None] for t in temperatures]
     extra = term_columns(frame)
-    if "ubatch" in terms and np.isnan(extra["ubatch"]).any():
+    cols += [extra[name][:, None] for name in terms if name != "passes"]
+    return np.hstack(cols)
+
+
+def _pass_hats(frame, knots: Sequence[int], hats: np.ndarray) -> np.ndarray:  # noqa: ANN001
+    """The table's columns of a step table read pass by pass: each decoding step's hats are
+    the sum of its passes' (the ``passes`` column, :func:`specsim.sim.ubatch.pass_text`)."""
+    from specsim.sim.ubatch import pass_sizes
+
+    if "passes" not in frame:
         from specsim.errors import SpecsimError
 
         raise SpecsimError(
-            "the step term 'ubatch' needs the server's own step table (its 'ubatches' column); "
-            "calibrate with --step-clock server, or leave 'ubatch' out of --terms"
+            "the step model 'passes' needs the server's own step table (its 'passes' column); "
+            "calibrate with --step-clock server, or leave 'passes' out of --terms"
         )
-    cols += [extra[name][:, None] for name in terms]
-    return np.hstack(cols)
+    out = hats.copy()
+    dec = frame["decoding"].to_numpy() > 0
+    for i, text in enumerate(frame["passes"].tolist()):
+        sizes = pass_sizes(text) if dec[i] else []
+        if sizes:
+            out[i] = hat_basis(np.asarray(sizes, dtype=np.float64), knots).sum(axis=0)
+    return out
 
 
 def fit_steps(  # noqa: ANN001
@@ -170,7 +184,7 @@ def fit_steps(  # noqa: ANN001
     table = _fill_knots(knots, coef[:nk], x[:, :nk].any(axis=0))
     r = y - x @ coef
     at = nk + 2 + len(temps)
-    term = {name: float(coef[at + i]) for i, name in enumerate(terms)}
+    term = {name: float(coef[at + i]) for i, name in enumerate(t for t in terms if t != "passes")}
     return StepFit(
         knots=tuple(int(k) for k in knots),
         table_ms=tuple(float(v) for v in table),
@@ -181,7 +195,7 @@ def fit_steps(  # noqa: ANN001
         spec_step_ms=term.get("spec_step", 0.0),
         draft_token_ms=term.get("draft_token", 0.0),
         drafter_request_ms=term.get("drafter_request", 0.0),
-        ubatch_ms=term.get("ubatch", 0.0),
+        passes_by_slot="passes" in terms,
         steps=int(y.shape[0]),
         resid_sd_ms=float(np.std(r)),
         r2=float(1.0 - np.var(r) / np.var(y)),
@@ -218,6 +232,22 @@ def calibration_steps(frame, clock: str):  # noqa: ANN001, ANN201
             f"{clock} or score with --step-clock {frame['clock'].iloc[0]}"
         )
     return mine.drop(columns="clock")
+
+
+def calibration_loads(frame, cfg):  # noqa: ANN001, ANN201
+    """The calibration steps of the loads ``cfg.calib_concurrency`` names: all that were
+    measured, or, in a rescore, fewer (what one load adds to the fit, on the same runs).
+    Refused where it names a load that was not measured."""
+    want = set(cfg.calib_concurrency)
+    have = set(int(c) for c in frame["concurrency"].unique())
+    if not want <= have:
+        from specsim.errors import SpecsimError
+
+        raise SpecsimError(
+            f"--calib-concurrency {','.join(map(str, sorted(want - have)))} was not measured "
+            f"here (measured: {','.join(map(str, sorted(have)))}); name some of those"
+        )
+    return frame[frame["concurrency"].isin(sorted(want))]
 
 
 def run_time_errors(frame, terms: Sequence[str] = V3_TERMS) -> dict[str, float]:  # noqa: ANN001
@@ -300,7 +330,7 @@ def cost_model(fit: StepFit, temperature: float, name: str, limits: dict[str, in
         draft_base_ms=max(fit.spec_step_ms, 0.0),
         draft_per_request_ms=max(fit.drafter_request_ms, 0.0) if drafter else 0.0,
         verify_draft_token_ms=max(fit.draft_token_ms, 0.0),
-        verify_per_ubatch_ms=max(fit.ubatch_ms, 0.0),
+        passes_by_slot=int(fit.passes_by_slot),
         meta=info,
         **limits,
     )
