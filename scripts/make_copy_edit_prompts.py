@@ -12,6 +12,11 @@ function stubs from ``humaneval`` (OpenAI, MIT). Deterministic: every template, 
 stub is chosen by position, no randomness.
 
     python scripts/make_copy_edit_prompts.py   # -> specsim/data/prompts/copy-edit.jsonl
+    python scripts/make_copy_edit_prompts.py --part 2   # -> copy-edit-2.jsonl
+
+``--part 2`` (``copy-edit-2``): the same templates over the NEXT 40 passages (all of
+dolly-context's 80 then used) and HumanEval stubs 40-79, for a held-out grid after every
+``copy-edit`` prompt had been run (reports/llama-cpp-v4/PLAN.md, step 5).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 PROMPTS = ROOT / "specsim" / "data" / "prompts"
 OUT = PROMPTS / "copy-edit.jsonl"
+OUTS = {1: OUT, 2: PROMPTS / "copy-edit-2.jsonl"}
 PASSAGE_TEMPLATES = (
     "Copy the following passage word for word, putting each sentence on its own line. Output "
     "only the passage.\n\n{text}",
@@ -47,33 +53,34 @@ CODE_TEMPLATES = (
 PER_SOURCE = 40
 
 
-def passages() -> list[tuple[str, str]]:
-    """The first ``PER_SOURCE`` dolly-context rows' passages (the text after the instruction)
-    with their ids."""
+def passages(part: int = 1) -> list[tuple[str, str]]:
+    """The ``part``-th ``PER_SOURCE`` dolly-context rows' passages (the text after the
+    instruction) with their ids."""
     out = []
     for line in (PROMPTS / "dolly-context.jsonl").read_text(encoding="utf-8").splitlines():
         row = json.loads(line)
         _, _, text = row["turns"][0].partition("\n\n")
         if text.strip():
             out.append((row["id"], text.strip()))
-    return out[:PER_SOURCE]
+    return out[(part - 1) * PER_SOURCE : part * PER_SOURCE]
 
 
-def stubs() -> list[tuple[str, str]]:
-    """The first ``PER_SOURCE`` HumanEval stubs (the code between the fences), by line."""
+def stubs(part: int = 1) -> list[tuple[str, str]]:
+    """The ``part``-th ``PER_SOURCE`` HumanEval stubs (the code between the fences), by line."""
     out = []
     lines = (PROMPTS / "humaneval.jsonl").read_text(encoding="utf-8").splitlines()
     for i, line in enumerate(lines):
         turn = json.loads(line)["turns"][0]
         code = turn.split("```python\n", 1)[-1].rsplit("```", 1)[0].strip("\n")
         out.append((f"humaneval#{i}", code))
-    return out[:PER_SOURCE]
+    return out[(part - 1) * PER_SOURCE : part * PER_SOURCE]
 
 
-def build() -> list[dict]:
+def build(part: int = 1) -> list[dict]:
     """Passages and stubs interleaved, each source's templates in turn."""
     rows = []
-    for i, ((pid, text), (cid, code)) in enumerate(zip(passages(), stubs(), strict=True)):
+    pairs = zip(passages(part), stubs(part), strict=True)
+    for i, ((pid, text), (cid, code)) in enumerate(pairs):
         tp = PASSAGE_TEMPLATES[i % len(PASSAGE_TEMPLATES)]
         tc = CODE_TEMPLATES[i % len(CODE_TEMPLATES)]
         rows.append({"turns": [tp.format(text=text)], "source": pid, "kind": "passage"})
@@ -85,7 +92,10 @@ def main(argv: list[str] | None = None) -> int:
     from specsim.errors import LineParser, run_script
 
     ap = LineParser(prog="make_copy_edit_prompts.py", description=__doc__.split("\n")[0])
-    ap.add_argument("--out", type=Path, default=OUT, help=f"JSONL to write (default: {OUT})")
+    ap.add_argument("--part", type=int, choices=(1, 2), default=1,
+                    help="1: copy-edit (sources 0-39), 2: copy-edit-2 (sources 40-79)")  # fmt: skip
+    ap.add_argument("--out", type=Path, default=None,
+                    help="JSONL to write (default: the part's bundled file)")  # fmt: skip
     ap.add_argument("--force", action="store_true", help="overwrite --out (the shipped file is "
                     "regenerated in place without it)")  # fmt: skip
     args = ap.parse_args(argv)
@@ -95,8 +105,10 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     from specsim.outputs import check_out, write_text
 
-    out = check_out(args.out, force=args.force or args.out.resolve() == OUT, suffixes=(".jsonl",))
-    rows = build()
+    default = OUTS[args.part]
+    path = default if args.out is None else args.out
+    out = check_out(path, force=args.force or path.resolve() == default, suffixes=(".jsonl",))
+    rows = build(args.part)
     write_text("".join(json.dumps(r) + "\n" for r in rows), out)
     print(f"wrote {len(rows)} prompts to {out}")
     return 0
