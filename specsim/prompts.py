@@ -28,6 +28,7 @@ BUNDLED = {
     "math-train": "math",  # training only: templated arithmetic word problems (same script)
     "reasoning-gym": "reasoning",  # evaluation only: Reasoning Gym puzzles (make_eval_prompts)
     "copy-edit": "edit",  # evaluation only: copy / edit a given passage or function
+    "copy-edit-2": "edit",  # the same templates over the next 40 passages and stubs
 }
 # a line's own "source" field overrides the file's category (chat-train mixes in GSM8K train)
 SOURCE_CATEGORY = {"gsm8k": "math"}

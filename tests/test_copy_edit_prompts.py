@@ -8,27 +8,45 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 from specsim.prompts import load_prompts
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 
 
-def test_the_set_loads_by_name_with_its_category():
-    prompts = load_prompts("copy-edit")
+@pytest.mark.parametrize("name", ["copy-edit", "copy-edit-2"])
+def test_the_set_loads_by_name_with_its_category(name):
+    prompts = load_prompts(name)
     assert len(prompts) == 80
     assert {p.category for p in prompts} == {"edit"}
-    assert len(load_prompts("copy-edit[0:10]")) == 10
+    assert len(load_prompts(f"{name}[0:10]")) == 10
 
 
-def test_every_prompt_holds_the_text_it_asks_to_copy():
+@pytest.mark.parametrize("part", [1, 2])
+def test_every_prompt_holds_the_text_it_asks_to_copy(part):
     import make_copy_edit_prompts as m
 
-    passages, stubs = dict(m.passages()), dict(m.stubs())
-    for row in m.build():
+    passages, stubs = dict(m.passages(part)), dict(m.stubs(part))
+    for row in m.build(part):
         src = passages if row["kind"] == "passage" else stubs
         assert src[row["source"]] in row["turns"][0]
         assert len(src[row["source"]]) > 80  # enough text to copy
+
+
+def test_the_second_set_shares_no_text_with_the_first():
+    """copy-edit-2 is for a held-out grid after every copy-edit prompt had run: no source and
+    no prompt in common."""
+    import make_copy_edit_prompts as m
+
+    one, two = m.build(1), m.build(2)
+    assert not {r["source"] for r in one} & {r["source"] for r in two}
+    assert not {p.text for p in load_prompts("copy-edit")} & {
+        p.text for p in load_prompts("copy-edit-2")
+    }
+    out = m.OUTS[2].read_bytes()
+    assert out == "".join(json.dumps(r) + "\n" for r in two).encode()
 
 
 def test_the_shipped_file_is_what_the_script_writes(tmp_path):
