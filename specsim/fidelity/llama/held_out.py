@@ -242,3 +242,30 @@ EARLIER_V4: dict[str, Any] = {
 # the v4 servers' throughput per setting kind at one request in flight (tuning-3, tok/s): the
 # planning estimate's speeds for HELD_OUT_V4
 TOK_S_V4 = {"none": 180.0, "ngram": 190.0, "dspark": 70.0}
+
+# The second v4 held-out grid (reports/llama-cpp-v4/PLAN.md step 6), fixed here before it
+# runs: the copy-edit templates over sources no run saw (copy-edit-2), a closed loop at C = 7
+# and Poisson arrivals at 0.4 req/s (in no earlier grid or calibration: EARLIER_V5), the
+# tuning runs' settings and servers, and the model step 5's rule kept: the step priced pass by
+# pass (`passes`), calibration at C = 1, 2, 6 on copy-edit[32:48]; 3-5 kept runs a cell (at
+# C = 7 a run costs more than at C = 3: 51 minutes at the most repeats, plus the recording).
+HELD_OUT_V5: dict[str, Any] = {
+    **HELD_OUT_V4,
+    "prompts": ("copy-edit-2[0:32]",),
+    "calib_concurrency": (1, 2, 6),
+    "concurrency": (7,),
+    "rates": (0.4,),
+    "terms": ("drafter_request", "passes"),
+    "max_repeats": 5,
+    "out": "reports/llama-cpp-v4/held-out-2",
+}
+
+# every earlier grid and calibration of this method, the first v4 held-out grid included (v3's
+# calibration loads 3, 6, 12 too)
+EARLIER_V5: dict[str, Any] = {
+    "prompts": (*EARLIER_V4["prompts"], "copy-edit[48:80]"),
+    "calib_prompts": "copy-edit[32:48]",
+    "concurrency": (1, 2, 3, 4, 5, 8),
+    "calib_concurrency": (1, 2, 3, 6, 12),
+    "rates": (0.25, 0.5, 0.7, 1.5),
+}
