@@ -325,69 +325,58 @@ def test_the_docs_give_the_held_out_grid_s_own_command():
     assert h.command() in doc
 
 
+def _check_v4_held_out(d, earlier, runs, tuned_run, same):  # noqa: ANN001
+    """A v4 held-out grid's definition: no overlap with ``earlier`` (which holds what every
+    run of ``runs`` ran), the ``same`` fields as ``tuned_run``'s config, the servers' own
+    drafts and clock, sized for the issue's time, and its command (through validate's parser)
+    its config and the one the plan prints."""
+    import json
+    import shlex
+    from pathlib import Path
+
+    from specsim.cli import build_parser
+    from specsim.fidelity.llama import held_out as h
+    from specsim.options import from_args
+
+    reports = Path(__file__).parents[1] / "reports" / "llama-cpp-v4"
+    assert h.overlaps(d, earlier) == []
+    for run in runs:
+        conf = json.loads((reports / run / "config.json").read_text())
+        for k in ("concurrency", "calib_concurrency", "rates"):
+            assert set(conf[k]) <= set(earlier[k]), (run, k)
+        assert conf["calib_prompts"] == d["calib_prompts"]  # the method's calibration
+    tuned = json.loads((reports / tuned_run / "config.json").read_text())
+    for k in same:
+        assert (tuple(tuned[k]) if isinstance(d[k], tuple) else tuned[k]) == d[k], k
+    assert (d["step_clock"], d["dspark_trace"], d["ngram_trace"]) == ("server",) * 3
+    assert d["grid_label"] == "held-out" and d["temperatures"] == (0.0, 1.0)
+    assert h.estimate_minutes(d, h.TOK_S_V4, repeats=d["max_repeats"]) <= 60  # + recording
+    line = h.command(d)
+    args = build_parser().parse_args(shlex.split(line)[1:])
+    cfg = from_args(LlamaValidationConfig, args, seed=0, threads=args.server_threads)
+    assert cfg == LlamaValidationConfig(**h.config_kwargs(d)).with_(seed=0)
+    assert line in (reports / "PLAN.md").read_text()
+
+
 def test_the_v4_held_out_grid_is_new_and_fixed_before_it_runs():
     """Issue 66's held-out grid: prompts, a closed loop and a rate no earlier grid or
     calibration of the method ran; the tuning runs' servers and frozen method (terms, the
     server's clock, the servers' own drafts); sized for 75 minutes at the most repeats; its
     command, through validate's parser, is its config and is the one the plan prints."""
-    import json
-    import shlex
-    from pathlib import Path
-
-    from specsim.cli import build_parser
     from specsim.fidelity.llama import held_out as h
-    from specsim.options import from_args
 
-    d, root = h.HELD_OUT_V4, Path(__file__).parents[1]
-    assert h.overlaps(d, h.EARLIER_V4) == []
-    for run in ("tuning", "tuning-2", "tuning-3"):  # what the tuning runs ran is EARLIER_V4's
-        conf = json.loads((root / "reports" / "llama-cpp-v4" / run / "config.json").read_text())
-        assert set(conf["concurrency"]) <= set(h.EARLIER_V4["concurrency"])
-        assert set(conf["calib_concurrency"]) <= set(h.EARLIER_V4["calib_concurrency"])
-        assert set(conf["rates"]) <= set(h.EARLIER_V4["rates"])
-        assert conf["calib_prompts"] == d["calib_prompts"]  # the method's calibration
-    tuned = json.loads((root / "reports" / "llama-cpp-v4" / "tuning-3" / "config.json").read_text())
-    for k in ("specs", "terms", "target_type", "parallel", "max_tokens", "calib_concurrency"):
-        assert (tuple(tuned[k]) if isinstance(d[k], tuple) else tuned[k]) == d[k], k
-    assert (d["step_clock"], d["dspark_trace"], d["ngram_trace"]) == ("server",) * 3
-    assert d["grid_label"] == "held-out" and d["temperatures"] == (0.0, 1.0)
-    assert h.estimate_minutes(d, h.TOK_S_V4, repeats=d["max_repeats"]) <= 60  # + recording
-    line = h.command(d)
-    args = build_parser().parse_args(shlex.split(line)[1:])
-    cfg = from_args(LlamaValidationConfig, args, seed=0, threads=args.server_threads)
-    assert cfg == LlamaValidationConfig(**h.config_kwargs(d)).with_(seed=0)
-    assert line in (root / "reports" / "llama-cpp-v4" / "PLAN.md").read_text()
+    same = ("specs", "terms", "target_type", "parallel", "max_tokens", "calib_concurrency")
+    _check_v4_held_out(h.HELD_OUT_V4, h.EARLIER_V4, ("tuning", "tuning-2", "tuning-3"),
+                       "tuning-3", same)  # fmt: skip
 
 
 def test_the_second_v4_held_out_grid_is_new_and_fixed_before_it_runs():
     """The second held-out grid (PLAN.md step 6): prompts, a closed loop and a rate no earlier
     grid or calibration ran, the first held-out grid's included; the tuning runs' servers and
-    settings, the model the fourth tuning run's rule kept; sized like the first; its command
-    is its config and the one the plan prints."""
-    import json
-    import shlex
-    from pathlib import Path
-
-    from specsim.cli import build_parser
+    settings, the model the fourth tuning run's rule kept (terms and calibration loads); sized
+    like the first; its command is its config and the one the plan prints."""
     from specsim.fidelity.llama import held_out as h
-    from specsim.options import from_args
 
-    d, root = h.HELD_OUT_V5, Path(__file__).parents[1]
-    assert h.overlaps(d, h.EARLIER_V5) == []
-    for run in ("tuning", "tuning-2", "tuning-3", "tuning-4", "held-out"):
-        conf = json.loads((root / "reports" / "llama-cpp-v4" / run / "config.json").read_text())
-        assert set(conf["concurrency"]) <= set(h.EARLIER_V5["concurrency"])
-        assert set(conf["calib_concurrency"]) <= set(h.EARLIER_V5["calib_concurrency"])
-        assert set(conf["rates"]) <= set(h.EARLIER_V5["rates"])
-        assert conf["calib_prompts"] == d["calib_prompts"]
-    tuned = json.loads((root / "reports" / "llama-cpp-v4" / "tuning-4" / "config.json").read_text())
-    for k in ("specs", "target_type", "parallel", "max_tokens", "calib_prompts"):
-        assert (tuple(tuned[k]) if isinstance(d[k], tuple) else tuned[k]) == d[k], k
-    assert (d["step_clock"], d["dspark_trace"], d["ngram_trace"]) == ("server",) * 3
-    assert d["grid_label"] == "held-out" and d["temperatures"] == (0.0, 1.0)
-    assert h.estimate_minutes(d, h.TOK_S_V4, repeats=d["max_repeats"]) <= 60  # + recording
-    line = h.command(d)
-    args = build_parser().parse_args(shlex.split(line)[1:])
-    cfg = from_args(LlamaValidationConfig, args, seed=0, threads=args.server_threads)
-    assert cfg == LlamaValidationConfig(**h.config_kwargs(d)).with_(seed=0)
-    assert line in (root / "reports" / "llama-cpp-v4" / "PLAN.md").read_text()
+    runs = ("tuning", "tuning-2", "tuning-3", "tuning-4", "held-out")
+    same = ("specs", "terms", "target_type", "parallel", "max_tokens", "calib_concurrency")
+    _check_v4_held_out(h.HELD_OUT_V5, h.EARLIER_V5, runs, "tuning-4", same)
