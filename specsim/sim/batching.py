@@ -45,7 +45,7 @@ class Batching(Step):
     __slots__ = (
         "paged", "blk", "total_blocks", "kv_cap", "budget_tokens", "max_run", "b_limit",
         "kv_used", "kv_all", "n_pref", "pend", "pend_total", "pre_ctx", "ctx_dec", "chunk",
-        "chunk_sum", "left", "all_fit", "free_blocks",
+        "chunk_sum", "left", "all_fit", "free_blocks", "slotted",
     )  # fmt: skip
 
     def __init__(self, eng) -> None:  # noqa: ANN001 - the Engine
@@ -57,6 +57,9 @@ class Batching(Step):
         self.total_blocks = self.kv_cap // self.blk
         self.budget_tokens = int(lim.max_batched_tokens)
         self.max_run = int(lim.max_running)
+        # each admitted request takes an engine slot where the profile prices the passes a
+        # step is cut into by slot (place; specsim.sim.ubatch)
+        self.slotted = self.step_price.by_slot
         self.b_limit = _batch_limit(self.cost)
         self.kv_used = self.kv_all = self.n_pref = self.pend_total = self.pre_ctx = 0
         self.ctx_dec = self.chunk_sum = self.left = self.free_blocks = 0
@@ -265,7 +268,7 @@ class Batching(Step):
                 self.sums.t1 = self.sums.before(now)
         # STEPS holds the decode steps done so far until the prefill ends (0, or a preempted
         # request's count), then the index its decoding started at
-        if self.eng.by_slot:
+        if self.slotted:
             self.place(a)
         self.S = np.concatenate((S, jobs.cols.take(a, axis=1)), axis=1)
         new = np.asarray(adm_chunk, dtype=np.int64)

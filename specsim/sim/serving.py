@@ -114,9 +114,6 @@ class Engine(Walks, History):
         self.policy = policy
         # the policy's own seeded stream (StepInput.rng): a random policy draws from it only
         self.policy_rng = stream(seed, "policy")
-        # each admitted request takes an engine slot where the profile prices the passes a step
-        # is cut into by slot (specsim.sim.ubatch; Batching.place)
-        self.by_slot = bool(cost.passes_by_slot)
         self.cost = cost
         self.wl = workload
         self.limits = limits
@@ -278,7 +275,7 @@ class StepV2(Batching):
 
     __slots__ = (
         "base_fn", "is2d", "kv_coef", "uses_drafter", "decides", "fixed_k", "plan", "walk_ok",
-        "k_draft", "ctx", "dense", "lags", "learns", "table", "sched_on", "attn_on", "slotted",
+        "k_draft", "ctx", "dense", "lags", "learns", "table", "sched_on", "attn_on",
     )  # fmt: skip
 
     def __init__(self, eng) -> None:  # noqa: ANN001 - the Engine
@@ -305,7 +302,6 @@ class StepV2(Batching):
         self.table = self.base_fn if self.engine_terms else self.step_price.table_s
         self.sched_on = self.decides and not self.zos  # the scheduler is in the step
         self.attn_on = bool(self.step_price.attn_coef)
-        self.slotted = eng.by_slot  # the passes are priced by slot
 
     def ready(self, now: float) -> bool:
         """START's usual case without a generator: arrivals up to ``now`` joined, something

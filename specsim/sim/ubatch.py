@@ -6,11 +6,11 @@ Why it matters: llama-server started with ``-np N`` (N > 1) keeps one KV stream 
 (llama.cpp b11434, src/llama-kv-cache.cpp and src/llama-batch.cpp). A micro-batch (ubatch)
 holds only sequences with CONSECUTIVE ids (the server's slot ids), and the same number of
 tokens of each. Every ubatch is a whole forward pass: on the 2-core CPU of
-reports/llama-cpp-v4 one costs about 4.4 ms before its tokens' ~1.1 ms each (the calibration
-steps, docs/llama-cpp.md). So three decoders in slots 0, 2 and 5 pay three forward passes, the
-same three in slots 0, 1 and 2 one; and one request verifying 1 + 3 drafts pays one pass, not
-the four that four one-token decoders in scattered slots pay. A step's price that reads only the
-verified tokens gets both wrong.
+reports/llama-cpp-v4 a 1-token pass costs about 4.8 ms and 6 tokens in one pass about 14 (the
+calibration steps, docs/llama-cpp.md). So three decoders in slots 0, 2 and 5 pay three forward
+passes, the same three in slots 0, 1 and 2 one; and one request verifying 1 + 3 drafts pays one
+pass, not the four that four one-token decoders in scattered slots pay. A step's price that
+reads only the verified tokens gets both wrong.
 
 The rule, as the loop of ``split_equal`` runs it over a batch whose tokens come slot by slot in
 slot order (``update_slots``): a ubatch starts at the first slot with tokens left, takes every
