@@ -63,7 +63,7 @@ from specsim.rng import stream
 from specsim.sim.admission import reservation
 from specsim.sim.batching import Batching
 from specsim.sim.cost.model import CostModel
-from specsim.sim.cost.price import StepPrice
+from specsim.sim.cost.price import StepPrice, passes_table
 from specsim.sim.history import History
 from specsim.sim.jobs import ACC, BASE, JOB, KV, OUT, PRE, PROMPT, PTGT, RES, STEPS, VER, N
 from specsim.sim.jobs import Jobs as _Jobs
@@ -439,16 +439,16 @@ class StepV2(Batching):
             q = np.ones(n_dec, np.int64) if ones else 1 + lens
             qk = float(np.dot(q, S[PROMPT, :n_dec] + S[N, :n_dec]))
         prefill = self.prefill_tokens
-        passes = None
-        if self.slotted and n_dec:  # the passes the engine cuts the decoders into, by slot
-            passes = decoder_passes(self.jobs.server_slot[self.S[JOB, :n_dec]], self.lens)
+        if self.slotted and n_dec:  # the table at each pass the engine cuts the step into
+            cut = decoder_passes(self.jobs.server_slot[self.S[JOB, :n_dec]], self.lens)
+            table = passes_table(table, cut)
         return float(
             self.step_price.seconds(
                 table, requests=self.n_run, decode=n_dec, drafts=self.n_ver, drafted=k,
                 draft_context=dctx, tree=self.tree_tokens, prefill=prefill,
                 draft_prefill=prefill if self.uses_drafter else 0,
                 sched=self.cost.sched_s(n_dec) if n_dec and self.sched_on else 0.0,
-                kv=self.ctx_dec + self.pre_ctx, qk=qk, emitted=self.emitted, passes=passes,
+                kv=self.ctx_dec + self.pre_ctx, qk=qk, emitted=self.emitted,
             )
         )  # fmt: skip
 

@@ -95,16 +95,15 @@ class StepPrice:
 
     def seconds(  # type: ignore[no-untyped-def]
         self, table, *, requests, decode, drafts=0, drafted=0, draft_context=0.0, tree=0,
-        prefill=0, draft_prefill=0, sched=0.0, kv=0, qk=None, emitted=0, passes=None,
+        prefill=0, draft_prefill=0, sched=0.0, kv=0, qk=None, emitted=0,
     ):  # fmt: skip
         """Seconds of one step (the module docstring): ``drafted`` tokens drafted a decoder
         (0: the drafter skipped) plus ``draft_context`` (seconds of the drafter's context,
         measured engines), ``tree`` tokens of a tree's other branches, ``prefill`` prompt
         tokens (``draft_prefill`` of them also prefilled by the drafter), ``sched`` seconds of
         scheduler, ``kv`` cached tokens read, ``qk`` the decoders' query x context tokens
-        (None: attention's compute not priced), ``emitted`` decode tokens emitted and
-        ``passes`` the token counts of the forward passes the engine cut the decoders into
-        (None: one pass; each priced by ``table`` at its own tokens)."""
+        (None: attention's compute not priced) and ``emitted`` decode tokens emitted. Where
+        the engine cuts the decoders into several passes, ``table`` is :func:`passes_table`'s."""
         if decode and drafted:  # a full block for a tabulated count: read, not a call
             d = self.draft_lut[decode] if drafted >= self.gamma and decode < self.n_block else (
                 self.draft_s(decode, drafted)
@@ -113,8 +112,6 @@ class StepPrice:
         else:
             draft = 0.0
         tokens = decode + drafts + tree
-        if passes is not None:  # the table at each pass's tokens, summed
-            table = _passes_table(table, passes)
         if self.engine_terms:
             verify = self.cost.verify_s(tokens, prefill, requests, table, drafts)
         else:
@@ -128,7 +125,7 @@ class StepPrice:
         return duration
 
 
-def _passes_table(table, passes: list[int]):  # type: ignore[no-untyped-def]
+def passes_table(table, passes: list[int]):  # type: ignore[no-untyped-def]
     """``table`` read at each pass's tokens and summed, for the decoders' tokens (the verify
     reads it at them, or at them and the step's prompt tokens where the profile has no
     ``prefill_token_ms``: those then cost what they add to the table beyond the decoders')."""
