@@ -276,18 +276,26 @@ class Batching(Step):
         self.n_pref += len(adm)
 
     def place(self, admitted: np.ndarray) -> None:
-        """The engine slots (llama-server's ``-np``) the ``admitted`` requests take: the lowest
-        free ones, so the requests in flight sit in consecutive slots as far as their comings
-        and goings allow. Which slots run together sets how many passes a step costs
-        (:mod:`specsim.sim.ubatch`). llama-server gives a request the free slot whose cached
-        prompt shares the longest prefix with it (the first such in slot order), else the
-        least recently used one: it depends on the prompts' text and the server's history,
-        which a trace does not hold. Seeded random free slots were tried on the v4 tuning
-        grid and priced its plain server at C = 4 37% slow; the lowest free slots 13%
-        (reports/llama-cpp-v4/PLAN.md, step 4)."""
+        """The engine slots (llama-server's ``-np``) the ``admitted`` requests take, in turn:
+        llama-server's choice from the prompts' tokens where the run has them
+        (:class:`specsim.sim.slots.LlamaSlots`), else the lowest free ones, so the requests in
+        flight sit in consecutive slots as far as their comings and goings allow. Which slots
+        run together sets how many passes a step costs (:mod:`specsim.sim.ubatch`). Seeded
+        random free slots were tried on the v4 tuning grid and priced its plain server at
+        C = 4 37% slow; the lowest free slots 13% (reports/llama-cpp-v4/PLAN.md, step 4)."""
         slot = self.jobs.server_slot
-        free = np.setdiff1d(np.arange(self.max_run), slot[self.S[JOB]])
-        slot[admitted] = free[: admitted.shape[0]]
+        rule = self.eng.slot_rule
+        if rule is None:
+            free = np.setdiff1d(np.arange(self.max_run), slot[self.S[JOB]])
+            slot[admitted] = free[: admitted.shape[0]]
+            return
+        busy = np.zeros(self.max_run, dtype=bool)
+        busy[slot[self.S[JOB]]] = True
+        trace = self.jobs.trace
+        for j in admitted.tolist():
+            s = rule.choose(busy, int(trace[j]))
+            slot[j] = s
+            busy[s] = True
 
     def queued_prompt(self, n_run: int) -> int:
         """Prompt tokens waiting at the head of the queue, up to the free slots (the policy's

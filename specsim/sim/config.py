@@ -109,6 +109,13 @@ class ReplayConfig:
         "requests finish (completion order; written to a temporary name, renamed at the end)",
         cli=False,
     )
+    slot_prompts: tuple | None = _f(
+        None,
+        "each trace request's prompt as token ids in the server's chat template: with a "
+        "profile that prices a step by the slots it runs in (passes_by_slot), each request "
+        "takes the slot llama-server would give it (specsim.sim.slots); None: the lowest free",
+        cli=False,
+    )
 
     def __post_init__(self) -> None:
         loads = [n for n in ("rate", "concurrency", "arrivals") if getattr(self, n) is not None]

@@ -109,6 +109,7 @@ class Engine(Walks, History):
         env: simpy.Environment | None = None,
         seed: int = 0,
         sink=None,  # noqa: ANN001 - specsim.sim.streaming.RequestSink
+        slot_prompts=None,  # noqa: ANN001 - a sequence of token-id sequences
     ) -> None:
         self.trace = trace
         self.policy = policy
@@ -130,6 +131,18 @@ class Engine(Walks, History):
         self.accept_len = trace.accept_len.astype(np.int64)
         self.offsets = trace.offsets.astype(np.int64)
         self.needs = policy.needs
+        # llama-server's slot choice from the prompts' tokens (specsim.sim.slots), where the
+        # profile prices a step by the slots it runs in; else the lowest free slots
+        self.slot_rule = None
+        if slot_prompts is not None and cost.passes_by_slot:
+            from specsim.sim.slots import LlamaSlots
+
+            if len(slot_prompts) != trace.n_requests:
+                raise SpecsimError(
+                    f"slot_prompts holds {len(slot_prompts)} prompts for a trace of "
+                    f"{trace.n_requests} requests; give one token-id list per trace request"
+                )
+            self.slot_rule = LlamaSlots(int(limits.max_running), slot_prompts)
         self._check_capacity()
 
     # ------------------------------------------------------------------ setup
@@ -441,7 +454,7 @@ class StepV2(Batching):
         prefill = self.prefill_tokens
         if self.slotted and n_dec:  # the table at each pass the engine cuts the step into
             cut = decoder_passes(self.jobs.server_slot[self.S[JOB, :n_dec]], self.lens)
-            table = passes_table(table, cut)
+            table = passes_table(table, cut, self.cost.pass_extra_ms * 1e-3)
         return float(
             self.step_price.seconds(
                 table, requests=self.n_run, decode=n_dec, drafts=self.n_ver, drafted=k,

@@ -231,6 +231,7 @@ def _replay(trace, policy, cfg: ReplayConfig, progress) -> ReplayResult:  # noqa
             progress=progress,
             seed=seed,
             sink=sink,
+            slot_prompts=cfg.slot_prompts,
         )
         raw = engine.run()
         wall = time.perf_counter() - t0

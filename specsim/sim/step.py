@@ -363,6 +363,8 @@ class Step:
         fin = S.take(done.nonzero()[0], axis=1)
         fj = fin[JOB]
         jobs.finish[fj] = end
+        if eng.slot_rule is not None:  # the server's slots' last use (specsim.sim.slots)
+            eng.slot_rule.release(jobs.server_slot[fj], end)
         fin[STEPS] = eng.n_steps + 1 - fin[STEPS]
         jobs.cols[:, fj] = fin  # the counters, read back by Engine._raw
         if self.sink is not None:

@@ -14,8 +14,9 @@ from specsim.record.requant import TYPES as TARGET_TYPES
 
 # the step model's speculative terms (profile.design); which a grid fits is frozen per grid
 # (``passes``: not a coefficient but the table read at each forward pass the server cut a step
-# into, known from its own log only: profile.design)
-TERMS = ("spec_step", "draft_token", "drafter_request", "passes")
+# into, known from its own log only: profile.design;
+# ``pass_extra``: a cost for each pass after a step's first, on top of ``passes``)
+TERMS = ("spec_step", "draft_token", "drafter_request", "passes", "pass_extra")
 V3_TERMS = TERMS[:3]
 MAX_DRAFT = 256  # tokens drafted per step: far beyond any useful one (llama.cpp's default: 16)
 SPEC_HELP = (
@@ -155,6 +156,12 @@ class LlamaValidationConfig:
         "log every step on their own clock, specsim/serve/log_steps.py; both tables are kept "
         "and scoring reads this one)",
     )
+    slot_rule: str = option(
+        "lowest",
+        "with --terms passes, the slot the simulator gives each request: 'lowest' (the lowest "
+        "free) or 'llama-server' (the server's own rule, from the prompts' tokens: "
+        "specsim/sim/slots.py)",
+    )
     terms: tuple[str, ...] = option(
         V3_TERMS,
         "the step model's speculative terms (of TERMS; frozen per grid by the "
@@ -226,6 +233,14 @@ class LlamaValidationConfig:
             raise SpecsimError(
                 "--terms passes needs --step-clock server: only the server's log names the slots "
                 "a step ran, which set the forward passes it was cut into"
+            )
+        if "pass_extra" in self.terms and "passes" not in self.terms:
+            raise SpecsimError(
+                "--terms pass_extra prices each pass after a step's first: name passes too"
+            )
+        if self.slot_rule not in ("lowest", "llama-server"):
+            raise SpecsimError(
+                f"--slot-rule is 'lowest' or 'llama-server', got {self.slot_rule!r}"
             )
         if self.ngram_trace not in ("port", "server"):
             raise SpecsimError(f"--ngram-trace is 'port' or 'server', got {self.ngram_trace!r}")

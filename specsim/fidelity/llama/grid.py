@@ -175,11 +175,15 @@ def simulate_cell(
     cost: Any,
     concurrency: int | None,
     rate: float | None,
+    slot_prompts: tuple | None = None,
 ) -> dict[str, float]:
-    """The simulator's summary of one cell."""
+    """The simulator's summary of one cell (``slot_prompts``: the prompts' token ids, for
+    llama-server's slot choice, ``--slot-rule llama-server``)."""
     from specsim.sim.simulate import replay
 
     kw: dict[str, Any] = {"concurrency": concurrency} if concurrency else {"rate": rate}
+    if slot_prompts is not None:
+        kw["slot_prompts"] = slot_prompts
     with warnings.catch_warnings():
         # prompt tokens are priced per token (prefill_token_ms), not by the table, so a step
         # that prefills past the table's range is no extrapolation of it (the decode tokens
@@ -197,6 +201,17 @@ def simulate_cell(
     return out
 
 
+def slot_prompts(cfg: LlamaValidationConfig) -> tuple | None:
+    """The grid's prompts as the server's token ids (``inputs.json``), where the simulator
+    gives each request the slot llama-server would (``--slot-rule llama-server``)."""
+    if cfg.slot_rule != "llama-server" or "passes" not in cfg.terms:
+        return None
+    import json
+
+    ids = json.loads((cfg.out / "inputs.json").read_text())["ids"]
+    return tuple(tuple(int(t) for t in p) for p in ids)
+
+
 def compare(
     cfg: LlamaValidationConfig,
     runs: pd.DataFrame,
@@ -210,6 +225,7 @@ def compare(
     from specsim.fidelity.repeats import median_interval
 
     tol = cfg.target_ci if cfg.target_ci is not None else DEFAULT_TOL
+    prompts = slot_prompts(cfg)
     if "warmup" in runs.columns:
         runs = runs[~runs["warmup"].astype(bool)]
     rows = []
@@ -220,7 +236,7 @@ def compare(
         c = None if pd.isna(c) else int(c)
         rate = None if pd.isna(rate) else float(rate)
         cost = costs[profile_key(spec, t)]
-        sim = simulate_cell(cfg, s, traces[(spec, float(t))], cost, c, rate)
+        sim = simulate_cell(cfg, s, traces[(spec, float(t))], cost, c, rate, prompts)
         row: dict[str, Any] = {"grid": cfg.grid_label, "spec": spec, "temperature": t,
                                "concurrency": c, "rate": rate, "repeats": len(g)}  # fmt: skip
         converged = True

@@ -77,6 +77,7 @@ class StepFit:
     draft_token_ms: float = 0.0
     drafter_request_ms: float = 0.0
     passes_by_slot: bool = False
+    pass_extra_ms: float = 0.0
     steps: int = 0
     resid_sd_ms: float = float("nan")
     r2: float = float("nan")
@@ -119,7 +120,15 @@ def term_columns(frame) -> dict[str, np.ndarray]:  # noqa: ANN001
     speculating = (kind != "none") if kind is not None else np.zeros(dec.shape[0], bool)
     drafter = (kind == "dspark") if kind is not None else np.zeros(dec.shape[0], bool)
     drafts = np.where(dec > 0, frame["batch_tokens"].to_numpy(np.float64) - dec, 0.0)
+    extra_passes = np.zeros(dec.shape[0])
+    if "passes" in frame:  # each decoding step's passes after its first (pass_extra)
+        from specsim.sim.ubatch import pass_sizes
+
+        extra_passes = np.array([max(len(pass_sizes(t)) - 1, 0) if d > 0 else 0
+                                 for t, d in zip(frame["passes"].tolist(), dec, strict=True)],
+                                dtype=np.float64)  # fmt: skip
     return {
+        "pass_extra": extra_passes,
         "spec_step": np.where(speculating & (dec > 0), 1.0, 0.0),
         "draft_token": np.maximum(drafts, 0.0),
         "drafter_request": np.where(drafter, dec, 0.0),
@@ -196,6 +205,7 @@ def fit_steps(  # noqa: ANN001
         draft_token_ms=term.get("draft_token", 0.0),
         drafter_request_ms=term.get("drafter_request", 0.0),
         passes_by_slot="passes" in terms,
+        pass_extra_ms=term.get("pass_extra", 0.0),
         steps=int(y.shape[0]),
         resid_sd_ms=float(np.std(r)),
         r2=float(1.0 - np.var(r) / np.var(y)),
@@ -331,6 +341,7 @@ def cost_model(fit: StepFit, temperature: float, name: str, limits: dict[str, in
         draft_per_request_ms=max(fit.drafter_request_ms, 0.0) if drafter else 0.0,
         verify_draft_token_ms=max(fit.draft_token_ms, 0.0),
         passes_by_slot=int(fit.passes_by_slot),
+        pass_extra_ms=max(fit.pass_extra_ms, 0.0) if fit.passes_by_slot else 0.0,
         meta=info,
         **limits,
     )

@@ -119,6 +119,10 @@ class CostModel:
     # run of consecutive slots holding as many tokens each (specsim.sim.ubatch), and the
     # simulator places each request in one of ``max_running`` slots. 0: one pass a step
     passes_by_slot: int = 0
+    # with passes_by_slot: what each forward pass after a step's first costs beyond the table
+    # at its tokens (llama-server: a one-token pass alone ~4.4 ms, inside a step of several
+    # 5.0-5.8 ms each, reports/llama-cpp-v4/PLAN.md step 5)
+    pass_extra_ms: float = 0.0
     # a tree drafter (EAGLE on SGLang): the tokens a request verifies beyond its drafted path,
     # the tree's other branches (num_draft_tokens - steps), in every step it speculates; 0: a
     # chain. The step holds them (budget and price) though none is ever accepted (serving v2)
@@ -157,6 +161,11 @@ class CostModel:
             raise SpecsimError(
                 f"profile {self.name!r}: passes_by_slot = {self.passes_by_slot} must be 0 (one "
                 "pass a step) or 1 (a pass per run of consecutive slots, llama-server)"
+            )
+        if self.pass_extra_ms and not self.passes_by_slot:
+            raise SpecsimError(
+                f"profile {self.name!r}: pass_extra_ms prices the passes a step is cut into by "
+                "slot; set passes_by_slot = 1 or leave pass_extra_ms out"
             )
         if not 0 <= self.draft_context_window <= 10**9:
             raise SpecsimError(
@@ -264,6 +273,7 @@ class CostModel:
             or self.emit_per_token_ms
             or self.verify_draft_token_ms
             or self.passes_by_slot
+            or self.pass_extra_ms
             or self.tree_tokens_per_request
             or self.mixed_step_ms
         )
@@ -406,6 +416,7 @@ class CostModel:
             ),
             **({"mixed_step_ms": self.mixed_step_ms} if self.mixed_step_ms else {}),
             **({"passes_by_slot": self.passes_by_slot} if self.passes_by_slot else {}),
+            **({"pass_extra_ms": self.pass_extra_ms} if self.pass_extra_ms else {}),
             **(
                 {"tree_tokens_per_request": self.tree_tokens_per_request}
                 if self.tree_tokens_per_request

@@ -125,11 +125,12 @@ class StepPrice:
         return duration
 
 
-def passes_table(table, passes: list[int]):  # type: ignore[no-untyped-def]
-    """``table`` read at each pass's tokens and summed, for the decoders' tokens (the verify
-    reads it at them, or at them and the step's prompt tokens where the profile has no
-    ``prefill_token_ms``: those then cost what they add to the table beyond the decoders')."""
-    total = sum(float(table(n)) for n in passes)
+def passes_table(table, passes: list[int], extra_s: float = 0.0):  # type: ignore[no-untyped-def]
+    """``table`` read at each pass's tokens and summed, plus ``extra_s`` for each pass after
+    the first, for the decoders' tokens (the verify reads it at them, or at them and the
+    step's prompt tokens where the profile has no ``prefill_token_ms``: those then cost what
+    they add to the table beyond the decoders')."""
+    total = sum(float(table(n)) for n in passes) + extra_s * max(len(passes) - 1, 0)
     mine = sum(passes)
     base = float(table(mine))
     return lambda tokens: total + (float(table(tokens)) - base if tokens != mine else 0.0)

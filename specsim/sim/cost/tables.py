@@ -70,6 +70,7 @@ COST_KEYS = (
     "emit_per_token_ms",
     "verify_draft_token_ms",
     "mixed_step_ms",
+    "pass_extra_ms",
 )
 # the (requests, ms) curves a profile header may hold: the engine loop's overhead, a draft
 # call's cost, and a sequential drafter's cost a drafted position (EAGLE, MTP)
