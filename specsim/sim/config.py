@@ -109,6 +109,12 @@ class ReplayConfig:
         "requests finish (completion order; written to a temporary name, renamed at the end)",
         cli=False,
     )
+    slot_warm: bool = _f(
+        False,
+        "with slot_prompts: the server's slots start holding the prompts (as after earlier "
+        "runs), not empty (specsim.sim.slots)",
+        cli=False,
+    )
     slot_prompts: tuple | None = _f(
         None,
         "each trace request's prompt as token ids in the server's chat template: with a "

@@ -110,6 +110,7 @@ class Engine(Walks, History):
         seed: int = 0,
         sink=None,  # noqa: ANN001 - specsim.sim.streaming.RequestSink
         slot_prompts=None,  # noqa: ANN001 - a sequence of token-id sequences
+        slot_warm: bool = False,
     ) -> None:
         self.trace = trace
         self.policy = policy
@@ -142,7 +143,7 @@ class Engine(Walks, History):
                     f"slot_prompts holds {len(slot_prompts)} prompts for a trace of "
                     f"{trace.n_requests} requests; give one token-id list per trace request"
                 )
-            self.slot_rule = LlamaSlots(int(limits.max_running), slot_prompts)
+            self.slot_rule = LlamaSlots(int(limits.max_running), slot_prompts, warm=slot_warm)
         self._check_capacity()
 
     # ------------------------------------------------------------------ setup

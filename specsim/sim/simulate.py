@@ -232,6 +232,7 @@ def _replay(trace, policy, cfg: ReplayConfig, progress) -> ReplayResult:  # noqa
             seed=seed,
             sink=sink,
             slot_prompts=cfg.slot_prompts,
+            slot_warm=cfg.slot_warm,
         )
         raw = engine.run()
         wall = time.perf_counter() - t0

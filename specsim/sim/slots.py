@@ -14,8 +14,13 @@ ran and that prompt's output; against another chat-templated prompt its common p
 two prompts' (a templated prompt ends in the assistant's header, so none is a prefix of
 another).
 
-The simulated server starts empty (every slot unused), where a real one keeps its slots'
-caches from the runs before: the rule is the server's, the history is not.
+The simulated server starts empty (every slot unused), or ``warm``: as a server that has run
+these prompts before, slot ``k`` holding prompt ``k`` (mod their number), released in slot
+order before the run. A real one keeps its slots' caches from the runs before it, which decide
+where the free slots are once every slot has run a request: empty slots are never chosen by
+prefix, so an empty start keeps an unused slot unused (at 7 requests in flight on 8 slots, the
+free slot stays at the end: one pass a step), where the server's free slot wanders. Which
+prompts a real server's slots hold is its history, which no trace has.
 """
 
 from __future__ import annotations
@@ -49,7 +54,11 @@ class LlamaSlots:
     __slots__ = ("sim", "cached", "t_last", "threshold")
 
     def __init__(
-        self, n_slots: int, prompts: Sequence[Sequence[int]], threshold: float = SIMILARITY
+        self,
+        n_slots: int,
+        prompts: Sequence[Sequence[int]],
+        threshold: float = SIMILARITY,
+        warm: bool = False,
     ) -> None:
         if not len(prompts):
             raise ValueError("slot prompts: none given (one token-id list per trace request)")
@@ -59,6 +68,9 @@ class LlamaSlots:
         self.cached = np.full(n_slots, -1, dtype=np.int64)  # the prompt each slot last ran
         self.t_last = np.full(n_slots, -1.0)  # when it released it (-1: never used)
         self.threshold = float(threshold)
+        if warm:  # slot k ran prompt k (mod their number), released in slot order
+            self.cached[:] = np.arange(n_slots) % len(prompts)
+            self.t_last[:] = np.arange(n_slots) - float(n_slots) - 1.0
 
     def choose(self, busy: np.ndarray, prompt: int) -> int:
         """The slot a task for ``prompt`` gets, given the slots processing (``busy``, bool),

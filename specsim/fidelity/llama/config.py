@@ -159,8 +159,9 @@ class LlamaValidationConfig:
     slot_rule: str = option(
         "lowest",
         "with --terms passes, the slot the simulator gives each request: 'lowest' (the lowest "
-        "free) or 'llama-server' (the server's own rule, from the prompts' tokens: "
-        "specsim/sim/slots.py)",
+        "free), 'llama-server' (the server's own rule, from the prompts' tokens, its slots "
+        "empty at the start) or 'llama-server-warm' (its slots holding prompts, as after "
+        "earlier runs: specsim/sim/slots.py)",
     )
     terms: tuple[str, ...] = option(
         V3_TERMS,
@@ -238,9 +239,10 @@ class LlamaValidationConfig:
             raise SpecsimError(
                 "--terms pass_extra prices each pass after a step's first: name passes too"
             )
-        if self.slot_rule not in ("lowest", "llama-server"):
+        if self.slot_rule not in ("lowest", "llama-server", "llama-server-warm"):
             raise SpecsimError(
-                f"--slot-rule is 'lowest' or 'llama-server', got {self.slot_rule!r}"
+                "--slot-rule is 'lowest', 'llama-server' or 'llama-server-warm', got "
+                f"{self.slot_rule!r}"
             )
         if self.ngram_trace not in ("port", "server"):
             raise SpecsimError(f"--ngram-trace is 'port' or 'server', got {self.ngram_trace!r}")

@@ -184,6 +184,7 @@ def simulate_cell(
     kw: dict[str, Any] = {"concurrency": concurrency} if concurrency else {"rate": rate}
     if slot_prompts is not None:
         kw["slot_prompts"] = slot_prompts
+        kw["slot_warm"] = cfg.slot_rule == "llama-server-warm"
     with warnings.catch_warnings():
         # prompt tokens are priced per token (prefill_token_ms), not by the table, so a step
         # that prefills past the table's range is no extrapolation of it (the decode tokens
@@ -204,7 +205,7 @@ def simulate_cell(
 def slot_prompts(cfg: LlamaValidationConfig) -> tuple | None:
     """The grid's prompts as the server's token ids (``inputs.json``), where the simulator
     gives each request the slot llama-server would (``--slot-rule llama-server``)."""
-    if cfg.slot_rule != "llama-server" or "passes" not in cfg.terms:
+    if not cfg.slot_rule.startswith("llama-server") or "passes" not in cfg.terms:
         return None
     import json
 
