@@ -109,17 +109,12 @@ class ReplayConfig:
         "requests finish (completion order; written to a temporary name, renamed at the end)",
         cli=False,
     )
-    slot_warm: bool = _f(
-        False,
-        "with slot_prompts: the server's slots start holding the prompts (as after earlier "
-        "runs), not empty (specsim.sim.slots)",
-        cli=False,
-    )
-    slot_prompts: tuple | None = _f(
+    slots: object | None = _f(
         None,
-        "each trace request's prompt as token ids in the server's chat template: with a "
-        "profile that prices a step by the slots it runs in (passes_by_slot), each request "
-        "takes the slot llama-server would give it (specsim.sim.slots); None: the lowest free",
+        "a specsim.sim.slots.LlamaSlots (one per trace request's prompt, as the server's "
+        "token ids): with a profile that prices a step by the slots it runs in "
+        "(passes_by_slot), each request takes the slot llama-server would give it; the same "
+        "object handed to run after run carries the server's history. None: the lowest free",
         cli=False,
     )
 

@@ -109,8 +109,7 @@ class Engine(Walks, History):
         env: simpy.Environment | None = None,
         seed: int = 0,
         sink=None,  # noqa: ANN001 - specsim.sim.streaming.RequestSink
-        slot_prompts=None,  # noqa: ANN001 - a sequence of token-id sequences
-        slot_warm: bool = False,
+        slots=None,  # noqa: ANN001 - a specsim.sim.slots.LlamaSlots
     ) -> None:
         self.trace = trace
         self.policy = policy
@@ -134,16 +133,15 @@ class Engine(Walks, History):
         self.needs = policy.needs
         # llama-server's slot choice from the prompts' tokens (specsim.sim.slots), where the
         # profile prices a step by the slots it runs in; else the lowest free slots
-        self.slot_rule = None
-        if slot_prompts is not None and cost.passes_by_slot:
-            from specsim.sim.slots import LlamaSlots
-
-            if len(slot_prompts) != trace.n_requests:
+        self.slot_rule = slots if cost.passes_by_slot else None
+        if self.slot_rule is not None:
+            if slots.n_prompts != trace.n_requests or slots.cached.shape[0] != limits.max_running:
                 raise SpecsimError(
-                    f"slot_prompts holds {len(slot_prompts)} prompts for a trace of "
-                    f"{trace.n_requests} requests; give one token-id list per trace request"
+                    f"slots: {slots.n_prompts} prompts on {slots.cached.shape[0]} slots for a "
+                    f"trace of {trace.n_requests} requests on {limits.max_running}; give one "
+                    "token-id list per trace request and max_running slots"
                 )
-            self.slot_rule = LlamaSlots(int(limits.max_running), slot_prompts, warm=slot_warm)
+            slots.start()
         self._check_capacity()
 
     # ------------------------------------------------------------------ setup

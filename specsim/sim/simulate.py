@@ -231,8 +231,7 @@ def _replay(trace, policy, cfg: ReplayConfig, progress) -> ReplayResult:  # noqa
             progress=progress,
             seed=seed,
             sink=sink,
-            slot_prompts=cfg.slot_prompts,
-            slot_warm=cfg.slot_warm,
+            slots=cfg.slots,
         )
         raw = engine.run()
         wall = time.perf_counter() - t0

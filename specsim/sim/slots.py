@@ -16,7 +16,8 @@ another).
 
 The simulated server starts empty (every slot unused), or ``warm``: as a server that has run
 these prompts before, slot ``k`` holding prompt ``k`` (mod their number), released in slot
-order before the run. A real one keeps its slots' caches from the runs before it, which decide
+order before the run; or one object is handed to run after run (``replay(slots=...)``), so it
+carries the server's history from run to run as a real server does. A real one keeps its slots' caches from the runs before it, which decide
 where the free slots are once every slot has run a request: empty slots are never chosen by
 prefix, so an empty start keeps an unused slot unused (at 7 requests in flight on 8 slots, the
 free slot stays at the end: one pass a step), where the server's free slot wanders. Which
@@ -51,7 +52,7 @@ class LlamaSlots:
     """llama-server's slot choice over ``n_slots`` slots for prompts indexed like the trace's
     requests (``prompts[i]``: request ``i``'s token ids in the server's chat template)."""
 
-    __slots__ = ("sim", "cached", "t_last", "threshold")
+    __slots__ = ("sim", "cached", "t_last", "threshold", "offset", "n_prompts")
 
     def __init__(
         self,
@@ -68,9 +69,16 @@ class LlamaSlots:
         self.cached = np.full(n_slots, -1, dtype=np.int64)  # the prompt each slot last ran
         self.t_last = np.full(n_slots, -1.0)  # when it released it (-1: never used)
         self.threshold = float(threshold)
+        self.n_prompts = len(prompts)
+        self.offset = 0.0  # a run's clock starts at 0: releases are kept after the last run's
         if warm:  # slot k ran prompt k (mod their number), released in slot order
             self.cached[:] = np.arange(n_slots) % len(prompts)
             self.t_last[:] = np.arange(n_slots) - float(n_slots) - 1.0
+
+    def start(self) -> None:
+        """A new run on the same server: its clock starts again at 0, so its releases count
+        after every earlier one (the server's own clock runs on)."""
+        self.offset = max(float(self.t_last.max()), 0.0) + 1.0
 
     def choose(self, busy: np.ndarray, prompt: int) -> int:
         """The slot a task for ``prompt`` gets, given the slots processing (``busy``, bool),
@@ -93,4 +101,4 @@ class LlamaSlots:
 
     def release(self, slots: np.ndarray, now: float) -> None:
         """The tasks in ``slots`` ended at ``now`` (seconds)."""
-        self.t_last[slots] = now
+        self.t_last[slots] = now + self.offset

@@ -18,6 +18,8 @@ from specsim.record.requant import TYPES as TARGET_TYPES
 # ``pass_extra``: a cost for each pass after a step's first, on top of ``passes``)
 TERMS = ("spec_step", "draft_token", "drafter_request", "passes", "pass_extra")
 V3_TERMS = TERMS[:3]
+# where the simulator puts a request among llama-server's slots (grid.new_slots)
+SLOT_RULES = ("lowest", "llama-server", "llama-server-warm", "llama-server-history")
 MAX_DRAFT = 256  # tokens drafted per step: far beyond any useful one (llama.cpp's default: 16)
 SPEC_HELP = (
     "none, ngram:M (ngram-simple, draft size M) or dspark:N[:P] (draft-dspark, "
@@ -160,8 +162,10 @@ class LlamaValidationConfig:
         "lowest",
         "with --terms passes, the slot the simulator gives each request: 'lowest' (the lowest "
         "free), 'llama-server' (the server's own rule, from the prompts' tokens, its slots "
-        "empty at the start) or 'llama-server-warm' (its slots holding prompts, as after "
-        "earlier runs: specsim/sim/slots.py)",
+        "empty at the start of each cell), 'llama-server-warm' (its slots holding prompts, as "
+        "after earlier runs) or 'llama-server-history' (every run simulated in the order it "
+        "ran, the slots carried from run to run as on the grid's server: "
+        "specsim/sim/slots.py)",
     )
     terms: tuple[str, ...] = option(
         V3_TERMS,
@@ -239,10 +243,9 @@ class LlamaValidationConfig:
             raise SpecsimError(
                 "--terms pass_extra prices each pass after a step's first: name passes too"
             )
-        if self.slot_rule not in ("lowest", "llama-server", "llama-server-warm"):
+        if self.slot_rule not in SLOT_RULES:
             raise SpecsimError(
-                "--slot-rule is 'lowest', 'llama-server' or 'llama-server-warm', got "
-                f"{self.slot_rule!r}"
+                f"--slot-rule is one of {', '.join(SLOT_RULES)}, got {self.slot_rule!r}"
             )
         if self.ngram_trace not in ("port", "server"):
             raise SpecsimError(f"--ngram-trace is 'port' or 'server', got {self.ngram_trace!r}")

@@ -175,16 +175,15 @@ def simulate_cell(
     cost: Any,
     concurrency: int | None,
     rate: float | None,
-    slot_prompts: tuple | None = None,
+    slots: Any = None,
 ) -> dict[str, float]:
-    """The simulator's summary of one cell (``slot_prompts``: the prompts' token ids, for
-    llama-server's slot choice, ``--slot-rule llama-server``)."""
+    """The simulator's summary of one cell (``slots``: a :class:`specsim.sim.slots.LlamaSlots`
+    for llama-server's slot choice, ``--slot-rule``; None: the lowest free slots)."""
     from specsim.sim.simulate import replay
 
     kw: dict[str, Any] = {"concurrency": concurrency} if concurrency else {"rate": rate}
-    if slot_prompts is not None:
-        kw["slot_prompts"] = slot_prompts
-        kw["slot_warm"] = cfg.slot_rule == "llama-server-warm"
+    if slots is not None:
+        kw["slots"] = slots
     with warnings.catch_warnings():
         # prompt tokens are priced per token (prefill_token_ms), not by the table, so a step
         # that prefills past the table's range is no extrapolation of it (the decode tokens
@@ -204,13 +203,51 @@ def simulate_cell(
 
 def slot_prompts(cfg: LlamaValidationConfig) -> tuple | None:
     """The grid's prompts as the server's token ids (``inputs.json``), where the simulator
-    gives each request the slot llama-server would (``--slot-rule llama-server``)."""
-    if not cfg.slot_rule.startswith("llama-server") or "passes" not in cfg.terms:
+    gives each request the slot llama-server would (``--slot-rule llama-server...``)."""
+    if cfg.slot_rule == "lowest" or "passes" not in cfg.terms:
         return None
     import json
 
     ids = json.loads((cfg.out / "inputs.json").read_text())["ids"]
     return tuple(tuple(int(t) for t in p) for p in ids)
+
+
+def new_slots(cfg: LlamaValidationConfig, prompts: tuple | None) -> Any:
+    """A fresh server's slots for ``--slot-rule`` (None: the lowest free slots)."""
+    if prompts is None:
+        return None
+    from specsim.sim.slots import LlamaSlots
+
+    warm = cfg.slot_rule == "llama-server-warm"
+    return LlamaSlots(int(limits(cfg)["max_running"]), prompts, warm=warm)
+
+
+def history_sims(
+    cfg: LlamaValidationConfig,
+    runs: pd.DataFrame,
+    traces: dict[tuple[str, float], Trace],
+    costs: dict[tuple[bool, float], Any],
+    prompts: tuple,
+) -> dict[Any, dict[str, float]]:
+    """``--slot-rule llama-server-history``: every run of ``runs`` (warm-ups included) simulated
+    in the order it ran, each setting's runs on one simulated server whose slots carry over
+    from run to run (the grid's server runs them all, starting empty), keyed by the run's row."""
+    out: dict[Any, dict[str, float]] = {}
+    for spec, g in runs.groupby("spec", sort=False):
+        s, state = SpecSetting.parse(spec), new_slots(cfg, prompts)
+        for i, r in g.iterrows():
+            c = None if pd.isna(r["concurrency"]) else int(r["concurrency"])
+            rate = None if pd.isna(r["rate"]) else float(r["rate"])
+            t = float(r["temperature"])
+            out[i] = simulate_cell(cfg, s, traces[(spec, t)], costs[profile_key(spec, t)], c,
+                                   rate, state)  # fmt: skip
+    return out
+
+
+def _median_summary(sims: list[dict[str, float]]) -> dict[str, float]:
+    """The median of each number over the runs' simulated summaries."""
+    keys = [k for k, v in sims[0].items() if isinstance(v, int | float)]
+    return {k: float(np.median([float(x.get(k, np.nan)) for x in sims])) for k in keys}
 
 
 def compare(
@@ -227,6 +264,10 @@ def compare(
 
     tol = cfg.target_ci if cfg.target_ci is not None else DEFAULT_TOL
     prompts = slot_prompts(cfg)
+    hist = None
+    if cfg.slot_rule == "llama-server-history" and prompts is not None:
+        hist = history_sims(cfg, runs.reset_index(drop=True), traces, costs, prompts)
+        runs = runs.reset_index(drop=True)
     if "warmup" in runs.columns:
         runs = runs[~runs["warmup"].astype(bool)]
     rows = []
@@ -237,7 +278,11 @@ def compare(
         c = None if pd.isna(c) else int(c)
         rate = None if pd.isna(rate) else float(rate)
         cost = costs[profile_key(spec, t)]
-        sim = simulate_cell(cfg, s, traces[(spec, float(t))], cost, c, rate, prompts)
+        if hist is not None:  # the median over the cell's runs, each on the server's history
+            sim = _median_summary([hist[i] for i in g.index])
+        else:
+            sim = simulate_cell(cfg, s, traces[(spec, float(t))], cost, c, rate,
+                                new_slots(cfg, prompts))  # fmt: skip
         row: dict[str, Any] = {"grid": cfg.grid_label, "spec": spec, "temperature": t,
                                "concurrency": c, "rate": rate, "repeats": len(g)}  # fmt: skip
         converged = True
