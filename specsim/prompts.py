@@ -29,6 +29,7 @@ BUNDLED = {
     "reasoning-gym": "reasoning",  # evaluation only: Reasoning Gym puzzles (make_eval_prompts)
     "copy-edit": "edit",  # evaluation only: copy / edit a given passage or function
     "copy-edit-2": "edit",  # the same templates over the next 40 passages and stubs
+    "copy-edit-3": "edit",  # the same templates over GSM8K questions and stubs 120-159
 }
 # a line's own "source" field overrides the file's category (chat-train mixes in GSM8K train)
 SOURCE_CATEGORY = {"gsm8k": "math"}

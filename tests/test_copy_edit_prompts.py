@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 
 
-@pytest.mark.parametrize("name", ["copy-edit", "copy-edit-2"])
+@pytest.mark.parametrize("name", ["copy-edit", "copy-edit-2", "copy-edit-3"])
 def test_the_set_loads_by_name_with_its_category(name):
     prompts = load_prompts(name)
     assert len(prompts) == 80
@@ -24,7 +24,7 @@ def test_the_set_loads_by_name_with_its_category(name):
     assert len(load_prompts(f"{name}[0:10]")) == 10
 
 
-@pytest.mark.parametrize("part", [1, 2])
+@pytest.mark.parametrize("part", [1, 2, 3])
 def test_every_prompt_holds_the_text_it_asks_to_copy(part):
     import make_copy_edit_prompts as m
 
@@ -47,6 +47,23 @@ def test_the_second_set_shares_no_text_with_the_first():
     }
     out = m.OUTS[2].read_bytes()
     assert out == "".join(json.dumps(r) + "\n" for r in two).encode()
+
+
+def test_the_third_set_shares_no_source_or_text_with_the_others():
+    """copy-edit-3 is for a third held-out grid: no source, and no prompt, of the first two,
+    and none of the HumanEval or GSM8K rows earlier grids ran as plain prompts."""
+    import make_copy_edit_prompts as m
+
+    three = m.build(3)
+    sources = {r["source"] for r in three}
+    assert not sources & ({r["source"] for r in m.build(1)} | {r["source"] for r in m.build(2)})
+    rows = {int(s.split("#")[1]) for s in sources if s.startswith("humaneval#")}
+    assert rows == set(range(120, 160))
+    gsm = {int(s.split("#")[1]) for s in sources if s.startswith("gsm8k#")}
+    assert len(gsm) == 40 and min(gsm) >= 1000
+    texts = {p.text for p in load_prompts("copy-edit-3")}
+    assert not texts & {p.text for n in ("copy-edit", "copy-edit-2") for p in load_prompts(n)}
+    assert m.OUTS[3].read_bytes() == "".join(json.dumps(r) + "\n" for r in three).encode()
 
 
 def test_the_shipped_file_is_what_the_script_writes(tmp_path):

@@ -325,11 +325,12 @@ def test_the_docs_give_the_held_out_grid_s_own_command():
     assert h.command() in doc
 
 
-def _check_v4_held_out(d, earlier, runs, tuned_run, same):  # noqa: ANN001
+def _check_v4_held_out(d, earlier, runs, tuned_run, same, calibrated=()):  # noqa: ANN001
     """A v4 held-out grid's definition: no overlap with ``earlier`` (which holds what every
-    run of ``runs`` ran), the ``same`` fields as ``tuned_run``'s config, the servers' own
-    drafts and clock, sized for the issue's time, and its command (through validate's parser)
-    its config and the one the plan prints."""
+    run of ``runs`` ran) but the ``calibrated`` loads (only ever calibration loads), the
+    ``same`` fields as ``tuned_run``'s config, the servers' own drafts and clock, sized for
+    the issue's time, and its command (through validate's parser) its config and the one the
+    plan prints."""
     import json
     import shlex
     from pathlib import Path
@@ -339,7 +340,7 @@ def _check_v4_held_out(d, earlier, runs, tuned_run, same):  # noqa: ANN001
     from specsim.options import from_args
 
     reports = Path(__file__).parents[1] / "reports" / "llama-cpp-v4"
-    assert h.overlaps(d, earlier) == []
+    assert [o for o in h.overlaps(d, earlier) if o not in calibrated] == []
     for run in runs:
         conf = json.loads((reports / run / "config.json").read_text())
         for k in ("concurrency", "calib_concurrency", "rates"):
@@ -380,3 +381,18 @@ def test_the_second_v4_held_out_grid_is_new_and_fixed_before_it_runs():
     runs = ("tuning", "tuning-2", "tuning-3", "tuning-4", "held-out")
     same = ("specs", "terms", "target_type", "parallel", "max_tokens", "calib_concurrency")
     _check_v4_held_out(h.HELD_OUT_V5, h.EARLIER_V5, runs, "tuning-4", same)
+
+
+def test_the_third_v4_held_out_grid_is_new_and_fixed_before_it_runs():
+    """The third held-out grid (PLAN.md step 8): prompts, a closed loop and a rate no earlier
+    grid ran (both held-out grids included; C = 6 was only ever a calibration load, on other
+    prompts), the tuning runs' servers and settings, the model step 7's rule kept (`passes`
+    and `pass_extra`, the lowest free slots); its command is its config and the plan's."""
+    from specsim.fidelity.llama import held_out as h
+
+    d = h.HELD_OUT_V6
+    runs = ("tuning", "tuning-2", "tuning-3", "tuning-4", "held-out", "held-out-2")
+    same = ("specs", "target_type", "parallel", "max_tokens", "calib_concurrency")
+    _check_v4_held_out(d, h.EARLIER_V6, runs, "tuning-4", same, calibrated=("C=6",))
+    assert not set(d["concurrency"]) & set(h.EARLIER_V6["concurrency"])
+    assert d["terms"] == ("drafter_request", "passes", "pass_extra")

@@ -17,11 +17,11 @@ another).
 The simulated server starts empty (every slot unused), or ``warm``: as a server that has run
 these prompts before, slot ``k`` holding prompt ``k`` (mod their number), released in slot
 order before the run; or one object is handed to run after run (``replay(slots=...)``), so it
-carries the server's history from run to run as a real server does. A real one keeps its slots' caches from the runs before it, which decide
-where the free slots are once every slot has run a request: empty slots are never chosen by
-prefix, so an empty start keeps an unused slot unused (at 7 requests in flight on 8 slots, the
-free slot stays at the end: one pass a step), where the server's free slot wanders. Which
-prompts a real server's slots hold is its history, which no trace has.
+carries the server's history from run to run as a real server does. The history decides where
+the free slots are: an empty slot is never chosen by prefix, so a fresh server at 7 requests
+in flight on 8 slots keeps its one unused slot free (one pass a step), where a server whose
+slots have all run requests moves its free slot about. Which prompts a real server's slots
+hold is its history, which no trace has (reports/llama-cpp-v4/PLAN.md, step 7).
 """
 
 from __future__ import annotations

@@ -233,7 +233,10 @@ def history_sims(
     in the order it ran, each setting's runs on one simulated server whose slots carry over
     from run to run (the grid's server runs them all, starting empty), keyed by the run's row."""
     out: dict[Any, dict[str, float]] = {}
+    names = {s.name for s in cfg.settings}
     for spec, g in runs.groupby("spec", sort=False):
+        if spec not in names:  # a setting this score leaves out: its server's runs too
+            continue
         s, state = SpecSetting.parse(spec), new_slots(cfg, prompts)
         for i, r in g.iterrows():
             c = None if pd.isna(r["concurrency"]) else int(r["concurrency"])
@@ -281,8 +284,9 @@ def compare(
         if hist is not None:  # the median over the cell's runs, each on the server's history
             sim = _median_summary([hist[i] for i in g.index])
         else:
-            sim = simulate_cell(cfg, s, traces[(spec, float(t))], cost, c, rate,
-                                new_slots(cfg, prompts))  # fmt: skip
+            slots = new_slots(cfg, prompts)
+            kw = {} if slots is None else {"slots": slots}
+            sim = simulate_cell(cfg, s, traces[(spec, float(t))], cost, c, rate, **kw)
         row: dict[str, Any] = {"grid": cfg.grid_label, "spec": spec, "temperature": t,
                                "concurrency": c, "rate": rate, "repeats": len(g)}  # fmt: skip
         converged = True

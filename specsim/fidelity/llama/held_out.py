@@ -269,3 +269,27 @@ EARLIER_V5: dict[str, Any] = {
     "calib_concurrency": (1, 2, 3, 6, 12),
     "rates": (0.25, 0.5, 0.7, 1.5),
 }
+
+# The third v4 held-out grid (reports/llama-cpp-v4/PLAN.md step 8), fixed here before it runs:
+# the copy-edit templates over sources no run saw (copy-edit-3: GSM8K test questions and
+# HumanEval stubs 120-159), a closed loop at C = 6 (a calibration load, in no grid) and Poisson
+# arrivals at 1.0 req/s (in no grid or calibration: EARLIER_V6), the tuning runs' settings and
+# servers, and the model step 7's rule kept: each pass priced by the table (`passes`) plus a
+# cost per pass after the first (`pass_extra`), requests in the lowest free slots, calibration
+# at C = 1, 2, 6 on copy-edit[32:48]; 3-5 kept runs a cell.
+HELD_OUT_V6: dict[str, Any] = {
+    **HELD_OUT_V5,
+    "prompts": ("copy-edit-3[0:32]",),
+    "concurrency": (6,),
+    "rates": (1.0,),
+    "terms": ("drafter_request", "passes", "pass_extra"),
+    "out": "reports/llama-cpp-v4/held-out-3",
+}
+
+# every earlier grid and calibration of this method, the second v4 held-out grid included
+EARLIER_V6: dict[str, Any] = {
+    **EARLIER_V5,
+    "prompts": (*EARLIER_V5["prompts"], "copy-edit-2[0:32]"),
+    "concurrency": (*EARLIER_V5["concurrency"], 7),
+    "rates": (*EARLIER_V5["rates"], 0.4),
+}
