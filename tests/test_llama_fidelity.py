@@ -132,6 +132,8 @@ def test_config_takes_dspark_settings_of_the_shipped_drafter_and_serves_them():
         ({"ngram_trace": "torch"}, "--ngram-trace is 'port' or 'server'"),
         ({"step_clock": "wall"}, "--step-clock is 'client' or 'server'"),
         ({"terms": ("spec_step", "attention")}, "--terms 'attention' unknown; use some of"),
+        ({"terms": ("pass_extra",), "step_clock": "server"}, "pass_extra prices each pass"),
+        ({"slot_rule": "random"}, "--slot-rule is one of lowest, llama-server"),
     ],
 )
 def test_config_refuses_bad_grids(change, match):
