@@ -76,7 +76,7 @@ def test_a_new_run_counts_its_releases_after_the_last_runs():
     release at 0.5 s is later than one at 9 s of the run before."""
     s = LlamaSlots(3, [[1, 2], [3, 4], [5, 6]], threshold=1.0)  # recency only
     s.release(np.array([0]), 9.0)
-    s.start()
+    s.attach(3, 3)
     s.release(np.array([1]), 0.5)
     s.release(np.array([2]), 0.7)
     assert s.choose(np.zeros(3, bool), 0) == 0  # slot 0's 9 s was the earliest release

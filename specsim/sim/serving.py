@@ -131,17 +131,10 @@ class Engine(Walks, History):
         self.accept_len = trace.accept_len.astype(np.int64)
         self.offsets = trace.offsets.astype(np.int64)
         self.needs = policy.needs
-        # llama-server's slot choice from the prompts' tokens (specsim.sim.slots), where the
-        # profile prices a step by the slots it runs in; else the lowest free slots
-        self.slot_rule = slots if cost.passes_by_slot else None
-        if self.slot_rule is not None:
-            if slots.n_prompts != trace.n_requests or slots.cached.shape[0] != limits.max_running:
-                raise SpecsimError(
-                    f"slots: {slots.n_prompts} prompts on {slots.cached.shape[0]} slots for a "
-                    f"trace of {trace.n_requests} requests on {limits.max_running}; give one "
-                    "token-id list per trace request and max_running slots"
-                )
-            slots.start()
+        # llama-server's slot choice (specsim.sim.slots) where the profile prices a step by
+        # the slots it runs in; else the lowest free slots
+        use = slots is not None and cost.passes_by_slot
+        self.slot_rule = slots.attach(trace.n_requests, limits.max_running) if use else None
         self._check_capacity()
 
     # ------------------------------------------------------------------ setup

@@ -30,6 +30,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from specsim.errors import SpecsimError
+
 #: llama-server's default ``--slot-prompt-similarity``
 SIMILARITY = 0.1
 
@@ -75,10 +77,18 @@ class LlamaSlots:
             self.cached[:] = np.arange(n_slots) % len(prompts)
             self.t_last[:] = np.arange(n_slots) - float(n_slots) - 1.0
 
-    def start(self) -> None:
-        """A new run on the same server: its clock starts again at 0, so its releases count
-        after every earlier one (the server's own clock runs on)."""
+    def attach(self, n_requests: int, max_running: int) -> LlamaSlots:
+        """Start a run of a trace of ``n_requests`` on ``max_running`` slots (refused unless
+        they are this server's): its clock starts again at 0, so its releases count after
+        every earlier one (the server's own clock runs on)."""
+        if self.n_prompts != n_requests or self.cached.shape[0] != max_running:
+            raise SpecsimError(
+                f"slots: {self.n_prompts} prompts on {self.cached.shape[0]} slots for a trace "
+                f"of {n_requests} requests on {max_running}; give one token-id list per trace "
+                "request and max_running slots"
+            )
         self.offset = max(float(self.t_last.max()), 0.0) + 1.0
+        return self
 
     def choose(self, busy: np.ndarray, prompt: int) -> int:
         """The slot a task for ``prompt`` gets, given the slots processing (``busy``, bool),
