@@ -14,14 +14,14 @@ ran and that prompt's output; against another chat-templated prompt its common p
 two prompts' (a templated prompt ends in the assistant's header, so none is a prefix of
 another).
 
-The simulated server starts empty (every slot unused), or ``warm``: as a server that has run
-these prompts before, slot ``k`` holding prompt ``k`` (mod their number), released in slot
-order before the run; or one object is handed to run after run (``replay(slots=...)``), so it
-carries the server's history from run to run as a real server does. The history decides where
-the free slots are: an empty slot is never chosen by prefix, so a fresh server at 7 requests
-in flight on 8 slots keeps its one unused slot free (one pass a step), where a server whose
-slots have all run requests moves its free slot about. Which prompts a real server's slots
-hold is its history, which no trace has (reports/llama-cpp-v4/PLAN.md, step 7).
+The simulated server starts empty (every slot unused), or one object is handed to run after
+run (``replay(slots=...)``), so it carries the server's history from run to run as a real
+server does. The history decides where the free slots are: an empty slot is never chosen by
+prefix, so a fresh server at 7 requests in flight on 8 slots keeps its one unused slot free
+(one pass a step), where a server whose slots have all run requests moves its free slot about
+(a start with every slot holding a prompt was tried and spread the tuning runs' requests over
+slots the real server never used: reports/llama-cpp-v4/PLAN.md, step 7b). Which prompts a real
+server's slots hold is its history, which no trace has (reports/llama-cpp-v4/PLAN.md, step 7).
 """
 
 from __future__ import annotations
@@ -61,7 +61,6 @@ class LlamaSlots:
         n_slots: int,
         prompts: Sequence[Sequence[int]],
         threshold: float = SIMILARITY,
-        warm: bool = False,
     ) -> None:
         if not len(prompts):
             raise ValueError("slot prompts: none given (one token-id list per trace request)")
@@ -73,9 +72,6 @@ class LlamaSlots:
         self.threshold = float(threshold)
         self.n_prompts = len(prompts)
         self.offset = 0.0  # a run's clock starts at 0: releases are kept after the last run's
-        if warm:  # slot k ran prompt k (mod their number), released in slot order
-            self.cached[:] = np.arange(n_slots) % len(prompts)
-            self.t_last[:] = np.arange(n_slots) - float(n_slots) - 1.0
 
     def attach(self, n_requests: int, max_running: int) -> LlamaSlots:
         """Start a run of a trace of ``n_requests`` on ``max_running`` slots (refused unless

@@ -19,7 +19,9 @@ from specsim.record.requant import TYPES as TARGET_TYPES
 TERMS = ("spec_step", "draft_token", "drafter_request", "passes", "pass_extra")
 V3_TERMS = TERMS[:3]
 # where the simulator puts a request among llama-server's slots (grid.new_slots)
-SLOT_RULES = ("lowest", "llama-server", "llama-server-warm", "llama-server-history")
+# ('llama-server-warm', slots all holding prompts at the start, was retired after PLAN.md step
+# 7b: it runs at commit 82c23c0)
+SLOT_RULES = ("lowest", "llama-server", "llama-server-history")
 MAX_DRAFT = 256  # tokens drafted per step: far beyond any useful one (llama.cpp's default: 16)
 SPEC_HELP = (
     "none, ngram:M (ngram-simple, draft size M) or dspark:N[:P] (draft-dspark, "
@@ -162,9 +164,8 @@ class LlamaValidationConfig:
         "lowest",
         "with --terms passes, the slot the simulator gives each request: 'lowest' (the lowest "
         "free), 'llama-server' (the server's own rule, from the prompts' tokens, its slots "
-        "empty at the start of each cell), 'llama-server-warm' (its slots holding prompts, as "
-        "after earlier runs) or 'llama-server-history' (every run simulated in the order it "
-        "ran, the slots carried from run to run as on the grid's server: "
+        "empty at the start of each cell) or 'llama-server-history' (every run simulated in "
+        "the order it ran, the slots carried from run to run as on the grid's server: "
         "specsim/sim/slots.py)",
     )
     terms: tuple[str, ...] = option(

@@ -218,8 +218,7 @@ def new_slots(cfg: LlamaValidationConfig, prompts: tuple | None) -> Any:
         return None
     from specsim.sim.slots import LlamaSlots
 
-    warm = cfg.slot_rule == "llama-server-warm"
-    return LlamaSlots(int(limits(cfg)["max_running"]), prompts, warm=warm)
+    return LlamaSlots(int(limits(cfg)["max_running"]), prompts)
 
 
 def history_sims(
