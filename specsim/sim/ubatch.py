@@ -61,6 +61,9 @@ def pass_text(sizes: Sequence[int]) -> str:
     return " ".join(str(int(n)) for n in sizes)
 
 
-def pass_sizes(text: str) -> list[int]:
-    """:func:`pass_text` read back (``""``: a step with no decoder)."""
-    return [int(n) for n in str(text).split()]
+def pass_sizes(text: object) -> list[int]:
+    """:func:`pass_text` read back (``""``: a step with no decoder; a missing cell, NaN or
+    None, where a step's slots were not in the log: none known)."""
+    if not isinstance(text, str):
+        return []
+    return [int(n) for n in text.split()]
