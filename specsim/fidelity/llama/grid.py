@@ -238,12 +238,16 @@ def history_sims(
             continue
         s, state = SpecSetting.parse(spec), new_slots(cfg, prompts)
         for i, r in g.iterrows():
-            c = None if pd.isna(r["concurrency"]) else int(r["concurrency"])
-            rate = None if pd.isna(r["rate"]) else float(r["rate"])
+            c, rate = _load(r["concurrency"], r["rate"])
             t = float(r["temperature"])
             out[i] = simulate_cell(cfg, s, traces[(spec, t)], costs[profile_key(spec, t)], c,
                                    rate, state)  # fmt: skip
     return out
+
+
+def _load(c: Any, rate: Any) -> tuple[int | None, float | None]:
+    """A run's load as ``runs.csv`` holds it (the other one NaN): a closed loop's C or a rate."""
+    return (None if pd.isna(c) else int(c)), (None if pd.isna(rate) else float(rate))
 
 
 def _median_summary(sims: list[dict[str, float]]) -> dict[str, float]:
@@ -277,8 +281,7 @@ def compare(
     for key, g in runs.groupby(keys, dropna=False, sort=False):
         spec, t, c, rate = key
         s = SpecSetting.parse(spec)
-        c = None if pd.isna(c) else int(c)
-        rate = None if pd.isna(rate) else float(rate)
+        c, rate = _load(c, rate)
         cost = costs[profile_key(spec, t)]
         if hist is not None:  # the median over the cell's runs, each on the server's history
             sim = _median_summary([hist[i] for i in g.index])
