@@ -232,7 +232,7 @@ def test_interleaved_runs_go_round_robin_over_every_settings_server(monkeypatch)
 def test_compare_scores_kept_runs_against_the_median_with_its_interval(monkeypatch):
     from specsim.fidelity.llama import grid
 
-    def fake_sim(cfg, s, trace, cost, c, rate):
+    def fake_sim(cfg, s, trace, cost, c, rate, slots=None):
         return {"throughput_tok_s": 100.0, "tpot_ms_mean": 10.0, "requests_completed": 10}
 
     monkeypatch.setattr(grid, "simulate_cell", fake_sim)

@@ -63,7 +63,7 @@ class LlamaSlots:
         threshold: float = SIMILARITY,
     ) -> None:
         if not len(prompts):
-            raise ValueError("slot prompts: none given (one token-id list per trace request)")
+            raise SpecsimError("slots: no prompts given; give one token-id list per trace request")
         lengths = np.array([max(len(p), 1) for p in prompts], dtype=np.float64)
         # sim[i, j]: the fraction of prompt i a slot holding prompt j shares with it
         self.sim = common_prefix(prompts) / lengths[:, None]

@@ -248,6 +248,11 @@ class LlamaValidationConfig:
             raise SpecsimError(
                 f"--slot-rule is one of {', '.join(SLOT_RULES)}, got {self.slot_rule!r}"
             )
+        if self.slot_rule != "lowest" and "passes" not in self.terms:
+            raise SpecsimError(
+                f"--slot-rule {self.slot_rule} places requests for the passes a step is cut "
+                "into: add passes to --terms, or leave --slot-rule out"
+            )
         if self.ngram_trace not in ("port", "server"):
             raise SpecsimError(f"--ngram-trace is 'port' or 'server', got {self.ngram_trace!r}")
         if self.step_clock not in ("client", "server"):

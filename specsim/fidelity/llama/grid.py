@@ -204,7 +204,7 @@ def simulate_cell(
 def slot_prompts(cfg: LlamaValidationConfig) -> tuple | None:
     """The grid's prompts as the server's token ids (``inputs.json``), where the simulator
     gives each request the slot llama-server would (``--slot-rule llama-server...``)."""
-    if cfg.slot_rule == "lowest" or "passes" not in cfg.terms:
+    if cfg.slot_rule == "lowest":  # (the config refuses another rule without passes)
         return None
     import json
 
@@ -272,8 +272,8 @@ def compare(
     prompts = slot_prompts(cfg)
     hist = None
     if cfg.slot_rule == "llama-server-history" and prompts is not None:
-        hist = history_sims(cfg, runs.reset_index(drop=True), traces, costs, prompts)
-        runs = runs.reset_index(drop=True)
+        runs = runs.reset_index(drop=True)  # a run's row: its key in hist
+        hist = history_sims(cfg, runs, traces, costs, prompts)
     if "warmup" in runs.columns:
         runs = runs[~runs["warmup"].astype(bool)]
     rows = []
@@ -286,9 +286,8 @@ def compare(
         if hist is not None:  # the median over the cell's runs, each on the server's history
             sim = _median_summary([hist[i] for i in g.index])
         else:
-            slots = new_slots(cfg, prompts)
-            kw = {} if slots is None else {"slots": slots}
-            sim = simulate_cell(cfg, s, traces[(spec, float(t))], cost, c, rate, **kw)
+            sim = simulate_cell(cfg, s, traces[(spec, float(t))], cost, c, rate,
+                                new_slots(cfg, prompts))  # fmt: skip
         row: dict[str, Any] = {"grid": cfg.grid_label, "spec": spec, "temperature": t,
                                "concurrency": c, "rate": rate, "repeats": len(g)}  # fmt: skip
         converged = True
