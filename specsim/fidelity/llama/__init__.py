@@ -141,7 +141,7 @@ def score(cfg: LlamaValidationConfig, log: Callable[[str], None] = print) -> pd.
         calibration_loads,
         calibration_steps,
         cost_model,
-        fit_steps,
+        fit_kinds,
     )
     from specsim.fidelity.llama.report import write_report
     from specsim.fidelity.llama.servers import limits
@@ -165,22 +165,28 @@ def score(cfg: LlamaValidationConfig, log: Callable[[str], None] = print) -> pd.
     }  # fmt: skip
     timing = json.loads((out / "grid_time.json").read_text())
     costs = {}
-    fit = None
+    fits = None
     for key in sorted({profile_key(s.name, t) for s in cfg.settings for t in cfg.temperatures}):
         path = out / profile_file(key)
         if cfg.profile is not None:
             costs[key] = read_profile_csv(cfg.profile / path.name)
             continue
-        if fit is None:
+        if fits is None:
             steps = pd.read_parquet(out / "calibration_steps.parquet")
             steps = calibration_loads(calibration_steps(steps, cfg.step_clock), cfg)
-            fit = fit_steps(steps, cfg.temperatures, cfg.terms)
+            fits = fit_kinds(steps, cfg.temperatures, cfg.terms)
         drafter, t = key
+        if drafter not in fits:
+            kind = "draft-model" if drafter else "target-only"
+            raise SpecsimError(
+                f"--terms by_kind: no calibration step of a {kind} server to fit; calibrate "
+                "such a setting, or leave by_kind out"
+            )
         at = ",".join(map(str, cfg.calib_concurrency))
         meta = {"threads": str(cfg.threads), "parallel": str(cfg.parallel),
                 "calibration": f"{cfg.calib_prompts} at C={at}"}  # fmt: skip
         name = f"llama-server-smollm2{'-drafter' if drafter else ''}-t{t:g}"
-        cm = cost_model(fit, t, name, limits(cfg), meta, drafter=drafter)
+        cm = cost_model(fits[drafter], t, name, limits(cfg), meta, drafter=drafter)
         write_profile_csv(cm, path, force=True)
         costs[key] = read_profile_csv(path)  # the simulator reads what was written
     table = compare(cfg, runs_df, traces, costs)

@@ -15,9 +15,15 @@ from specsim.record.requant import TYPES as TARGET_TYPES
 # the step model's speculative terms (profile.design); which a grid fits is frozen per grid
 # (``passes``: not a coefficient but the table read at each forward pass the server cut a step
 # into, known from its own log only: profile.design;
-# ``pass_extra``: a cost for each pass after a step's first, on top of ``passes``)
-TERMS = ("spec_step", "draft_token", "drafter_request", "passes", "pass_extra")
+# ``pass_extra``: a cost for each pass after a step's first, on top of ``passes``;
+# ``no_context``: no ``B * ctx`` column, the table alone prices a pass; ``by_kind``: one fit per
+# kind of server, the target-only (none, ngram) and the draft-model (dspark) servers apart:
+# reports/llama-cpp-v4/PLAN.md step 9)
+TERMS = ("spec_step", "draft_token", "drafter_request", "passes", "pass_extra", "no_context",
+         "by_kind")  # fmt: skip
 V3_TERMS = TERMS[:3]
+# the words of --terms that switch the model's structure rather than add a coefficient
+STRUCTURAL = ("passes", "no_context", "by_kind")
 # where the simulator puts a request among llama-server's slots (grid.new_slots)
 # ('llama-server-warm', slots all holding prompts at the start, was retired after PLAN.md step
 # 7b: it runs at commit 82c23c0)

@@ -37,6 +37,13 @@ step from a profile (``specsim.sim.serving``, ``CostModel.verify_s``):
   from the server's log only (``--step-clock server``); the simulator places requests in
   slots to price it.
 
+Two structural words of the terms (PLAN.md step 9, chosen on the tuning runs): ``no_context``
+drops the ``attn * B * ctx`` column (at this model's contexts, a few hundred tokens, a lone
+decode's cost barely moves with its context, and the column's price came from the large passes
+of the draft-model server); ``by_kind`` fits the target-only servers (``none``, ``ngram``) and
+the draft-model servers (``dspark``: the drafter runs in every step and prefills every prompt
+too) apart, each setting's profile from its own kind's steps (:func:`fit_kinds`).
+
 A step with no decoder costs ``t`` at the first knot (what the simulator charges, its
 ``step_time(0)``). The fitted numbers become one :class:`specsim.sim.cost.model.CostModel` per
 temperature: a 2-D table (rows at two contexts: linear in ctx, so the table is exact between
@@ -55,7 +62,7 @@ import numpy as np
 # without them, 10.8% with spec_step, 9.4% with both; docs/llama-cpp.md); drafter_request is
 # structural: the drafter's forward, fitted where draft-model settings are calibrated. A grid
 # fits the ones its --terms names (v4: drafter_request only, reports/llama-cpp-v4/PLAN.md).
-from specsim.fidelity.llama.config import V3_TERMS
+from specsim.fidelity.llama.config import STRUCTURAL, V3_TERMS
 
 BASE_KNOTS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 CONTEXT_ROWS = (0.0, 8192.0)
@@ -148,13 +155,14 @@ def design(  # noqa: ANN001
     hats = hat_basis(b_eff, knots)
     if "passes" in terms:
         hats = _pass_hats(frame, knots, hats)
-    cols = [hats, (b * ctx)[:, None] * 1e-3]
+    context = np.zeros_like(b) if "no_context" in terms else b * ctx
+    cols = [hats, context[:, None] * 1e-3]
     cols.append(frame["prefill_tokens"].to_numpy(np.float64)[:, None])
     temp = frame["temperature"].to_numpy(np.float64)
     e = frame["emitted"].to_numpy(np.float64)
     cols += [np.where(np.isclose(temp, t), e, 0.0)[:, None] for t in temperatures]
     extra = term_columns(frame)
-    cols += [extra[name][:, None] for name in terms if name != "passes"]
+    cols += [extra[name][:, None] for name in terms if name not in STRUCTURAL]
     return np.hstack(cols)
 
 
@@ -193,7 +201,8 @@ def fit_steps(  # noqa: ANN001
     table = _fill_knots(knots, coef[:nk], x[:, :nk].any(axis=0))
     r = y - x @ coef
     at = nk + 2 + len(temps)
-    term = {name: float(coef[at + i]) for i, name in enumerate(t for t in terms if t != "passes")}
+    term = {name: float(coef[at + i])
+            for i, name in enumerate(t for t in terms if t not in STRUCTURAL)}  # fmt: skip
     return StepFit(
         knots=tuple(int(k) for k in knots),
         table_ms=tuple(float(v) for v in table),
@@ -210,6 +219,20 @@ def fit_steps(  # noqa: ANN001
         resid_sd_ms=float(np.std(r)),
         r2=float(1.0 - np.var(r) / np.var(y)),
     )
+
+
+def fit_kinds(  # noqa: ANN001
+    frame, temperatures: Sequence[float] | None = None, terms: Sequence[str] = V3_TERMS
+) -> dict[bool, StepFit]:
+    """The step fit for the target-only servers (key False) and the draft-model ones (True):
+    one fit of every step, or with ``by_kind`` in ``terms`` each kind's own steps (a kind with
+    no calibration steps has no fit)."""
+    if "by_kind" not in terms:
+        fit = fit_steps(frame, temperatures, terms)
+        return {False: fit, True: fit}
+    drafter = np.array([spec_kind(s) == "dspark" for s in frame["spec"]])
+    return {d: fit_steps(frame[drafter == d], temperatures, terms)
+            for d in (False, True) if (drafter == d).any()}  # fmt: skip
 
 
 def _costs_fit(x: np.ndarray, y: np.ndarray, nk: int) -> np.ndarray:
