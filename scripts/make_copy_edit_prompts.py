@@ -22,6 +22,11 @@ dolly-context's 80 then used) and HumanEval stubs 40-79, for a held-out grid aft
 ``gsm8k``, OpenAI, MIT: rows from 1000 on of at least 160 characters, the step-by-step
 instruction left out; no grid ran rows past 112) and HumanEval stubs 120-159 (earlier grids ran
 0-79 as copy-edit and 100-111 as plain prompts), for a third held-out grid (PLAN.md, step 8).
+
+``--part 4`` (``copy-edit-4``): the same templates over the next 20 GSM8K test questions (rows
+after part 3's last, 1041, of at least 160 characters) and HumanEval stubs 80-99 (in no grid:
+earlier ones ran 0-79, 100-111 and 120-159), 40 prompts, for a fourth held-out grid (PLAN.md,
+step 10).
 """
 
 from __future__ import annotations
@@ -35,7 +40,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 PROMPTS = ROOT / "specsim" / "data" / "prompts"
 OUT = PROMPTS / "copy-edit.jsonl"
-OUTS = {1: OUT, 2: PROMPTS / "copy-edit-2.jsonl", 3: PROMPTS / "copy-edit-3.jsonl"}
+OUTS = {1: OUT, 2: PROMPTS / "copy-edit-2.jsonl", 3: PROMPTS / "copy-edit-3.jsonl",
+        4: PROMPTS / "copy-edit-4.jsonl"}  # fmt: skip
 PASSAGE_TEMPLATES = (
     "Copy the following passage word for word, putting each sentence on its own line. Output "
     "only the passage.\n\n{text}",
@@ -56,15 +62,17 @@ CODE_TEMPLATES = (
     "quotes; change nothing else and output the whole code.\n```python\n{text}\n```",
 )
 PER_SOURCE = 40
-STUB_START = {1: 0, 2: 40, 3: 120}  # the first HumanEval stub of each part
-GSM8K_START, GSM8K_MIN_CHARS = 1000, 160  # part 3's passages
+PER_PART = {4: 20}  # sources of each kind where a part has fewer (HumanEval has 164 stubs)
+STUB_START = {1: 0, 2: 40, 3: 120, 4: 80}  # the first HumanEval stub of each part
+GSM8K_START = {3: 1000, 4: 1042}  # the GSM8K row each part's passages start from
+GSM8K_MIN_CHARS = 160
 
 
 def passages(part: int = 1) -> list[tuple[str, str]]:
     """The ``part``-th ``PER_SOURCE`` dolly-context rows' passages (the text after the
     instruction) with their ids; part 3: GSM8K test questions."""
-    if part == 3:
-        return gsm8k_passages()
+    if part in GSM8K_START:
+        return gsm8k_passages(GSM8K_START[part], PER_PART.get(part, PER_SOURCE))
     out = []
     for line in (PROMPTS / "dolly-context.jsonl").read_text(encoding="utf-8").splitlines():
         row = json.loads(line)
@@ -74,16 +82,16 @@ def passages(part: int = 1) -> list[tuple[str, str]]:
     return out[(part - 1) * PER_SOURCE : part * PER_SOURCE]
 
 
-def gsm8k_passages() -> list[tuple[str, str]]:
-    """``PER_SOURCE`` GSM8K questions from row ``GSM8K_START`` on, of at least
-    ``GSM8K_MIN_CHARS`` characters, without the step-by-step instruction, with their rows."""
+def gsm8k_passages(start: int = 1000, count: int = PER_SOURCE) -> list[tuple[str, str]]:
+    """``count`` GSM8K questions from row ``start`` on, of at least ``GSM8K_MIN_CHARS``
+    characters, without the step-by-step instruction, with their rows."""
     out = []
     lines = (PROMPTS / "gsm8k.jsonl").read_text(encoding="utf-8").splitlines()
-    for i, line in enumerate(lines[GSM8K_START:], start=GSM8K_START):
+    for i, line in enumerate(lines[start:], start=start):
         text = json.loads(line)["turns"][0].split("\nPlease reason step by step")[0].strip()
         if len(text) >= GSM8K_MIN_CHARS:
             out.append((f"gsm8k#{i}", text))
-    return out[:PER_SOURCE]
+    return out[:count]
 
 
 def stubs(part: int = 1) -> list[tuple[str, str]]:
@@ -94,7 +102,7 @@ def stubs(part: int = 1) -> list[tuple[str, str]]:
         turn = json.loads(line)["turns"][0]
         code = turn.split("```python\n", 1)[-1].rsplit("```", 1)[0].strip("\n")
         out.append((f"humaneval#{i}", code))
-    return out[STUB_START[part] : STUB_START[part] + PER_SOURCE]
+    return out[STUB_START[part] : STUB_START[part] + PER_PART.get(part, PER_SOURCE)]
 
 
 def build(part: int = 1) -> list[dict]:
@@ -113,9 +121,10 @@ def main(argv: list[str] | None = None) -> int:
     from specsim.errors import LineParser, run_script
 
     ap = LineParser(prog="make_copy_edit_prompts.py", description=__doc__.split("\n")[0])
-    ap.add_argument("--part", type=int, choices=(1, 2, 3), default=1,
+    ap.add_argument("--part", type=int, choices=(1, 2, 3, 4), default=1,
                     help="1: copy-edit (sources 0-39), 2: copy-edit-2 (sources 40-79), 3: "
-                    "copy-edit-3 (GSM8K questions, HumanEval stubs 120-159)")  # fmt: skip
+                    "copy-edit-3 (GSM8K questions, HumanEval stubs 120-159), 4: copy-edit-4 "
+                    "(the next GSM8K questions, stubs 80-99)")  # fmt: skip
     ap.add_argument("--out", type=Path, default=None,
                     help="JSONL to write (default: the part's bundled file)")  # fmt: skip
     ap.add_argument("--force", action="store_true", help="overwrite --out (the shipped file is "

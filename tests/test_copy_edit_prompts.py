@@ -24,7 +24,7 @@ def test_the_set_loads_by_name_with_its_category(name):
     assert len(load_prompts(f"{name}[0:10]")) == 10
 
 
-@pytest.mark.parametrize("part", [1, 2, 3])
+@pytest.mark.parametrize("part", [1, 2, 3, 4])
 def test_every_prompt_holds_the_text_it_asks_to_copy(part):
     import make_copy_edit_prompts as m
 
@@ -64,6 +64,28 @@ def test_the_third_set_shares_no_source_or_text_with_the_others():
     texts = {p.text for p in load_prompts("copy-edit-3")}
     assert not texts & {p.text for n in ("copy-edit", "copy-edit-2") for p in load_prompts(n)}
     assert m.OUTS[3].read_bytes() == "".join(json.dumps(r) + "\n" for r in three).encode()
+
+
+def test_the_fourth_set_shares_no_source_or_text_with_the_others():
+    """copy-edit-4 is for a fourth held-out grid: 40 prompts over sources no earlier set or
+    grid holds (GSM8K rows after copy-edit-3's, HumanEval stubs 80-99)."""
+    import make_copy_edit_prompts as m
+
+    four = m.build(4)
+    assert len(four) == 40 and len(load_prompts("copy-edit-4")) == 40
+    assert {p.category for p in load_prompts("copy-edit-4")} == {"edit"}
+    sources = {r["source"] for r in four}
+    assert not sources & {r["source"] for part in (1, 2, 3) for r in m.build(part)}
+    rows = {int(s.split("#")[1]) for s in sources if s.startswith("humaneval#")}
+    assert rows == set(range(80, 100))
+    gsm = {int(s.split("#")[1]) for s in sources if s.startswith("gsm8k#")}
+    assert len(gsm) == 20 and min(gsm) > max(
+        int(s.split("#")[1]) for s in (r["source"] for r in m.build(3)) if "gsm8k" in s
+    )
+    texts = {p.text for p in load_prompts("copy-edit-4")}
+    names = ("copy-edit", "copy-edit-2", "copy-edit-3")
+    assert not texts & {p.text for n in names for p in load_prompts(n)}
+    assert m.OUTS[4].read_bytes() == "".join(json.dumps(r) + "\n" for r in four).encode()
 
 
 def test_the_shipped_file_is_what_the_script_writes(tmp_path):
