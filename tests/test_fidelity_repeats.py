@@ -396,3 +396,20 @@ def test_the_third_v4_held_out_grid_is_new_and_fixed_before_it_runs():
     _check_v4_held_out(d, h.EARLIER_V6, runs, "tuning-4", same, calibrated=("C=6",))
     assert not set(d["concurrency"]) & set(h.EARLIER_V6["concurrency"])
     assert d["terms"] == ("drafter_request", "passes", "pass_extra")
+
+
+def test_the_fourth_v4_held_out_grid_is_new_and_fixed_before_it_runs():
+    """The fourth held-out grid (PLAN.md step 10): new prompts, a rate no earlier grid or
+    calibration ran, C = 5 (every level the slots allow has run somewhere; 5 only in the v3
+    grid, never in v4), the tuning runs' servers and settings, the model step 9's rule kept
+    (`no_context` added, not `by_kind`; the lowest free slots)."""
+    from specsim.fidelity.llama import held_out as h
+
+    d = h.HELD_OUT_V7
+    runs = ("tuning", "tuning-2", "tuning-3", "tuning-4", "held-out", "held-out-2", "held-out-3")
+    same = ("specs", "target_type", "parallel", "max_tokens", "calib_concurrency")
+    _check_v4_held_out(d, h.EARLIER_V7, runs, "tuning-4", same, calibrated=("C=5",))
+    v4_loads = {*h.EARLIER_V7["calib_concurrency"], 1, 4, 3, 7, 6}  # v4 tuning, grids, calib
+    assert not set(d["concurrency"]) & v4_loads
+    assert not set(d["rates"]) & set(h.EARLIER_V7["rates"])
+    assert d["terms"] == ("drafter_request", "passes", "pass_extra", "no_context")

@@ -293,3 +293,29 @@ EARLIER_V6: dict[str, Any] = {
     "concurrency": (*EARLIER_V5["concurrency"], 7),
     "rates": (*EARLIER_V5["rates"], 0.4),
 }
+
+# The fourth v4 held-out grid (reports/llama-cpp-v4/PLAN.md step 10), fixed here before it runs:
+# the copy-edit templates over sources no run saw (copy-edit-4: the next GSM8K test questions
+# and HumanEval stubs 80-99), a closed loop at C = 5 (every level the 8 slots allow has run in
+# some grid; 5 only in the v3 grid, on other prompts with another drafter and server build,
+# never in v4 or its calibration) and Poisson arrivals at 0.8 req/s (in no grid or
+# calibration: EARLIER_V7), the tuning runs' settings and servers,
+# and the model step 9's rule kept: each pass priced by the table without a context term
+# (`no_context`) plus `pass_extra`, requests in the lowest free slots, calibration at C = 1, 2,
+# 6 on copy-edit[32:48]; 3-5 kept runs a cell.
+HELD_OUT_V7: dict[str, Any] = {
+    **HELD_OUT_V6,
+    "prompts": ("copy-edit-4[0:32]",),
+    "concurrency": (5,),
+    "rates": (0.8,),
+    "terms": ("drafter_request", "passes", "pass_extra", "no_context"),
+    "out": "reports/llama-cpp-v4/held-out-4",
+}
+
+# every earlier grid and calibration of this method, the third v4 held-out grid included
+EARLIER_V7: dict[str, Any] = {
+    **EARLIER_V6,
+    "prompts": (*EARLIER_V6["prompts"], "copy-edit-3[0:32]"),
+    "concurrency": (*EARLIER_V6["concurrency"], 6),
+    "rates": (*EARLIER_V6["rates"], 1.0),
+}
