@@ -70,7 +70,7 @@ GSM8K_MIN_CHARS = 160
 
 def passages(part: int = 1) -> list[tuple[str, str]]:
     """The ``part``-th ``PER_SOURCE`` dolly-context rows' passages (the text after the
-    instruction) with their ids; part 3: GSM8K test questions."""
+    instruction) with their ids; parts 3 and 4: GSM8K test questions."""
     if part in GSM8K_START:
         return gsm8k_passages(GSM8K_START[part], PER_PART.get(part, PER_SOURCE))
     out = []

@@ -299,10 +299,10 @@ EARLIER_V6: dict[str, Any] = {
 # and HumanEval stubs 80-99), a closed loop at C = 5 (every level the 8 slots allow has run in
 # some grid; 5 only in the v3 grid, on other prompts with another drafter and server build,
 # never in v4 or its calibration) and Poisson arrivals at 0.8 req/s (in no grid or
-# calibration: EARLIER_V7), the tuning runs' settings and servers,
-# and the model step 9's rule kept: each pass priced by the table without a context term
-# (`no_context`) plus `pass_extra`, requests in the lowest free slots, calibration at C = 1, 2,
-# 6 on copy-edit[32:48]; 3-5 kept runs a cell.
+# calibration: EARLIER_V7), the tuning runs' settings and servers, and the model step 9's rule
+# kept: each pass priced by the table without a context term (`no_context`) plus `pass_extra`,
+# requests in the lowest free slots, calibration at C = 1, 2, 6 on copy-edit[32:48]; 3-5 kept
+# runs a cell.
 HELD_OUT_V7: dict[str, Any] = {
     **HELD_OUT_V6,
     "prompts": ("copy-edit-4[0:32]",),

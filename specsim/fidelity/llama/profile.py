@@ -37,7 +37,8 @@ step from a profile (``specsim.sim.serving``, ``CostModel.verify_s``):
   from the server's log only (``--step-clock server``); the simulator places requests in
   slots to price it.
 
-Two structural words of the terms (PLAN.md step 9, chosen on the tuning runs): ``no_context``
+Two structural words of the terms (PLAN.md step 9; the tuning runs' rule kept ``no_context``,
+not ``by_kind``): ``no_context``
 drops the ``attn * B * ctx`` column (at this model's contexts, a few hundred tokens, a lone
 decode's cost barely moves with its context, and the column's price came from the large passes
 of the draft-model server); ``by_kind`` fits the target-only servers (``none``, ``ngram``) and
