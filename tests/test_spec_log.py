@@ -107,3 +107,26 @@ def test_the_server_logs_the_exact_ngram_walk_at_every_step():
         assert port.accepted[visited].tolist() == task.accepted
         assert server_path(port)[2] == len(task.n_tokens)  # as many steps as the port walks
         assert np.all(np.diff(task.t_s) > 0)  # the server's clock runs forward
+
+
+class _LateLog:
+    """A server whose log thread writes a run's last timings line a few reads after the run."""
+
+    def __init__(self, lines: list[str], late: int) -> None:
+        self.lines, self.reads, self.late = lines, 0, late
+
+    def log_text(self) -> str:
+        self.reads += 1
+        shown = self.lines if self.reads > self.late else self.lines[:-1]
+        return "".join(shown) + "half a line"
+
+
+def test_the_log_is_read_once_every_task_has_its_timings_line():
+    line = "I slot print_timing: id  {} | task {} |        eval time =  10.0 ms /  4 tokens\n"
+    srv = _LateLog([line.format(i, i) for i in range(3)], late=3)
+    text, end = spec_log.settled_text(srv, 0, 3, timeout_s=5.0)
+    assert srv.reads == 4 and text.count("eval time") == 3 and end == len(text)
+    assert not text.endswith("half a line")  # whole lines only
+    never = _LateLog([line.format(0, 0)], late=10**9)
+    text, _ = spec_log.settled_text(never, 0, 1, timeout_s=0.1)
+    assert "eval time" not in text  # gives up; the caller's matching names what is missing

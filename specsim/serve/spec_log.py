@@ -70,6 +70,26 @@ class Task:
         return sum(self.drafted), sum(self.accepted)
 
 
+_ENDED = re.compile(r"\|\s+eval time =")  # a task's timings line (not "prompt eval time")
+
+
+def settled_text(srv, at: int, requests: int, timeout_s: float = 10.0) -> tuple[str, int]:  # noqa: ANN001
+    """The log of ``srv`` (a started LlamaServer) from offset 0 to its last whole line, once
+    ``requests`` tasks since offset ``at`` have their timings line in it, and where that text
+    ends. The server writes its log from a thread of its own, so a run's last lines can land
+    after its last response: read at once, the last tasks have no totals yet (a flaky
+    recording). Waits up to ``timeout_s``; the caller's matching then names what is missing."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        text = srv.log_text()
+        end = text.rfind("\n") + 1  # whole lines only
+        if len(_ENDED.findall(text, at, end)) >= requests or time.monotonic() > deadline:
+            return text[:end], end
+        time.sleep(0.05)
+
+
 def parse(text: str) -> list[Task]:
     """Every task of a server log, in launch order (the log must come from a server started
     with :data:`ENV` and :data:`ARGS`; a speculative server without them is refused)."""

@@ -13,8 +13,6 @@ model is loaded once per setting and never runs beside a measured run.
 
 from __future__ import annotations
 
-import re
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -125,23 +123,13 @@ def calibrate(
     return pd.concat(frames, ignore_index=True), rows
 
 
-_ENDED = re.compile(r"\|\s+eval time =")
-
-
 def _logged_steps(srv, at: int, requests: int) -> tuple[pd.DataFrame, int]:  # noqa: ANN001
     """The steps of the run whose log starts at offset ``at`` of ``srv``'s log, on the server's
-    clock, and where the next run's starts. The log is written by a thread of its own: wait
-    (up to 10 s) until every request's timings line is in it."""
+    clock, and where the next run's starts (once every request's timings line is in it)."""
     from specsim.serve import spec_log
     from specsim.serve.log_steps import server_steps
 
-    deadline = time.monotonic() + 10.0
-    while True:
-        text = srv.log_text()
-        end = text.rfind("\n") + 1  # whole lines only
-        if len(_ENDED.findall(text, at, end)) >= requests or time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
+    text, end = spec_log.settled_text(srv, at, requests)
     return server_steps(spec_log.parse(text[at:end])), end
 
 

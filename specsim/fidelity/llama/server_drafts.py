@@ -41,7 +41,7 @@ def server_positions(
     with start_server(cfg, s, folder, steps=True) as srv:
         _, res, _ = send(srv, ids, lengths, temperature=temperature, seed=cfg.seed,
                          concurrency=RECORD_CONCURRENCY, requests=len(ids))  # fmt: skip
-        text = srv.log_text()
+        text = spec_log.settled_text(srv, 0, len(ids))[0]
         raw = srv.log_path
     failed = [r for r in res if r.error or r.draft_n is None]
     if failed:
