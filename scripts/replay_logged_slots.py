@@ -66,7 +66,7 @@ def replay_runs(report: Path, specs: tuple[str, ...] | None = None) -> pd.DataFr
     real, logged-slot and lowest-slot numbers."""
     from specsim.cli import build_parser
     from specsim.errors import SpecsimError
-    from specsim.fidelity.llama import _trace_path
+    from specsim.fidelity.llama import trace_path
     from specsim.fidelity.llama.config import (
         LlamaValidationConfig,
         profile_file,
@@ -109,7 +109,7 @@ def replay_runs(report: Path, specs: tuple[str, ...] | None = None) -> pd.DataFr
             t = float(r["temperature"])
             c = None if pd.isna(r["concurrency"]) else int(r["concurrency"])
             rate = None if pd.isna(r["rate"]) else float(r["rate"])
-            trace = read_trace(_trace_path(report, s.name, t))
+            trace = read_trace(trace_path(report, s.name, t))
             cost = read_profile_csv(report / profile_file(profile_key(s.name, t)))
             rule = LoggedSlots(seq)
             got = simulate_cell(cfg, s, trace, cost, c, rate, slots=rule)

@@ -40,7 +40,8 @@ def run_llama_validation(
     return score(cfg, log)
 
 
-def _trace_path(out: Path, name: str, t: float) -> Path:
+def trace_path(out: Path, name: str, t: float) -> Path:
+    """Where a grid folder keeps the trace of setting ``name`` at temperature ``t``."""
     return out / "traces" / f"trace-{name.replace(':', '-')}-t{t:g}.parquet"
 
 
@@ -76,7 +77,7 @@ def measure(
     inputs = prepare(cfg, texts, calib, log)
     traces = all_traces(cfg, inputs, log)
     for (name, t), tr in traces.items():
-        write_trace(tr, _trace_path(out, name, t), force=True)
+        write_trace(tr, trace_path(out, name, t), force=True)
     outputs = {f"{t:g}": o for t, o in inputs.outputs.items()}
     write_text(json.dumps({"ids": inputs.ids, "lengths": inputs.lengths, "outputs": outputs}),
                out / "inputs.json")  # fmt: skip
@@ -151,7 +152,7 @@ def score(cfg: LlamaValidationConfig, log: Callable[[str], None] = print) -> pd.
 
     out = cfg.out
     need = [out / "runs.csv", out / "grid_time.json"]
-    need += [_trace_path(out, s.name, t) for s in cfg.settings for t in cfg.temperatures]
+    need += [trace_path(out, s.name, t) for s in cfg.settings for t in cfg.temperatures]
     if cfg.profile is None:
         need.append(out / "calibration_steps.parquet")
     missing = [str(p) for p in need if not p.exists()]
@@ -160,7 +161,7 @@ def score(cfg: LlamaValidationConfig, log: Callable[[str], None] = print) -> pd.
     log("phase 3: profile, simulation, comparison")
     runs_df = pd.read_csv(out / "runs.csv")
     traces: dict[tuple[str, float], Trace] = {
-        (s.name, float(t)): read_trace(_trace_path(out, s.name, t))
+        (s.name, float(t)): read_trace(trace_path(out, s.name, t))
         for s in cfg.settings for t in cfg.temperatures
     }  # fmt: skip
     timing = json.loads((out / "grid_time.json").read_text())
