@@ -261,6 +261,37 @@ def test_compare_scores_kept_runs_against_the_median_with_its_interval(monkeypat
     )
 
 
+def test_random_slots_score_a_cell_by_the_median_over_seeded_layouts(monkeypatch):
+    """``--slot-rule random``: each cell simulated once per seeded layout (seeds cfg.seed + k,
+    distinct, the same on every call), its simulated numbers the median over them."""
+    from specsim.fidelity.llama import grid
+    from specsim.fidelity.llama.config import RANDOM_LAYOUTS
+
+    seen = []
+
+    def fake_sim(cfg, s, trace, cost, c, rate, slots=None):
+        seen.append(slots)
+        k = len(seen)
+        return {"throughput_tok_s": 100.0 + k, "tpot_ms_mean": 10.0 * k, "requests_completed": 8}
+
+    monkeypatch.setattr(grid, "simulate_cell", fake_sim)
+    base = {"spec": "none", "temperature": 0.0, "concurrency": 2, "rate": np.nan,
+            "requests": 10, "ttft_ms_mean": 1.0, "e2e_ms_mean": 2.0,
+            "steady_throughput_tok_s": 1.0, "server_drafted": 0, "server_accepted": 0,
+            "outputs_as_trace": 1.0, "requests_counts_exact": 1.0,
+            "throughput_tok_s": 100.0, "tpot_ms_mean": 10.0}  # fmt: skip
+    runs = pd.DataFrame([base] * 3)
+    cfg = LlamaValidationConfig(slot_rule="random", terms=("passes",), step_clock="server")
+    t = grid.compare(cfg, runs, {("none", 0.0): None}, {(False, 0.0): None})
+    assert len(seen) == RANDOM_LAYOUTS == 5
+    assert t.iloc[0]["sim_throughput_tok_s"] == pytest.approx(103.0)  # 101..105
+    assert t.iloc[0]["sim_tpot_ms_mean"] == pytest.approx(30.0)
+    draws = [[sl.rng.integers(1 << 30) for _ in range(3)] for sl in seen]
+    assert len({tuple(d) for d in draws}) == 5
+    again = grid.new_slots(cfg, None, 2).rng.integers(1 << 30, size=3).tolist()
+    assert again == draws[2]
+
+
 def test_held_out_grid_is_disjoint_from_tuning_and_calibration():
     from specsim.fidelity.llama import held_out as h
 

@@ -133,7 +133,8 @@ def test_config_takes_dspark_settings_of_the_shipped_drafter_and_serves_them():
         ({"step_clock": "wall"}, "--step-clock is 'client' or 'server'"),
         ({"terms": ("spec_step", "attention")}, "--terms 'attention' unknown; use some of"),
         ({"terms": ("pass_extra",), "step_clock": "server"}, "pass_extra prices each pass"),
-        ({"slot_rule": "random"}, "--slot-rule is one of lowest, llama-server"),
+        ({"slot_rule": "scattered"}, "--slot-rule is one of lowest, llama-server"),
+        ({"slot_rule": "random"}, "add passes to --terms, or leave --slot-rule out"),
         ({"slot_rule": "llama-server"}, "add passes to --terms, or leave --slot-rule out"),
     ],
 )

@@ -108,3 +108,33 @@ class LlamaSlots:
     def release(self, slots: np.ndarray, now: float) -> None:
         """The tasks in ``slots`` ended at ``now`` (seconds)."""
         self.t_last[slots] = now + self.offset
+
+
+class RandomSlots:
+    """A seeded uniformly random free slot for each new task: a layout model for a server whose
+    history the simulator does not know (a grid's server has run every earlier cell, so its
+    free slots sit anywhere; the lowest free slots pack the requests in flight into fewer
+    passes than it runs: reports/llama-cpp-v4/PLAN.md, steps 10-12). One seed is one layout;
+    a score takes the median over several."""
+
+    __slots__ = ("rng", "n_slots")
+
+    def __init__(self, n_slots: int, seed: int) -> None:
+        self.n_slots = int(n_slots)
+        self.rng = np.random.default_rng(seed)
+
+    def attach(self, n_requests: int, max_running: int) -> RandomSlots:
+        """Start a run on ``max_running`` slots (refused unless they are this server's)."""
+        if self.n_slots != max_running:
+            raise SpecsimError(
+                f"slots: {self.n_slots} random slots for a run on {max_running}; give "
+                "max_running slots"
+            )
+        return self
+
+    def choose(self, busy: np.ndarray, prompt: int) -> int:  # noqa: ARG002 - the rule's call
+        """A free slot drawn uniformly (``busy``: the slots processing)."""
+        return int(self.rng.choice(np.flatnonzero(~busy)))
+
+    def release(self, slots: np.ndarray, now: float) -> None:
+        """Nothing to remember: the next draw does not look at the past."""

@@ -27,7 +27,8 @@ STRUCTURAL = ("passes", "no_context", "by_kind")
 # where the simulator puts a request among llama-server's slots (grid.new_slots)
 # ('llama-server-warm', slots all holding prompts at the start, was retired after PLAN.md step
 # 7b: it runs at commit 82c23c0)
-SLOT_RULES = ("lowest", "llama-server", "llama-server-history")
+SLOT_RULES = ("lowest", "llama-server", "llama-server-history", "random")
+RANDOM_LAYOUTS = 5  # --slot-rule random: the seeded layouts a cell's simulated median is over
 MAX_DRAFT = 256  # tokens drafted per step: far beyond any useful one (llama.cpp's default: 16)
 SPEC_HELP = (
     "none, ngram:M (ngram-simple, draft size M) or dspark:N[:P] (draft-dspark, "
@@ -170,9 +171,10 @@ class LlamaValidationConfig:
         "lowest",
         "with --terms passes, the slot the simulator gives each request: 'lowest' (the lowest "
         "free), 'llama-server' (the server's own rule, from the prompts' tokens, its slots "
-        "empty at the start of each cell) or 'llama-server-history' (every run simulated in "
+        "empty at the start of each cell), 'llama-server-history' (every run simulated in "
         "the order it ran, the slots carried from run to run as on the grid's server: "
-        "specsim/sim/slots.py)",
+        "specsim/sim/slots.py) or 'random' (a seeded random free slot, each cell the median "
+        f"over {RANDOM_LAYOUTS} seeds)",
     )
     terms: tuple[str, ...] = option(
         V3_TERMS,

@@ -19,7 +19,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from specsim.fidelity.llama.config import LlamaValidationConfig, SpecSetting, profile_key
+from specsim.fidelity.llama.config import (
+    RANDOM_LAYOUTS,
+    LlamaValidationConfig,
+    SpecSetting,
+    profile_key,
+)
 from specsim.fidelity.llama.servers import limits, send
 from specsim.fidelity.llama.traces import GridInputs
 from specsim.serve.llama_trace import path_counts
@@ -204,7 +209,7 @@ def simulate_cell(
 def slot_prompts(cfg: LlamaValidationConfig) -> tuple | None:
     """The grid's prompts as the server's token ids (``inputs.json``), where the simulator
     gives each request the slot llama-server would (``--slot-rule llama-server...``)."""
-    if cfg.slot_rule == "lowest":  # (the config refuses another rule without passes)
+    if cfg.slot_rule in ("lowest", "random"):  # (the config refuses a rule without passes)
         return None
     import json
 
@@ -212,13 +217,37 @@ def slot_prompts(cfg: LlamaValidationConfig) -> tuple | None:
     return tuple(tuple(int(t) for t in p) for p in ids)
 
 
-def new_slots(cfg: LlamaValidationConfig, prompts: tuple | None) -> Any:
-    """A fresh server's slots for ``--slot-rule`` (None: the lowest free slots)."""
+def new_slots(cfg: LlamaValidationConfig, prompts: tuple | None, seed: int = 0) -> Any:
+    """A fresh server's slots for ``--slot-rule`` (None: the lowest free slots; ``seed``: the
+    layout of ``random``)."""
+    n = int(limits(cfg)["max_running"])
+    if cfg.slot_rule == "random":
+        from specsim.sim.slots import RandomSlots
+
+        return RandomSlots(n, cfg.seed + seed)
     if prompts is None:
         return None
     from specsim.sim.slots import LlamaSlots
 
-    return LlamaSlots(int(limits(cfg)["max_running"]), prompts)
+    return LlamaSlots(n, prompts)
+
+
+def cell_sim(
+    cfg: LlamaValidationConfig,
+    s: SpecSetting,
+    trace: Trace,
+    cost: Any,
+    concurrency: int | None,
+    rate: float | None,
+    prompts: tuple | None,
+) -> dict[str, float]:
+    """A cell's simulated summary on a fresh server: ``--slot-rule random`` the median over
+    :data:`RANDOM_LAYOUTS` seeded layouts (one layout is one draw of where a grid's server has
+    its free slots), every other rule one run."""
+    seeds = range(RANDOM_LAYOUTS) if cfg.slot_rule == "random" else range(1)
+    sims = [simulate_cell(cfg, s, trace, cost, concurrency, rate, new_slots(cfg, prompts, k))
+            for k in seeds]  # fmt: skip
+    return sims[0] if len(sims) == 1 else _median_summary(sims)
 
 
 def history_sims(
@@ -286,8 +315,7 @@ def compare(
         if hist is not None:  # the median over the cell's runs, each on the server's history
             sim = _median_summary([hist[i] for i in g.index])
         else:
-            sim = simulate_cell(cfg, s, traces[(spec, float(t))], cost, c, rate,
-                                new_slots(cfg, prompts))  # fmt: skip
+            sim = cell_sim(cfg, s, traces[(spec, float(t))], cost, c, rate, prompts)
         row: dict[str, Any] = {"grid": cfg.grid_label, "spec": spec, "temperature": t,
                                "concurrency": c, "rate": rate, "repeats": len(g)}  # fmt: skip
         converged = True
