@@ -27,6 +27,10 @@ instruction left out; no grid ran rows past 112) and HumanEval stubs 120-159 (ea
 after part 3's last, 1041, of at least 160 characters) and HumanEval stubs 80-99 (in no grid:
 earlier ones ran 0-79, 100-111 and 120-159), 40 prompts, for a fourth held-out grid (PLAN.md,
 step 10).
+
+``--part 5`` (``copy-edit-5``): the same templates over the next 12 GSM8K test questions (rows
+after part 4's last, 1068, of at least 160 characters) and the last 12 HumanEval stubs no grid
+ran (112-119 and 160-163), 24 prompts, for a fifth held-out grid (PLAN.md, step 13).
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ sys.path.insert(0, str(ROOT))
 PROMPTS = ROOT / "specsim" / "data" / "prompts"
 OUT = PROMPTS / "copy-edit.jsonl"
 OUTS = {1: OUT, 2: PROMPTS / "copy-edit-2.jsonl", 3: PROMPTS / "copy-edit-3.jsonl",
-        4: PROMPTS / "copy-edit-4.jsonl"}  # fmt: skip
+        4: PROMPTS / "copy-edit-4.jsonl", 5: PROMPTS / "copy-edit-5.jsonl"}  # fmt: skip
 PASSAGE_TEMPLATES = (
     "Copy the following passage word for word, putting each sentence on its own line. Output "
     "only the passage.\n\n{text}",
@@ -62,9 +66,10 @@ CODE_TEMPLATES = (
     "quotes; change nothing else and output the whole code.\n```python\n{text}\n```",
 )
 PER_SOURCE = 40
-PER_PART = {4: 20}  # sources of each kind where a part has fewer (HumanEval has 164 stubs)
+PER_PART = {4: 20, 5: 12}  # sources of each kind where a part has fewer (164 HumanEval stubs)
 STUB_START = {1: 0, 2: 40, 3: 120, 4: 80}  # the first HumanEval stub of each part
-GSM8K_START = {3: 1000, 4: 1042}  # the GSM8K row each part's passages start from
+STUB_ROWS = {5: (*range(112, 120), *range(160, 164))}  # a part's stubs where not one run
+GSM8K_START = {3: 1000, 4: 1042, 5: 1069}  # the GSM8K row each part's passages start from
 GSM8K_MIN_CHARS = 160
 
 
@@ -102,6 +107,8 @@ def stubs(part: int = 1) -> list[tuple[str, str]]:
         turn = json.loads(line)["turns"][0]
         code = turn.split("```python\n", 1)[-1].rsplit("```", 1)[0].strip("\n")
         out.append((f"humaneval#{i}", code))
+    if part in STUB_ROWS:
+        return [out[i] for i in STUB_ROWS[part]]
     return out[STUB_START[part] : STUB_START[part] + PER_PART.get(part, PER_SOURCE)]
 
 
@@ -121,10 +128,11 @@ def main(argv: list[str] | None = None) -> int:
     from specsim.errors import LineParser, run_script
 
     ap = LineParser(prog="make_copy_edit_prompts.py", description=__doc__.split("\n")[0])
-    ap.add_argument("--part", type=int, choices=(1, 2, 3, 4), default=1,
+    ap.add_argument("--part", type=int, choices=(1, 2, 3, 4, 5), default=1,
                     help="1: copy-edit (sources 0-39), 2: copy-edit-2 (sources 40-79), 3: "
                     "copy-edit-3 (GSM8K questions, HumanEval stubs 120-159), 4: copy-edit-4 "
-                    "(the next GSM8K questions, stubs 80-99)")  # fmt: skip
+                    "(the next GSM8K questions, stubs 80-99), 5: copy-edit-5 (the next GSM8K "
+                    "questions, stubs 112-119 and 160-163)")  # fmt: skip
     ap.add_argument("--out", type=Path, default=None,
                     help="JSONL to write (default: the part's bundled file)")  # fmt: skip
     ap.add_argument("--force", action="store_true", help="overwrite --out (the shipped file is "

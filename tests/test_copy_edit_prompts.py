@@ -24,7 +24,7 @@ def test_the_set_loads_by_name_with_its_category(name):
     assert len(load_prompts(f"{name}[0:10]")) == 10
 
 
-@pytest.mark.parametrize("part", [1, 2, 3, 4])
+@pytest.mark.parametrize("part", [1, 2, 3, 4, 5])
 def test_every_prompt_holds_the_text_it_asks_to_copy(part):
     import make_copy_edit_prompts as m
 
@@ -86,6 +86,29 @@ def test_the_fourth_set_shares_no_source_or_text_with_the_others():
     names = ("copy-edit", "copy-edit-2", "copy-edit-3")
     assert not texts & {p.text for n in names for p in load_prompts(n)}
     assert m.OUTS[4].read_bytes() == "".join(json.dumps(r) + "\n" for r in four).encode()
+
+
+def test_the_fifth_set_shares_no_source_or_text_with_the_others():
+    """copy-edit-5 is for a fifth held-out grid: 24 prompts over the last sources no earlier
+    set or grid holds (GSM8K rows after copy-edit-4's, HumanEval stubs 112-119 and 160-163:
+    earlier grids ran 0-111 as copy-edit or plain prompts but 112-119, and 120-159)."""
+    import make_copy_edit_prompts as m
+
+    five = m.build(5)
+    assert len(five) == 24 and len(load_prompts("copy-edit-5")) == 24
+    assert {p.category for p in load_prompts("copy-edit-5")} == {"edit"}
+    sources = {r["source"] for r in five}
+    assert not sources & {r["source"] for part in (1, 2, 3, 4) for r in m.build(part)}
+    rows = {int(s.split("#")[1]) for s in sources if s.startswith("humaneval#")}
+    assert rows == {*range(112, 120), *range(160, 164)}
+    gsm = {int(s.split("#")[1]) for s in sources if s.startswith("gsm8k#")}
+    assert len(gsm) == 12 and min(gsm) > max(
+        int(s.split("#")[1]) for s in (r["source"] for r in m.build(4)) if "gsm8k" in s
+    )
+    texts = {p.text for p in load_prompts("copy-edit-5")}
+    names = ("copy-edit", "copy-edit-2", "copy-edit-3", "copy-edit-4")
+    assert not texts & {p.text for n in names for p in load_prompts(n)}
+    assert m.OUTS[5].read_bytes() == "".join(json.dumps(r) + "\n" for r in five).encode()
 
 
 def test_the_shipped_file_is_what_the_script_writes(tmp_path):
