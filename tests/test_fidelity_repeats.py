@@ -444,3 +444,22 @@ def test_the_fourth_v4_held_out_grid_is_new_and_fixed_before_it_runs():
     assert not set(d["concurrency"]) & v4_loads
     assert not set(d["rates"]) & set(h.EARLIER_V7["rates"])
     assert d["terms"] == ("drafter_request", "passes", "pass_extra", "no_context")
+
+
+def test_the_fifth_v4_held_out_grid_is_new_and_fixed_before_it_runs():
+    """The fifth held-out grid (PLAN.md step 13): new prompts, a rate no earlier grid or
+    calibration ran, C = 8 (in v4 never a grid's or a calibration's load; only the v3 grid's),
+    the tuning runs' servers and settings, the model step 12's rule kept (the context term
+    back, one table, a seeded random free slot)."""
+    from specsim.fidelity.llama import held_out as h
+
+    d = h.HELD_OUT_V8
+    runs = ("tuning", "tuning-2", "tuning-3", "tuning-4", "tuning-5", "held-out", "held-out-2",
+            "held-out-3", "held-out-4")  # fmt: skip
+    same = ("specs", "target_type", "parallel", "max_tokens", "calib_concurrency")
+    _check_v4_held_out(d, h.EARLIER_V8, runs, "tuning-5", same, calibrated=("C=8",))
+    v4_loads = {*h.EARLIER_V8["calib_concurrency"], 1, 4, 3, 7, 6, 5}  # v4 tuning, grids, calib
+    assert not set(d["concurrency"]) & v4_loads
+    assert not set(d["rates"]) & set(h.EARLIER_V8["rates"])
+    assert d["terms"] == ("drafter_request", "passes", "pass_extra")
+    assert d["slot_rule"] == "random" and max(d["concurrency"]) == d["parallel"]

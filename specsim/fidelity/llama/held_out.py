@@ -319,3 +319,30 @@ EARLIER_V7: dict[str, Any] = {
     "concurrency": (*EARLIER_V6["concurrency"], 6),
     "rates": (*EARLIER_V6["rates"], 1.0),
 }
+
+# The fifth v4 held-out grid (reports/llama-cpp-v4/PLAN.md step 13), fixed here before it runs:
+# the copy-edit templates over the last sources no run saw (copy-edit-5: the next GSM8K test
+# questions and HumanEval stubs 112-119 and 160-163, 24 prompts), a closed loop at C = 8 (every
+# slot busy; in v4 never a grid's or a calibration's load, only the v3 grid's, on other prompts
+# with another drafter and server build) and Poisson arrivals at 1.2 req/s (in no grid or
+# calibration: EARLIER_V8), the tuning runs' settings and servers, and the model step 12's rule
+# kept: each pass priced by the table with its context term plus `pass_extra`, each request in
+# a seeded random free slot (the median over 5 layouts), calibration at C = 1, 2, 6 on
+# copy-edit[32:48]; 3-5 kept runs a cell.
+HELD_OUT_V8: dict[str, Any] = {
+    **HELD_OUT_V7,
+    "prompts": ("copy-edit-5[0:24]",),
+    "concurrency": (8,),
+    "rates": (1.2,),
+    "terms": ("drafter_request", "passes", "pass_extra"),
+    "slot_rule": "random",
+    "out": "reports/llama-cpp-v4/held-out-5",
+}
+
+# every earlier grid and calibration of this method, the fourth v4 held-out grid and the fifth
+# tuning run included
+EARLIER_V8: dict[str, Any] = {
+    **EARLIER_V7,
+    "prompts": (*EARLIER_V7["prompts"], "copy-edit-4[0:32]"),
+    "rates": (*EARLIER_V7["rates"], 0.8),  # (C = 5 is there: the v3 grid's)
+}
