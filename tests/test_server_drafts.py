@@ -104,3 +104,20 @@ def test_an_output_streamed_short_is_taken_again_whole():
     assert res.output_tokens == 24 and len(res.tokens) < 24  # the stream lost some ids
     assert len(whole) == 24
     assert set(res.tokens) <= set(whole)
+
+
+def test_a_request_without_draft_counts_drafted_nothing_but_a_server_without_any_fails():
+    """llama-server leaves ``draft_n`` out of the timings of a request it drafted nothing for
+    (an n-gram setting with no match in the answer): the recording takes it as zero drafts.
+    A failed request, or a run with no counts at all (a server not speculating), is refused."""
+    from types import SimpleNamespace as R
+
+    from specsim.errors import SpecsimError
+    from specsim.fidelity.llama.server_drafts import check_draft_counts
+
+    ok = [R(error=None, draft_n=12), R(error=None, draft_n=None), R(error=None, draft_n=0)]
+    check_draft_counts("ngram:3", ok, "out")
+    with pytest.raises(SpecsimError, match="1 requests failed \\(first: timeout\\)"):
+        check_draft_counts("ngram:3", [*ok, R(error="timeout", draft_n=None)], "out")
+    with pytest.raises(SpecsimError, match="did not speculate"):
+        check_draft_counts("ngram:3", [R(error=None, draft_n=None)] * 3, "out")
