@@ -277,12 +277,13 @@ class Batching(Step):
 
     def place(self, admitted: np.ndarray) -> None:
         """The engine slots (llama-server's ``-np``) the ``admitted`` requests take, in turn:
-        llama-server's choice from the prompts' tokens where the run has them
-        (:class:`specsim.sim.slots.LlamaSlots`), else the lowest free ones, so the requests in
-        flight sit in consecutive slots as far as their comings and goings allow. Which slots
-        run together sets how many passes a step costs (:mod:`specsim.sim.ubatch`). Seeded
-        random free slots were tried on the v4 tuning grid and priced its plain server at
-        C = 4 37% slow; the lowest free slots 13% (reports/llama-cpp-v4/PLAN.md, step 4)."""
+        the run's slot rule where it has one (:mod:`specsim.sim.slots`: llama-server's choice
+        from the prompts' tokens, or a seeded random free slot), else the lowest free ones, so
+        the requests in flight sit in consecutive slots as far as their comings and goings
+        allow. Which slots run together sets how many passes a step costs
+        (:mod:`specsim.sim.ubatch`). The packed layout suits a fresh server that ran one
+        setting at a time; a server with a grid's history scatters its requests, which random
+        free slots price better (reports/llama-cpp-v4/PLAN.md, steps 4 and 12)."""
         slot = self.jobs.server_slot
         rule = self.eng.slot_rule
         if rule is None:
