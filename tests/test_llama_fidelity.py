@@ -339,6 +339,12 @@ def test_goal_rows_judge_the_cells_whose_real_interval_is_tight():
     assert "worst 4.0%" in row and row.endswith("| met |"), text
     assert "the 2 of 3 cells whose real interval is within the tolerance" in text
     assert "worst 30.0%" in text  # every cell is still shown
+    loose = goal_rows(goals(t.assign(converged=False)), ranks, 10.0, ((0.1,), (0.2,)), 75.0)
+    error_rows = [r for r in loose.splitlines() if "throughput" in r or "TPOT" in r]
+    assert len(error_rows) == 4 and not any("nan" in r for r in error_rows), loose
+    assert "the 0 of 3 cells" in loose  # no tight cell: none judged
+    row = next(r for r in loose.splitlines() if "every such cell's throughput" in r)
+    assert "no such cell" in row and row.endswith("| NOT met |"), loose
 
 
 def test_gains_are_each_settings_over_none_at_its_load_on_the_metric_a_user_reads():

@@ -45,9 +45,13 @@ def goal_rows(
                  f"5%, {_pct(g[f'{m}_within_10'])} within 10%")  # fmt: skip
         if tight:
             med_t, worst_t = g[f"{m}_median_abs_converged"], g[f"{m}_max_abs_converged"]
+            # no tight cell: nothing to judge the goal on, so it is not met (and no "nan%")
+            none = not g["converged_cells"]
             rows.append((f"median abs. error of {what} <= 5%{where}",
-                         f"{_pct(med_t)} (every cell: {every})", bool(med_t <= 0.05)))  # fmt: skip
-            rows.append((f"every such cell's {what} within 10%", f"worst {_pct(worst_t)}",
+                         f"{'no such cell' if none else _pct(med_t)} (every cell: {every})",
+                         bool(med_t <= 0.05)))  # fmt: skip
+            rows.append((f"every such cell's {what} within 10%",
+                         "no such cell" if none else f"worst {_pct(worst_t)}",
                          bool(worst_t <= 0.10)))  # fmt: skip
             continue
         rows.append(
