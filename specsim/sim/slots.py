@@ -1,4 +1,5 @@
-"""Which engine slot a request gets: llama-server's rule, from the prompts' tokens.
+"""Which engine slot a request gets: llama-server's rule, from the prompts' tokens (or,
+where the server's history is unknown, a seeded random free slot: :class:`RandomSlots`).
 
 Why it matters: llama-server with one KV stream per slot cuts a step into a forward pass per
 run of consecutive slots holding as many tokens each (:mod:`specsim.sim.ubatch`), so where the
