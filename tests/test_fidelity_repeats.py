@@ -210,8 +210,9 @@ def test_interleaved_runs_go_round_robin_over_every_settings_server(monkeypatch)
                                 max_repeats=4, warmup=1)  # fmt: skip
     seen = []
 
-    def fake_run_cell(cfg, s, srv, inputs, trace, t, c, rate):
+    def fake_run_cell(cfg, s, srv, inputs, trace, t, c, rate, seed=None):
         seen.append((s.name, srv))
+        assert seed == cfg.seed  # --arrival-seeds fixed: every run the same draw
         mine = sum(name == s.name for name, _ in seen)
         wide = 0.2 * (mine % 2) if s.name == "ngram:3" else 0.0  # ngram:3 never tight
         return {"spec": s.name, "temperature": t, "concurrency": c, "rate": rate,
@@ -232,7 +233,7 @@ def test_interleaved_runs_go_round_robin_over_every_settings_server(monkeypatch)
 def test_compare_scores_kept_runs_against_the_median_with_its_interval(monkeypatch):
     from specsim.fidelity.llama import grid
 
-    def fake_sim(cfg, s, trace, cost, c, rate, slots=None):
+    def fake_sim(cfg, s, trace, cost, c, rate, slots=None, seed=None):
         return {"throughput_tok_s": 100.0, "tpot_ms_mean": 10.0, "requests_completed": 10}
 
     monkeypatch.setattr(grid, "simulate_cell", fake_sim)
@@ -269,7 +270,7 @@ def test_random_slots_score_a_cell_by_the_median_over_seeded_layouts(monkeypatch
 
     seen = []
 
-    def fake_sim(cfg, s, trace, cost, c, rate, slots=None):
+    def fake_sim(cfg, s, trace, cost, c, rate, slots=None, seed=None):
         seen.append(slots)
         k = len(seen)
         return {"throughput_tok_s": 100.0 + k, "tpot_ms_mean": 10.0 * k, "requests_completed": 8}
@@ -290,6 +291,50 @@ def test_random_slots_score_a_cell_by_the_median_over_seeded_layouts(monkeypatch
     assert len({tuple(d) for d in draws}) == 5
     again = grid.new_slots(cfg, None, 2).rng.integers(1 << 30, size=3).tolist()
     assert again == draws[2]
+
+
+def test_per_run_arrival_seeds_draw_each_run_anew_and_score_over_the_same_seeds(monkeypatch):
+    """``--arrival-seeds per-run``: run i of a cell (warm-ups counted) sends the jobs of seed
+    + i, ``runs.csv`` keeps it, and the simulated cell is the median over its kept runs'
+    seeds (the warm-up's left out); a grid measured before the seeds were kept is refused."""
+    from specsim.errors import SpecsimError
+    from specsim.fidelity.llama import grid
+
+    cfg = LlamaValidationConfig(specs=("none",), concurrency=(), rates=(1.2,),
+                                temperatures=(0.0,), target_ci=0.5, min_repeats=3,
+                                max_repeats=3, warmup=1, seed=7,
+                                arrival_seeds="per-run")  # fmt: skip
+    sent = []
+
+    def fake_run_cell(cfg, s, srv, inputs, trace, t, c, rate, seed=None):
+        sent.append(seed)
+        return {"spec": s.name, "temperature": t, "concurrency": c, "rate": rate,
+                "throughput_tok_s": 50.0, "tpot_ms_mean": 20.0, "outputs_as_trace": 1.0,
+                "arrival_seed": seed}  # fmt: skip
+
+    monkeypatch.setattr(grid, "run_cell", fake_run_cell)
+    rows = grid.interleaved_runs(cfg, {"none": "srv"}, None, {("none", 0.0): None}, lambda m: 0)
+    assert sent == [7, 8, 9, 10] and [r["arrival_seed"] for r in rows] == sent
+    simulated = []
+
+    def fake_sim(cfg, s, trace, cost, c, rate, slots=None, seed=None):
+        simulated.append(seed)
+        return {"throughput_tok_s": float(seed or 0), "tpot_ms_mean": 10.0, "requests_completed": 8}
+
+    monkeypatch.setattr(grid, "simulate_cell", fake_sim)
+    base = {"requests": 12, "ttft_ms_mean": 1.0, "e2e_ms_mean": 2.0,
+            "steady_throughput_tok_s": 1.0, "server_drafted": 0, "server_accepted": 0,
+            "requests_counts_exact": 1.0}  # fmt: skip
+    runs = pd.DataFrame([{**base, **r} for r in rows])
+    t = grid.compare(cfg, runs, {("none", 0.0): None}, {(False, 0.0): None})
+    assert sorted(simulated) == [8, 9, 10] and t.iloc[0]["sim_throughput_tok_s"] == 9.0
+    simulated.clear()
+    grid.compare(cfg.with_(arrival_seeds="fixed"), runs, {("none", 0.0): None},
+                 {(False, 0.0): None})  # fmt: skip
+    assert simulated == [None]  # the config's seed, as every grid before
+    with pytest.raises(SpecsimError, match="rescore with --arrival-seeds fixed"):
+        grid.compare(cfg, runs.drop(columns="arrival_seed"), {("none", 0.0): None},
+                     {(False, 0.0): None})  # fmt: skip
 
 
 def test_held_out_grid_is_disjoint_from_tuning_and_calibration():

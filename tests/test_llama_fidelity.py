@@ -134,6 +134,7 @@ def test_config_takes_dspark_settings_of_the_shipped_drafter_and_serves_them():
         ({"terms": ("spec_step", "attention")}, "--terms 'attention' unknown; use some of"),
         ({"terms": ("pass_extra",), "step_clock": "server"}, "pass_extra prices each pass"),
         ({"slot_rule": "scattered"}, "--slot-rule is one of lowest, llama-server"),
+        ({"arrival_seeds": "random"}, "--arrival-seeds is one of fixed, per-run"),
         ({"slot_rule": "random"}, "add passes to --terms, or leave --slot-rule out"),
         ({"slot_rule": "llama-server"}, "add passes to --terms, or leave --slot-rule out"),
     ],

@@ -29,6 +29,7 @@ STRUCTURAL = ("passes", "no_context", "by_kind")
 # 7b: it runs at commit 82c23c0)
 SLOT_RULES = ("lowest", "llama-server", "llama-server-history", "random")
 RANDOM_LAYOUTS = 5  # --slot-rule random: the seeded layouts a cell's simulated median is over
+ARRIVAL_SEEDS = ("fixed", "per-run")  # which seed each run of a cell sends its jobs with
 MAX_DRAFT = 256  # tokens drafted per step: far beyond any useful one (llama.cpp's default: 16)
 SPEC_HELP = (
     "none, ngram:M (ngram-simple, draft size M) or dspark:N[:P] (draft-dspark, "
@@ -176,6 +177,14 @@ class LlamaValidationConfig:
         "specsim/sim/slots.py) or 'random' (a seeded random free slot, each cell the median "
         f"over {RANDOM_LAYOUTS} seeds)",
     )
+    arrival_seeds: str = option(
+        "fixed",
+        "the seed of each run's jobs (arrival times, prompt order, sampling): 'fixed' (every "
+        "run of a cell the same draw, --seed) or 'per-run' (run i, warm-ups counted, --seed + "
+        "i; each cell's simulated numbers the median over the seeds of its kept runs). One draw "
+        "of 12 arrivals at a low rate sets a cell's number as much as the server does: "
+        "reports/llama-cpp-v4/held-out-5/NOTES.md",
+    )
     terms: tuple[str, ...] = option(
         V3_TERMS,
         "the step model's speculative terms (of TERMS; frozen per grid by the "
@@ -252,6 +261,10 @@ class LlamaValidationConfig:
             raise SpecsimError(
                 "--terms pass_extra prices each pass after a step's first: name passes too"
             )
+        if self.arrival_seeds not in ARRIVAL_SEEDS:
+            raise SpecsimError(
+                f"--arrival-seeds is one of {', '.join(ARRIVAL_SEEDS)}, got {self.arrival_seeds!r}"
+            )
         if self.slot_rule not in SLOT_RULES:
             raise SpecsimError(
                 f"--slot-rule is one of {', '.join(SLOT_RULES)}, got {self.slot_rule!r}"
@@ -286,6 +299,10 @@ class LlamaValidationConfig:
         if concurrency is None:
             return self.open_requests
         return max(3 * concurrency, self.min_requests)
+
+    def run_seed(self, index: int) -> int:
+        """The seed run ``index`` of a cell sends its jobs with (warm-ups counted from 0)."""
+        return self.seed + index if self.arrival_seeds == "per-run" else self.seed
 
     def with_(self, **changes: Any) -> LlamaValidationConfig:
         return replace(self, **changes)

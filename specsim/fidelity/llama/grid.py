@@ -12,7 +12,7 @@ KV reserved per slot).
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,10 +52,12 @@ def run_cell(
     t: float,
     c: int | None,
     rate: float | None,
+    seed: int | None = None,
 ) -> dict[str, Any]:
-    """One real run of cell (``s``, ``t``, load): the row ``runs.csv`` keeps of it, with the
-    server's flags (its pinning) and the machine's 1-minute load when the run started, so a
-    run's conditions are in the table and not only in the README."""
+    """One real run of cell (``s``, ``t``, load) with its jobs drawn from ``seed`` (None: the
+    config's): the row ``runs.csv`` keeps of it, with the server's flags (its pinning), the
+    seed and the machine's 1-minute load when the run started, so a run's conditions are in
+    the table and not only in the README."""
     import os
 
     from specsim.fidelity.llama.servers import server_args
@@ -64,7 +66,8 @@ def run_cell(
     ref = inputs.outputs[float(t)]
     n = cfg.cell_requests(c)
     load_1m = os.getloadavg()[0]
-    jobs, res, summary = send(srv, inputs.ids, inputs.lengths, temperature=t, seed=cfg.seed,
+    seed = cfg.seed if seed is None else int(seed)
+    jobs, res, summary = send(srv, inputs.ids, inputs.lengths, temperature=t, seed=seed,
                               concurrency=c, rate=rate, requests=n)  # fmt: skip
     ok = [(j, r) for j, r in zip(jobs, res, strict=True) if not r.error]
     same = sum(r.tokens == ref[j.trace_id] for j, r in ok)
@@ -83,6 +86,7 @@ def run_cell(
     # the drafter GGUF lives in the user's cache: "~", not this machine's home, in a table
     row["server_args"] = " ".join(server_args(cfg, s)).replace(str(Path.home()), "~")
     row["load_1m"] = load_1m
+    row["arrival_seed"] = seed
     check_failed([row])
     return row
 
@@ -126,7 +130,8 @@ def real_runs(
     for rep in range(cfg.repeats):
         for t in cfg.temperatures:
             for c, rate in loads(cfg):
-                row = run_cell(cfg, s, srv, inputs, traces[float(t)], t, c, rate)
+                row = run_cell(cfg, s, srv, inputs, traces[float(t)], t, c, rate,
+                               seed=cfg.run_seed(rep))  # fmt: skip
                 row.update({"repeat": rep, "warmup": False, "round": rep})
                 rows.append(row)
                 _log_row(log, row, f"rep {rep}")
@@ -155,7 +160,8 @@ def interleaved_runs(
 
     def run_one(cell: Any, index: int) -> dict[str, Any]:
         name, t, c, rate = cell
-        row = run_cell(cfg, settings[name], servers[name], inputs, traces[(name, t)], t, c, rate)
+        row = run_cell(cfg, settings[name], servers[name], inputs, traces[(name, t)], t, c, rate,
+                       seed=cfg.run_seed(index))  # fmt: skip
         warm = index < cfg.warmup
         row.update({"repeat": index - cfg.warmup, "warmup": warm})
         rows.append(row)
@@ -181,9 +187,11 @@ def simulate_cell(
     concurrency: int | None,
     rate: float | None,
     slots: Any = None,
+    seed: int | None = None,
 ) -> dict[str, float]:
     """The simulator's summary of one cell (``slots``: a :class:`specsim.sim.slots.LlamaSlots`
-    for llama-server's slot choice, ``--slot-rule``; None: the lowest free slots)."""
+    for llama-server's slot choice, ``--slot-rule``; None: the lowest free slots), its jobs
+    drawn from ``seed`` as the real run's (None: the config's)."""
     from specsim.sim.simulate import replay
 
     kw: dict[str, Any] = {"concurrency": concurrency} if concurrency else {"rate": rate}
@@ -194,7 +202,8 @@ def simulate_cell(
         # that prefills past the table's range is no extrapolation of it (the decode tokens
         # are checked against the range by the serving model itself)
         warnings.filterwarnings("ignore", message=".*covers token batches up to")
-        res = replay(trace, s.policy, requests=cfg.cell_requests(concurrency), seed=cfg.seed,
+        seed = cfg.seed if seed is None else int(seed)
+        res = replay(trace, s.policy, requests=cfg.cell_requests(concurrency), seed=seed,
                      profile=cost, serving="v2", kv="reserve", record_tokens=False,
                      **limits(cfg), **kw)  # fmt: skip
     out = dict(res.summary)
@@ -240,13 +249,16 @@ def cell_sim(
     concurrency: int | None,
     rate: float | None,
     prompts: tuple | None,
+    arrival_seeds: Sequence[int] = (),
 ) -> dict[str, float]:
-    """A cell's simulated summary on a fresh server: ``--slot-rule random`` the median over
+    """A cell's simulated summary on a fresh server: the median over every pair of the real
+    runs' ``arrival_seeds`` (none given: the config's seed) and, with ``--slot-rule random``,
     :data:`RANDOM_LAYOUTS` seeded layouts (one layout is one draw of where a grid's server has
-    its free slots), every other rule one run."""
-    seeds = range(RANDOM_LAYOUTS) if cfg.slot_rule == "random" else range(1)
-    sims = [simulate_cell(cfg, s, trace, cost, concurrency, rate, new_slots(cfg, prompts, k))
-            for k in seeds]  # fmt: skip
+    its free slots; every other rule one)."""
+    layouts = range(RANDOM_LAYOUTS) if cfg.slot_rule == "random" else range(1)
+    draws = tuple(arrival_seeds) or (None,)
+    sims = [simulate_cell(cfg, s, trace, cost, concurrency, rate, new_slots(cfg, prompts, k), a)
+            for a in draws for k in layouts]  # fmt: skip
     return sims[0] if len(sims) == 1 else _median_summary(sims)
 
 
@@ -270,8 +282,23 @@ def history_sims(
             c, rate = _load(r["concurrency"], r["rate"])
             t = float(r["temperature"])
             out[i] = simulate_cell(cfg, s, traces[(spec, t)], costs[profile_key(spec, t)], c,
-                                   rate, state)  # fmt: skip
+                                   rate, state, run_seed(cfg, r))  # fmt: skip
     return out
+
+
+def run_seed(cfg: LlamaValidationConfig, run: pd.Series) -> int | None:
+    """The seed a run in ``runs.csv`` drew its jobs from where its cell's runs differ
+    (``--arrival-seeds per-run``), else None (the config's, as every earlier grid's)."""
+    if cfg.arrival_seeds != "per-run":
+        return None
+    from specsim.errors import SpecsimError
+
+    if "arrival_seed" not in run.index or pd.isna(run["arrival_seed"]):
+        raise SpecsimError(
+            "--arrival-seeds per-run scores runs by their own seeds, and runs.csv has none "
+            "(a grid measured before them); rescore with --arrival-seeds fixed"
+        )
+    return int(run["arrival_seed"])
 
 
 def _load(c: Any, rate: Any) -> tuple[int | None, float | None]:
@@ -315,7 +342,9 @@ def compare(
         if hist is not None:  # the median over the cell's runs, each on the server's history
             sim = _median_summary([hist[i] for i in g.index])
         else:
-            sim = cell_sim(cfg, s, traces[(spec, float(t))], cost, c, rate, prompts)
+            seeds = [run_seed(cfg, r) for _, r in g.iterrows()]
+            draws = tuple(sorted({x for x in seeds if x is not None}))
+            sim = cell_sim(cfg, s, traces[(spec, float(t))], cost, c, rate, prompts, draws)
         row: dict[str, Any] = {"grid": cfg.grid_label, "spec": spec, "temperature": t,
                                "concurrency": c, "rate": rate, "repeats": len(g)}  # fmt: skip
         converged = True
