@@ -282,11 +282,11 @@ def history_sims(
             c, rate = _load(r["concurrency"], r["rate"])
             t = float(r["temperature"])
             out[i] = simulate_cell(cfg, s, traces[(spec, t)], costs[profile_key(spec, t)], c,
-                                   rate, state, run_seed(cfg, r))  # fmt: skip
+                                   rate, state, logged_seed(cfg, r))  # fmt: skip
     return out
 
 
-def run_seed(cfg: LlamaValidationConfig, run: pd.Series) -> int | None:
+def logged_seed(cfg: LlamaValidationConfig, run: pd.Series) -> int | None:
     """The seed a run in ``runs.csv`` drew its jobs from where its cell's runs differ
     (``--arrival-seeds per-run``), else None (the config's, as every earlier grid's)."""
     if cfg.arrival_seeds != "per-run":
@@ -342,8 +342,7 @@ def compare(
         if hist is not None:  # the median over the cell's runs, each on the server's history
             sim = _median_summary([hist[i] for i in g.index])
         else:
-            seeds = [run_seed(cfg, r) for _, r in g.iterrows()]
-            draws = tuple(sorted({x for x in seeds if x is not None}))
+            draws = tuple(sorted({logged_seed(cfg, r) for _, r in g.iterrows()} - {None}))
             sim = cell_sim(cfg, s, traces[(spec, float(t))], cost, c, rate, prompts, draws)
         row: dict[str, Any] = {"grid": cfg.grid_label, "spec": spec, "temperature": t,
                                "concurrency": c, "rate": rate, "repeats": len(g)}  # fmt: skip
