@@ -31,11 +31,22 @@ step 10).
 ``--part 5`` (``copy-edit-5``): the same templates over the next 12 GSM8K test questions (rows
 after part 4's last, 1068, of at least 160 characters) and the last 12 HumanEval stubs no grid
 ran (112-119 and 160-163), 24 prompts, for a fifth held-out grid (PLAN.md, step 13).
+
+``--part 6`` (``copy-edit-6``): the same templates over the next 12 GSM8K test questions (rows
+after part 5's last, 1083) and, every HumanEval stub having run in some grid, 12 function stubs
+from Python's standard library (``STDLIB_MODULES``: each module's first public function with a
+docstring whose signature and docstring, the stub, are 150-700 characters; PSF License 2.0),
+24 prompts, for a sixth held-out grid (PLAN.md, step 16). The stubs are read from the running
+Python's library, so the part is written only by Python ``STDLIB_PYTHON`` (another version's
+library may differ).
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import importlib
+import inspect
 import json
 import sys
 from pathlib import Path
@@ -45,7 +56,8 @@ sys.path.insert(0, str(ROOT))
 PROMPTS = ROOT / "specsim" / "data" / "prompts"
 OUT = PROMPTS / "copy-edit.jsonl"
 OUTS = {1: OUT, 2: PROMPTS / "copy-edit-2.jsonl", 3: PROMPTS / "copy-edit-3.jsonl",
-        4: PROMPTS / "copy-edit-4.jsonl", 5: PROMPTS / "copy-edit-5.jsonl"}  # fmt: skip
+        4: PROMPTS / "copy-edit-4.jsonl", 5: PROMPTS / "copy-edit-5.jsonl",
+        6: PROMPTS / "copy-edit-6.jsonl"}  # fmt: skip
 PASSAGE_TEMPLATES = (
     "Copy the following passage word for word, putting each sentence on its own line. Output "
     "only the passage.\n\n{text}",
@@ -66,11 +78,16 @@ CODE_TEMPLATES = (
     "quotes; change nothing else and output the whole code.\n```python\n{text}\n```",
 )
 PER_SOURCE = 40
-PER_PART = {4: 20, 5: 12}  # sources of each kind where a part has fewer (164 HumanEval stubs)
+PER_PART = {4: 20, 5: 12, 6: 12}  # sources of each kind where a part has fewer
 STUB_START = {1: 0, 2: 40, 3: 120, 4: 80}  # the first HumanEval stub of each part
 STUB_ROWS = {5: (*range(112, 120), *range(160, 164))}  # a part's stubs where not one run
-GSM8K_START = {3: 1000, 4: 1042, 5: 1069}  # the GSM8K row each part's passages start from
+GSM8K_START = {3: 1000, 4: 1042, 5: 1069, 6: 1084}  # the GSM8K row each part's passages start from
 GSM8K_MIN_CHARS = 160
+# part 6's code: one stub from each of these standard-library modules, read from this Python
+STDLIB_MODULES = ("textwrap", "heapq", "bisect", "statistics", "fnmatch", "base64", "glob",
+                  "posixpath", "difflib", "string", "html", "shutil")  # fmt: skip
+STDLIB_PYTHON = (3, 11)
+STUB_CHARS = (150, 700)
 
 
 def passages(part: int = 1) -> list[tuple[str, str]]:
@@ -107,9 +124,40 @@ def stubs(part: int = 1) -> list[tuple[str, str]]:
         turn = json.loads(line)["turns"][0]
         code = turn.split("```python\n", 1)[-1].rsplit("```", 1)[0].strip("\n")
         out.append((f"humaneval#{i}", code))
+    if part == 6:
+        return stdlib_stubs()
     if part in STUB_ROWS:
         return [out[i] for i in STUB_ROWS[part]]
     return out[STUB_START[part] : STUB_START[part] + PER_PART.get(part, PER_SOURCE)]
+
+
+def stdlib_stubs() -> list[tuple[str, str]]:
+    """Part 6's code: from each of ``STDLIB_MODULES`` the first public top-level function (in
+    source order) with a docstring whose stub (its ``def`` line through its docstring, as
+    HumanEval's stubs are) is ``STUB_CHARS`` long, named ``stdlib:module.function``."""
+    from specsim.errors import SpecsimError
+
+    if sys.version_info[:2] != STDLIB_PYTHON:
+        want = ".".join(map(str, STDLIB_PYTHON))
+        raise SpecsimError(f"copy-edit-6's code is read from Python {want}'s standard library and "
+                         f"this is Python {sys.version_info[0]}.{sys.version_info[1]}; run the "
+                         f"script with Python {want}")  # fmt: skip
+    out = []
+    for name in STDLIB_MODULES:
+        lines = inspect.getsource(importlib.import_module(name)).splitlines()
+        for node in ast.parse("\n".join(lines)).body:
+            if not isinstance(node, ast.FunctionDef) or node.name.startswith("_"):
+                continue
+            doc = node.body[0] if node.body else None
+            if ast.get_docstring(node) is None or doc is None:
+                continue
+            stub = "\n".join(lines[node.lineno - 1 : doc.end_lineno])
+            if STUB_CHARS[0] <= len(stub) <= STUB_CHARS[1]:
+                out.append((f"stdlib:{name}.{node.name}", stub))
+                break
+        else:
+            raise SpecsimError(f"no stub in {name} fits {STUB_CHARS}; change STDLIB_MODULES")
+    return out
 
 
 def build(part: int = 1) -> list[dict]:
@@ -128,11 +176,12 @@ def main(argv: list[str] | None = None) -> int:
     from specsim.errors import LineParser, run_script
 
     ap = LineParser(prog="make_copy_edit_prompts.py", description=__doc__.split("\n")[0])
-    ap.add_argument("--part", type=int, choices=(1, 2, 3, 4, 5), default=1,
+    ap.add_argument("--part", type=int, choices=tuple(OUTS), default=1,
                     help="1: copy-edit (sources 0-39), 2: copy-edit-2 (sources 40-79), 3: "
                     "copy-edit-3 (GSM8K questions, HumanEval stubs 120-159), 4: copy-edit-4 "
                     "(the next GSM8K questions, stubs 80-99), 5: copy-edit-5 (the next GSM8K "
-                    "questions, stubs 112-119 and 160-163)")  # fmt: skip
+                    "questions, stubs 112-119 and 160-163), 6: copy-edit-6 (the next GSM8K "
+                    "questions, 12 standard-library stubs; Python 3.11)")  # fmt: skip
     ap.add_argument("--out", type=Path, default=None,
                     help="JSONL to write (default: the part's bundled file)")  # fmt: skip
     ap.add_argument("--force", action="store_true", help="overwrite --out (the shipped file is "
