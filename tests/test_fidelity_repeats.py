@@ -508,3 +508,23 @@ def test_the_fifth_v4_held_out_grid_is_new_and_fixed_before_it_runs():
     assert not set(d["rates"]) & set(h.EARLIER_V8["rates"])
     assert d["terms"] == ("drafter_request", "passes", "pass_extra")
     assert d["slot_rule"] == "random" and max(d["concurrency"]) == d["parallel"]
+
+
+def test_the_sixth_v4_held_out_grid_is_new_and_fixed_before_it_runs():
+    """The sixth held-out grid (PLAN.md step 16): new prompts (GSM8K questions no run saw and
+    standard-library stubs), a rate no earlier grid or calibration ran, C = 2 (a calibration
+    load, never a v4 grid's), the tuning runs' servers and settings, the model step 15's rule
+    kept (the server's slot rule with history, the context term, every run its own draw)."""
+    from specsim.fidelity.llama import held_out as h
+
+    d = h.HELD_OUT_V9
+    runs = ("tuning", "tuning-2", "tuning-3", "tuning-4", "tuning-5", "tuning-6", "held-out",
+            "held-out-2", "held-out-3", "held-out-4", "held-out-5")  # fmt: skip
+    same = ("specs", "target_type", "parallel", "max_tokens", "calib_concurrency", "terms",
+            "arrival_seeds")  # fmt: skip
+    _check_v4_held_out(d, h.EARLIER_V9, runs, "tuning-6", same, calibrated=("C=2",))
+    v4_grid_loads = {1, 4, 3, 7, 6, 5, 8}  # v4 tuning runs' and held-out grids' closed loops
+    assert not set(d["concurrency"]) & v4_grid_loads
+    assert not set(d["rates"]) & set(h.EARLIER_V9["rates"])
+    assert d["terms"] == ("drafter_request", "passes", "pass_extra")
+    assert (d["slot_rule"], d["arrival_seeds"]) == ("llama-server-history", "per-run")

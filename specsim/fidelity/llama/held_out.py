@@ -346,3 +346,30 @@ EARLIER_V8: dict[str, Any] = {
     "prompts": (*EARLIER_V7["prompts"], "copy-edit-4[0:32]"),
     "rates": (*EARLIER_V7["rates"], 0.8),  # (C = 5 is there: the v3 grid's)
 }
+
+# The sixth v4 held-out grid (reports/llama-cpp-v4/PLAN.md step 16), fixed here before it runs:
+# the copy-edit templates over sources no run saw (copy-edit-6: the next GSM8K test questions
+# and, every HumanEval stub having run, 12 function stubs from Python's standard library), a
+# closed loop at C = 2 (a calibration load on other prompts, never a v4 grid's; the v3 grid's
+# on chat prompts) and Poisson arrivals at 0.6 req/s (in no grid or calibration: EARLIER_V9),
+# the tuning runs' settings and servers, and the model step 15's rule kept: each pass priced by
+# the table with its context term plus `pass_extra`, the server's own slot rule with its
+# history, and every run of a cell its own draw of jobs (the simulator's cell the median over
+# the same draws); calibration at C = 1, 2, 6 on copy-edit[32:48]; 3-5 kept runs a cell.
+HELD_OUT_V9: dict[str, Any] = {
+    **HELD_OUT_V8,
+    "prompts": ("copy-edit-6[0:24]",),
+    "concurrency": (2,),
+    "rates": (0.6,),
+    "slot_rule": "llama-server-history",
+    "arrival_seeds": "per-run",
+    "out": "reports/llama-cpp-v4/held-out-6",
+}
+
+# every earlier grid and calibration of this method, the fifth v4 held-out grid and the sixth
+# tuning run (copy-edit[0:32] at C = 4 and 1.5 req/s, as the other tuning runs) included
+EARLIER_V9: dict[str, Any] = {
+    **EARLIER_V8,
+    "prompts": (*EARLIER_V8["prompts"], "copy-edit-5[0:24]"),
+    "rates": (*EARLIER_V8["rates"], 1.2),  # (C = 8 is there: the v3 grid's)
+}
