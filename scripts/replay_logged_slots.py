@@ -6,7 +6,8 @@ simulator, which cannot know a server's history, puts them in the lowest free sl
 server's info-level log names the slot of every task (``launch_slot_: id S | task T``); giving
 each simulated request the slot its real one had (the lowest free one where the simulated
 timing has it busy) separates the step model's error from the slot layout's. A diagnostic of
-a grid already run, never a prediction: it reads the real runs' slots.
+a grid already run, never a prediction: it reads the real runs' slots. A grid whose runs each
+sent their own draw of jobs (``--arrival-seeds per-run``) is replayed run by run on that draw.
 
     python scripts/replay_logged_slots.py reports/llama-cpp-v4/held-out-3
 
@@ -72,7 +73,7 @@ def replay_runs(report: Path, specs: tuple[str, ...] | None = None) -> pd.DataFr
         profile_file,
         profile_key,
     )
-    from specsim.fidelity.llama.grid import simulate_cell
+    from specsim.fidelity.llama.grid import logged_seed, simulate_cell
     from specsim.options import from_args
     from specsim.sim.cost.profiles import read_profile_csv
     from specsim.trace.io import read_trace
@@ -111,11 +112,11 @@ def replay_runs(report: Path, specs: tuple[str, ...] | None = None) -> pd.DataFr
             rate = None if pd.isna(r["rate"]) else float(r["rate"])
             trace = read_trace(trace_path(report, s.name, t))
             cost = read_profile_csv(report / profile_file(profile_key(s.name, t)))
-            rule = LoggedSlots(seq)
-            got = simulate_cell(cfg, s, trace, cost, c, rate, slots=rule)
-            low = simulate_cell(cfg, s, trace, cost, c, rate)
+            rule, seed = LoggedSlots(seq), logged_seed(cfg, r)  # the run's own draw of jobs
+            got = simulate_cell(cfg, s, trace, cost, c, rate, slots=rule, seed=seed)
+            low = simulate_cell(cfg, s, trace, cost, c, rate, seed=seed)
             rows.append({"spec": s.name, "temperature": t, "concurrency": c, "rate": rate,
-                         "repeat": int(r["repeat"]),
+                         "repeat": int(r["repeat"]), "arrival_seed": seed,
                          "real_throughput_tok_s": r["throughput_tok_s"],
                          "logged_throughput_tok_s": got["throughput_tok_s"],
                          "lowest_throughput_tok_s": low["throughput_tok_s"],

@@ -63,3 +63,26 @@ def test_a_log_that_is_not_the_grids_is_refused(tmp_path):
     with pytest.raises(SpecsimError, match="not this grid's log"):
         r.replay_runs(copy, specs=("none",))
     assert r.main([str(tmp_path / "nowhere")]) == 2
+
+
+def test_a_grid_of_per_run_draws_is_replayed_on_each_runs_own_draw(monkeypatch):
+    """held-out-6 sent run i of a cell the jobs of seed i (--arrival-seeds per-run): each kept
+    run is replayed on its own draw, with the logged and with the lowest free slots."""
+    import replay_logged_slots as r
+
+    from specsim.fidelity.llama import grid
+
+    seen: list[int | None] = []
+    real = grid.simulate_cell
+
+    def spy(*a, seed=None, **k):  # noqa: ANN002, ANN003
+        seen.append(seed)
+        return real(*a, seed=seed, **k)
+
+    monkeypatch.setattr(grid, "simulate_cell", spy)
+    report = ROOT / "reports" / "llama-cpp-v4" / "held-out-6"
+    table = r.replay_runs(report, specs=("none",))
+    assert len(table) == 20 and sorted(set(table["arrival_seed"])) == [1, 2, 3, 4, 5]
+    assert seen == [s for s in table["arrival_seed"] for _ in range(2)]
+    open_loop = table[table["rate"].notna() & (table["temperature"] == 0)]
+    assert open_loop["lowest_tpot_ms_mean"].nunique() == 5  # five draws, five simulated runs
