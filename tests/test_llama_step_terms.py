@@ -1,6 +1,7 @@
-"""The step model's structural terms of PLAN.md step 9: ``no_context`` (no ``B * ctx`` column)
-and ``by_kind`` (the target-only and the draft-model servers fitted apart), on synthetic
-server-clock steps whose true prices are known."""
+"""The step model's structural terms of PLAN.md steps 9 and 17: ``no_context`` (no ``B * ctx``
+column), ``by_kind`` (the target-only and the draft-model servers fitted apart) and
+``monotone`` (a table that never falls, costs never savings), on synthetic server-clock steps
+whose true prices are known."""
 
 from __future__ import annotations
 
@@ -78,3 +79,31 @@ def test_the_terms_are_words_of_terms_and_nothing_else_is():
     assert "no_context" in cfg.terms and "by_kind" in cfg.terms
     with pytest.raises(SpecsimError, match="--terms 'no_ctx' unknown"):
         LlamaValidationConfig(terms=("no_ctx",))
+
+
+def test_monotone_recovers_a_table_that_rises_as_the_free_fit_does():
+    """On steps whose true table rises with B, ``monotone`` changes nothing that matters: the
+    table comes back at its knots within 3%, as the free fit's does."""
+    steps = _steps(np.random.default_rng(2), "ngram:3", 600)
+    for terms in (("passes", "no_context"), ("passes", "no_context", "monotone")):
+        fit = fit_steps(steps, terms=terms)
+        for k, v in zip(fit.knots, fit.table_ms, strict=True):
+            assert v == pytest.approx(_pass_ms(k), rel=0.03), (terms, k)
+
+
+def test_monotone_never_prices_more_tokens_below_fewer():
+    """A few large steps measured cheaper than smaller ones (the calibration's drafted steps at
+    C = 6 did so: PLAN.md step 17): freely fitted, the table falls from 8 to 16 tokens; under
+    ``monotone`` it never falls and no other coefficient is a saving."""
+    rng = np.random.default_rng(3)
+    small = _steps(rng, "ngram:3", 400)
+    big = small.sample(40, random_state=0).assign(
+        batch_tokens=[8, 16] * 20, passes=[pass_text([8]), pass_text([16])] * 20,
+        duration_s=[9.0e-3, 6.0e-3] * 20)  # fmt: skip
+    steps = pd.concat([small, big], ignore_index=True)
+    free = fit_steps(steps, terms=("passes",))
+    mono = fit_steps(steps, terms=("passes", "monotone"))
+    assert np.any(np.diff(free.table_ms) < -1.0)  # the free fit falls
+    assert np.all(np.diff(mono.table_ms) >= -1e-9)
+    assert min(mono.attn_us, mono.prefill_token_ms, mono.emit_ms[0.0]) >= 0.0
+    assert mono.table_ms[0] == pytest.approx(_pass_ms(1), rel=0.05)

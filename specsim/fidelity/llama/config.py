@@ -18,12 +18,13 @@ from specsim.record.requant import TYPES as TARGET_TYPES
 # ``pass_extra``: a cost for each pass after a step's first, on top of ``passes``;
 # ``no_context``: no ``B * ctx`` column, the table alone prices a pass; ``by_kind``: one fit per
 # kind of server, the target-only (none, ngram) and the draft-model (dspark) servers apart:
-# reports/llama-cpp-v4/PLAN.md step 9)
+# reports/llama-cpp-v4/PLAN.md step 9; ``monotone``: the table never falls as B grows and every
+# other coefficient is a cost, fitted under those constraints: PLAN.md step 17)
 TERMS = ("spec_step", "draft_token", "drafter_request", "passes", "pass_extra", "no_context",
-         "by_kind")  # fmt: skip
+         "by_kind", "monotone")  # fmt: skip
 V3_TERMS = TERMS[:3]
 # the words of --terms that switch the model's structure rather than add a coefficient
-STRUCTURAL = ("passes", "no_context", "by_kind")
+STRUCTURAL = ("passes", "no_context", "by_kind", "monotone")
 # where the simulator puts a request among llama-server's slots (grid.new_slots)
 # ('llama-server-warm', slots all holding prompts at the start, was retired after PLAN.md step
 # 7b: it runs at commit 82c23c0)

@@ -198,7 +198,7 @@ def fit_steps(  # noqa: ANN001
     x = design(st, knots, temps, terms)
     y = st["duration_s"].to_numpy(np.float64) * 1000.0
     nk = len(knots)
-    coef = _costs_fit(x, y, nk)
+    coef = _monotone_fit(x, y, nk) if "monotone" in terms else _costs_fit(x, y, nk)
     table = _fill_knots(knots, coef[:nk], x[:, :nk].any(axis=0))
     r = y - x @ coef
     at = nk + 2 + len(temps)
@@ -248,6 +248,33 @@ def _costs_fit(x: np.ndarray, y: np.ndarray, nk: int) -> np.ndarray:
             break
         keep[nk + worst] = False
         coef = _huber(x, y, keep)
+    return coef
+
+
+def _monotone_fit(x: np.ndarray, y: np.ndarray, nk: int) -> np.ndarray:
+    """The Huber fit (IRLS) under the constraints the physics gives: the table's ``nk`` knots
+    never fall as B grows (a forward of more tokens costs no less) and every other coefficient
+    is a cost (>= 0). Why: fitted freely, the calibration's few large-B steps, all of them
+    drafted steps whose time the speculative terms share, left tables that price 16 tokens
+    below 8 and 48 at zero (held-out-6's profiles; PLAN.md step 17), so a step cut into
+    passes was priced by noise. The table is ``t = L d`` with ``d >= 0`` (``L`` lower
+    triangular ones), solved by non-negative least squares in each reweighting."""
+    from scipy.optimize import nnls
+
+    lower = np.tril(np.ones((nk, nk)))
+    z = x.copy()
+    z[:, :nk] = x[:, :nk] @ lower
+    keep = z.any(axis=0)
+    sol = np.zeros(x.shape[1])
+    w = np.ones(y.shape[0])
+    for _ in range(20):
+        sw = np.sqrt(w)
+        sol[keep], _ = nnls(z[:, keep] * sw[:, None], y * sw, maxiter=50 * x.shape[1])
+        r = y - z @ sol
+        s = 1.4826 * np.median(np.abs(r - np.median(r))) or 1.0
+        w = np.minimum(1.0, HUBER_K * s / np.maximum(np.abs(r), 1e-12))
+    coef = sol.copy()
+    coef[:nk] = lower @ sol[:nk]
     return coef
 
 
@@ -301,7 +328,8 @@ def run_time_errors(frame, terms: Sequence[str] = V3_TERMS) -> dict[str, float]:
     out = {}
     for name in dict.fromkeys(run):
         m = run == name
-        coef = _costs_fit(x[~m], y[~m], len(knots))
+        fit = _monotone_fit if "monotone" in terms else _costs_fit
+        coef = fit(x[~m], y[~m], len(knots))
         out[str(name)] = float((x[m] @ coef).sum() / y[m].sum() - 1.0)
     return out
 
