@@ -39,6 +39,10 @@ docstring whose signature and docstring, the stub, are 150-700 characters; PSF L
 24 prompts, for a sixth held-out grid (PLAN.md, step 16). The stubs are read from the running
 Python's library, so the part is written only by Python ``STDLIB_PYTHON`` (another version's
 library may differ).
+
+``--part 7`` (``copy-edit-7``): the same over the next 12 GSM8K test questions (rows after part
+6's last, 1098) and the first stub of 12 other standard-library modules, for a seventh
+held-out grid (PLAN.md, step 19).
 """
 
 from __future__ import annotations
@@ -57,7 +61,7 @@ PROMPTS = ROOT / "specsim" / "data" / "prompts"
 OUT = PROMPTS / "copy-edit.jsonl"
 OUTS = {1: OUT, 2: PROMPTS / "copy-edit-2.jsonl", 3: PROMPTS / "copy-edit-3.jsonl",
         4: PROMPTS / "copy-edit-4.jsonl", 5: PROMPTS / "copy-edit-5.jsonl",
-        6: PROMPTS / "copy-edit-6.jsonl"}  # fmt: skip
+        6: PROMPTS / "copy-edit-6.jsonl", 7: PROMPTS / "copy-edit-7.jsonl"}  # fmt: skip
 PASSAGE_TEMPLATES = (
     "Copy the following passage word for word, putting each sentence on its own line. Output "
     "only the passage.\n\n{text}",
@@ -78,14 +82,18 @@ CODE_TEMPLATES = (
     "quotes; change nothing else and output the whole code.\n```python\n{text}\n```",
 )
 PER_SOURCE = 40
-PER_PART = {4: 20, 5: 12, 6: 12}  # sources of each kind where a part has fewer
+PER_PART = {4: 20, 5: 12, 6: 12, 7: 12}  # sources of each kind where a part has fewer
 STUB_START = {1: 0, 2: 40, 3: 120, 4: 80}  # the first HumanEval stub of each part
 STUB_ROWS = {5: (*range(112, 120), *range(160, 164))}  # a part's stubs where not one run
-GSM8K_START = {3: 1000, 4: 1042, 5: 1069, 6: 1084}  # the GSM8K row each part's passages start from
+GSM8K_START = {3: 1000, 4: 1042, 5: 1069, 6: 1084, 7: 1099}  # each part's first GSM8K row
 GSM8K_MIN_CHARS = 160
 # part 6's code: one stub from each of these standard-library modules, read from this Python
-STDLIB_MODULES = ("textwrap", "heapq", "bisect", "statistics", "fnmatch", "base64", "glob",
-                  "posixpath", "difflib", "string", "html", "shutil")  # fmt: skip
+STDLIB_MODULES = {
+    6: ("textwrap", "heapq", "bisect", "statistics", "fnmatch", "base64", "glob", "posixpath",
+        "difflib", "string", "html", "shutil"),
+    7: ("operator", "functools", "urllib.parse", "tempfile", "ipaddress", "uuid", "pprint",
+        "quopri", "mimetypes", "email.utils", "secrets", "hmac"),
+}  # fmt: skip
 STDLIB_PYTHON = (3, 11)
 STUB_CHARS = (150, 700)
 
@@ -124,26 +132,27 @@ def stubs(part: int = 1) -> list[tuple[str, str]]:
         turn = json.loads(line)["turns"][0]
         code = turn.split("```python\n", 1)[-1].rsplit("```", 1)[0].strip("\n")
         out.append((f"humaneval#{i}", code))
-    if part == 6:
-        return stdlib_stubs()
+    if part in STDLIB_MODULES:
+        return stdlib_stubs(part)
     if part in STUB_ROWS:
         return [out[i] for i in STUB_ROWS[part]]
     return out[STUB_START[part] : STUB_START[part] + PER_PART.get(part, PER_SOURCE)]
 
 
-def stdlib_stubs() -> list[tuple[str, str]]:
-    """Part 6's code: from each of ``STDLIB_MODULES`` the first public top-level function (in
-    source order) with a docstring whose stub (its ``def`` line through its docstring, as
-    HumanEval's stubs are) is ``STUB_CHARS`` long, named ``stdlib:module.function``."""
+def stdlib_stubs(part: int = 6) -> list[tuple[str, str]]:
+    """Part ``part``'s code: from each of its ``STDLIB_MODULES`` the first public top-level
+    function (in source order) with a docstring whose stub (its ``def`` line through its
+    docstring, as HumanEval's stubs are) is ``STUB_CHARS`` long, named
+    ``stdlib:module.function``."""
     from specsim.errors import SpecsimError
 
     if sys.version_info[:2] != STDLIB_PYTHON:
         want = ".".join(map(str, STDLIB_PYTHON))
-        raise SpecsimError(f"copy-edit-6's code is read from Python {want}'s standard library and "
-                         f"this is Python {sys.version_info[0]}.{sys.version_info[1]}; run the "
-                         f"script with Python {want}")  # fmt: skip
+        raise SpecsimError(f"copy-edit-{part}'s code is read from Python {want}'s standard "
+                         f"library and this is Python {sys.version_info[0]}."
+                         f"{sys.version_info[1]}; run the script with Python {want}")  # fmt: skip
     out = []
-    for name in STDLIB_MODULES:
+    for name in STDLIB_MODULES[part]:
         lines = inspect.getsource(importlib.import_module(name)).splitlines()
         for node in ast.parse("\n".join(lines)).body:
             if not isinstance(node, ast.FunctionDef) or node.name.startswith("_"):
@@ -181,7 +190,8 @@ def main(argv: list[str] | None = None) -> int:
                     "copy-edit-3 (GSM8K questions, HumanEval stubs 120-159), 4: copy-edit-4 "
                     "(the next GSM8K questions, stubs 80-99), 5: copy-edit-5 (the next GSM8K "
                     "questions, stubs 112-119 and 160-163), 6: copy-edit-6 (the next GSM8K "
-                    "questions, 12 standard-library stubs; Python 3.11)")  # fmt: skip
+                    "questions, 12 standard-library stubs; Python 3.11), 7: copy-edit-7 (the "
+                    "same, the next ones)")  # fmt: skip
     ap.add_argument("--out", type=Path, default=None,
                     help="JSONL to write (default: the part's bundled file)")  # fmt: skip
     ap.add_argument("--force", action="store_true", help="overwrite --out (the shipped file is "

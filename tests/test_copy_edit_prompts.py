@@ -111,29 +111,38 @@ def test_the_fifth_set_shares_no_source_or_text_with_the_others():
     assert m.OUTS[5].read_bytes() == "".join(json.dumps(r) + "\n" for r in five).encode()
 
 
-def test_the_sixth_set_shares_no_source_or_text_with_the_others():
-    """copy-edit-6 is for a sixth held-out grid: the next 12 GSM8K questions and, every
-    HumanEval stub having run, 12 stubs from Python 3.11's standard library (one per module,
-    signature and docstring); the shipped file is what the script writes on that Python."""
+@pytest.mark.parametrize("part", [6, 7])
+def test_the_standard_library_sets_share_no_source_or_text_with_the_others(part):
+    """copy-edit-6 and -7 are for the sixth and seventh held-out grids: the next 12 GSM8K
+    questions each and, every HumanEval stub having run, 12 stubs from Python 3.11's standard
+    library (one per module, signature and docstring, no module in both); the shipped file is
+    what the script writes on that Python."""
     import make_copy_edit_prompts as m
 
-    shipped = load_prompts("copy-edit-6")
+    name = f"copy-edit-{part}"
+    shipped = load_prompts(name)
     assert len(shipped) == 24 and {p.category for p in shipped} == {"edit"}
-    rows = [json.loads(x) for x in m.OUTS[6].read_text().splitlines()]
+    rows = [json.loads(x) for x in m.OUTS[part].read_text().splitlines()]
     sources = [r["source"] for r in rows]
     code = [s for s in sources if s.startswith("stdlib:")]
-    assert len(code) == 12 and len({s.split(".")[0] for s in code}) == 12
+    assert len(code) == 12 and len({s.rsplit(".", 1)[0] for s in code}) == 12
+    assert not set(m.STDLIB_MODULES[6]) & set(m.STDLIB_MODULES[7])
     gsm = [int(s.split("#")[1]) for s in sources if s.startswith("gsm8k#")]
-    five = [r["source"] for r in m.build(5)]
-    assert len(gsm) == 12 and min(gsm) > max(int(s.split("#")[1]) for s in five if "gsm8k" in s)
+    before = [
+        int(s.split("#")[1]) for s in (r["source"] for r in m.build(part - 1)) if "gsm8k" in s
+    ]
+    assert len(gsm) == 12 and min(gsm) > max(before)
     for r in rows:
         if r["kind"] == "code":
             body = r["turns"][0].split("```python\n", 1)[1].rsplit("```", 1)[0]
             assert body.startswith("def ") and body.rstrip().endswith(('"' * 3, "'" * 3))
-    names = ("copy-edit", "copy-edit-2", "copy-edit-3", "copy-edit-4", "copy-edit-5")
+    names = ["copy-edit", *(f"copy-edit-{k}" for k in range(2, part))]
     assert not {p.text for p in shipped} & {p.text for n in names for p in load_prompts(n)}
     if sys.version_info[:2] == m.STDLIB_PYTHON:
-        assert m.OUTS[6].read_bytes() == "".join(json.dumps(r) + "\n" for r in m.build(6)).encode()
+        assert (
+            m.OUTS[part].read_bytes()
+            == "".join(json.dumps(r) + "\n" for r in m.build(part)).encode()
+        )
 
 
 def test_the_sixth_set_is_refused_on_another_python(tmp_path, monkeypatch, capsys):
