@@ -528,3 +528,21 @@ def test_the_sixth_v4_held_out_grid_is_new_and_fixed_before_it_runs():
     assert not set(d["rates"]) & set(h.EARLIER_V9["rates"])
     assert d["terms"] == ("drafter_request", "passes", "pass_extra")
     assert (d["slot_rule"], d["arrival_seeds"]) == ("llama-server-history", "per-run")
+
+
+def test_the_seventh_v4_held_out_grid_is_new_and_fixed_before_it_runs():
+    """The seventh held-out grid (PLAN.md step 19): new prompts (the next GSM8K questions and
+    other standard-library stubs), a rate no earlier grid or calibration ran, C = 3 (only the
+    first v4 grid's, on other prompts), the tuning runs' servers and settings, the model step
+    18's rule kept (a table per kind of server, random free slots, every run its own draw)."""
+    from specsim.fidelity.llama import held_out as h
+
+    d = h.HELD_OUT_V10
+    runs = ("tuning", "tuning-2", "tuning-3", "tuning-4", "tuning-5", "tuning-6", "held-out",
+            "held-out-2", "held-out-3", "held-out-4", "held-out-5", "held-out-6")  # fmt: skip
+    same = ("specs", "target_type", "parallel", "max_tokens", "calib_concurrency",
+            "arrival_seeds")  # fmt: skip
+    _check_v4_held_out(d, h.EARLIER_V10, runs, "tuning-6", same, calibrated=("C=3",))
+    assert not set(d["rates"]) & set(h.EARLIER_V10["rates"])
+    assert d["terms"] == ("drafter_request", "passes", "pass_extra", "by_kind")
+    assert (d["slot_rule"], d["arrival_seeds"]) == ("random", "per-run")

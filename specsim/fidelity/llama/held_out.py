@@ -373,3 +373,29 @@ EARLIER_V9: dict[str, Any] = {
     "prompts": (*EARLIER_V8["prompts"], "copy-edit-5[0:24]"),
     "rates": (*EARLIER_V8["rates"], 1.2),  # (C = 8 is there: the v3 grid's)
 }
+
+# The seventh v4 held-out grid (reports/llama-cpp-v4/PLAN.md step 19), fixed here before it
+# runs: the copy-edit templates over sources no run saw (copy-edit-7: the next GSM8K test
+# questions and 12 function stubs from standard-library modules copy-edit-6 did not use), a
+# closed loop at C = 3 (the first v4 grid's, on other prompts under step 4's model; every level
+# the 8 slots allow has run somewhere) and Poisson arrivals at 0.9 req/s (in no grid or
+# calibration: EARLIER_V10), the tuning runs' settings and servers, and the model step 18's
+# rule kept: a table per kind of server with its context term plus `pass_extra`, each request
+# in a seeded random free slot (the median over 5 layouts), every run of a cell its own draw
+# of jobs; calibration at C = 1, 2, 6 on copy-edit[32:48]; 3-5 kept runs a cell.
+HELD_OUT_V10: dict[str, Any] = {
+    **HELD_OUT_V9,
+    "prompts": ("copy-edit-7[0:24]",),
+    "concurrency": (3,),
+    "rates": (0.9,),
+    "terms": ("drafter_request", "passes", "pass_extra", "by_kind"),
+    "slot_rule": "random",
+    "out": "reports/llama-cpp-v4/held-out-7",
+}
+
+# every earlier grid and calibration of this method, the sixth v4 held-out grid included
+EARLIER_V10: dict[str, Any] = {
+    **EARLIER_V9,
+    "prompts": (*EARLIER_V9["prompts"], "copy-edit-6[0:24]"),
+    "rates": (*EARLIER_V9["rates"], 0.6),  # (C = 2 is there: the v3 grid's, a calibration load)
+}
