@@ -87,7 +87,7 @@ STUB_START = {1: 0, 2: 40, 3: 120, 4: 80}  # the first HumanEval stub of each pa
 STUB_ROWS = {5: (*range(112, 120), *range(160, 164))}  # a part's stubs where not one run
 GSM8K_START = {3: 1000, 4: 1042, 5: 1069, 6: 1084, 7: 1099}  # each part's first GSM8K row
 GSM8K_MIN_CHARS = 160
-# part 6's code: one stub from each of these standard-library modules, read from this Python
+# parts 6 and 7's code: one stub from each of these standard-library modules, read from Python
 STDLIB_MODULES = {
     6: ("textwrap", "heapq", "bisect", "statistics", "fnmatch", "base64", "glob", "posixpath",
         "difflib", "string", "html", "shutil"),
@@ -125,15 +125,16 @@ def gsm8k_passages(start: int = 1000, count: int = PER_SOURCE) -> list[tuple[str
 
 
 def stubs(part: int = 1) -> list[tuple[str, str]]:
-    """The ``part``-th ``PER_SOURCE`` HumanEval stubs (the code between the fences), by line."""
+    """The ``part``-th ``PER_SOURCE`` HumanEval stubs (the code between the fences), by line
+    (parts 6 and 7: standard-library stubs, :func:`stdlib_stubs`)."""
+    if part in STDLIB_MODULES:
+        return stdlib_stubs(part)
     out = []
     lines = (PROMPTS / "humaneval.jsonl").read_text(encoding="utf-8").splitlines()
     for i, line in enumerate(lines):
         turn = json.loads(line)["turns"][0]
         code = turn.split("```python\n", 1)[-1].rsplit("```", 1)[0].strip("\n")
         out.append((f"humaneval#{i}", code))
-    if part in STDLIB_MODULES:
-        return stdlib_stubs(part)
     if part in STUB_ROWS:
         return [out[i] for i in STUB_ROWS[part]]
     return out[STUB_START[part] : STUB_START[part] + PER_PART.get(part, PER_SOURCE)]

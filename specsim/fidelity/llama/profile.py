@@ -256,9 +256,10 @@ def _monotone_fit(x: np.ndarray, y: np.ndarray, nk: int) -> np.ndarray:
     never fall as B grows (a forward of more tokens costs no less) and every other coefficient
     is a cost (>= 0). Why: fitted freely, the calibration's few large-B steps, all of them
     drafted steps whose time the speculative terms share, left tables that price 16 tokens
-    below 8 and 48 at zero (held-out-6's profiles; PLAN.md step 17), so a step cut into
-    passes was priced by noise. The table is ``t = L d`` with ``d >= 0`` (``L`` lower
-    triangular ones), solved by non-negative least squares in each reweighting."""
+    below 8 and 48 at zero (held-out-6's profiles), so a step cut into passes was priced by
+    noise (PLAN.md step 17: tied with the free fit on the tuning runs, whose tables rise; not
+    kept). The table is ``t = L d`` with ``d >= 0`` (``L`` lower triangular ones), solved by
+    non-negative least squares in each reweighting."""
     from scipy.optimize import nnls
 
     lower = np.tril(np.ones((nk, nk)))
