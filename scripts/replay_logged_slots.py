@@ -101,7 +101,7 @@ def replay_runs(report: Path, specs: tuple[str, ...] | None = None) -> pd.DataFr
                 f"{log.name} launched {len(slots)} tasks, runs.csv lists "
                 f"{int(mine['requests'].sum())} requests of {s.name}: not this grid's log"
             )
-        at = 0
+        at, inputs = 0, {}
         for _, r in mine.iterrows():
             seq = slots[at : at + int(r["requests"])]
             at += int(r["requests"])
@@ -110,8 +110,12 @@ def replay_runs(report: Path, specs: tuple[str, ...] | None = None) -> pd.DataFr
             t = float(r["temperature"])
             c = None if pd.isna(r["concurrency"]) else int(r["concurrency"])
             rate = None if pd.isna(r["rate"]) else float(r["rate"])
-            trace = read_trace(trace_path(report, s.name, t))
-            cost = read_profile_csv(report / profile_file(profile_key(s.name, t)))
+            if t not in inputs:  # each temperature's trace and profile, read once
+                inputs[t] = (
+                    read_trace(trace_path(report, s.name, t)),
+                    read_profile_csv(report / profile_file(profile_key(s.name, t))),
+                )
+            trace, cost = inputs[t]
             rule, seed = LoggedSlots(seq), logged_seed(cfg, r)  # the run's own draw of jobs
             got = simulate_cell(cfg, s, trace, cost, c, rate, slots=rule, seed=seed)
             low = simulate_cell(cfg, s, trace, cost, c, rate, seed=seed)

@@ -53,7 +53,7 @@ them), ``prefill_token_ms`` and ``emit_per_token_ms``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -265,15 +265,7 @@ def _monotone_fit(x: np.ndarray, y: np.ndarray, nk: int) -> np.ndarray:
     lower = np.tril(np.ones((nk, nk)))
     z = x.copy()
     z[:, :nk] = x[:, :nk] @ lower
-    keep = z.any(axis=0)
-    sol = np.zeros(x.shape[1])
-    w = np.ones(y.shape[0])
-    for _ in range(20):
-        sw = np.sqrt(w)
-        sol[keep], _ = nnls(z[:, keep] * sw[:, None], y * sw, maxiter=50 * x.shape[1])
-        r = y - z @ sol
-        s = 1.4826 * np.median(np.abs(r - np.median(r))) or 1.0
-        w = np.minimum(1.0, HUBER_K * s / np.maximum(np.abs(r), 1e-12))
+    sol = _huber(z, y, z.any(axis=0), lambda a, b: nnls(a, b, maxiter=50 * x.shape[1])[0])
     coef = sol.copy()
     coef[:nk] = lower @ sol[:nk]
     return coef
@@ -335,16 +327,25 @@ def run_time_errors(frame, terms: Sequence[str] = V3_TERMS) -> dict[str, float]:
     return out
 
 
-def _huber(x: np.ndarray, y: np.ndarray, keep: np.ndarray) -> np.ndarray:
+def _lstsq(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.linalg.lstsq(a, b, rcond=None)[0]
+
+
+def _huber(
+    x: np.ndarray,
+    y: np.ndarray,
+    keep: np.ndarray,
+    solve: Callable[[np.ndarray, np.ndarray], np.ndarray] = _lstsq,
+) -> np.ndarray:
     """Least squares of ``y`` on the kept columns of ``x``, Huber-weighted (IRLS); the other
-    coefficients are 0."""
+    coefficients are 0. ``solve``: each reweighted problem's solver (default unconstrained;
+    :func:`_monotone_fit` passes non-negative least squares)."""
     cols = np.flatnonzero(keep)
     coef = np.zeros(x.shape[1])
     w = np.ones(y.shape[0])
     for _ in range(20):
         sw = np.sqrt(w)
-        sol, *_ = np.linalg.lstsq(x[:, cols] * sw[:, None], y * sw, rcond=None)
-        coef[cols] = sol
+        coef[cols] = solve(x[:, cols] * sw[:, None], y * sw)
         r = y - x @ coef
         s = 1.4826 * np.median(np.abs(r - np.median(r))) or 1.0
         w = np.minimum(1.0, HUBER_K * s / np.maximum(np.abs(r), 1e-12))
