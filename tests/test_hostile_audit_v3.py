@@ -69,6 +69,7 @@ def fake(ref: str = "good", aud: str = "good") -> Iterator[str]:
     """One llama-server stand-in serving both roles: non-streamed /completion answers as the
     reference (broken as ``ref``), streamed ones as the audited server (broken as ``aud``)."""
     release = threading.Event()
+    stalled = threading.Event()  # the audited role is holding a stream (``stall-second``)
     seen = {"streams": 0}
 
     class H(BaseHTTPRequestHandler):
@@ -114,6 +115,7 @@ def fake(ref: str = "good", aud: str = "good") -> Iterator[str]:
         def _stream(self, n: int) -> None:
             seen["streams"] += 1
             if aud == "stall-second" and seen["streams"] > 1:
+                stalled.set()
                 release.wait(30)
                 return
             self.send_response(200)
@@ -141,17 +143,20 @@ def fake(ref: str = "good", aud: str = "good") -> Iterator[str]:
         threading.Thread(target=srv.serve_forever, daemon=True).start()
     url, ref_role = (f"http://127.0.0.1:{srv.server_address[1]}" for srv in servers)
     _REF[url] = ref_role
+    _STALLED[url] = stalled
     try:
         yield url
     finally:
         release.set()
         _REF.pop(url, None)
+        _STALLED.pop(url, None)
         for srv in servers:
             srv.shutdown()
             srv.server_close()
 
 
 _REF: dict[str, str] = {}
+_STALLED: dict[str, threading.Event] = {}  # url -> set once the audited role stalls
 
 
 def ref_url(url: str) -> str:
@@ -358,7 +363,9 @@ def test_sigterm_stops_the_audit_and_writes_a_partial_out(tmp_path):
              "--concurrency", "1", "--timeout-s", "30", "--out", str(out)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
         )  # fmt: skip
-        time.sleep(2.0)  # the first generation is scored; the second stalls
+        # the first generation is scored and the second stalls: only then is the audit's
+        # handler surely in place (a fixed sleep lost that race on a loaded machine)
+        assert _STALLED[url].wait(15), "the audit never reached its second generation"
         proc.terminate()
         try:
             _, stderr = proc.communicate(timeout=10)
