@@ -43,6 +43,10 @@ library may differ).
 ``--part 7`` (``copy-edit-7``): the same over the next 12 GSM8K test questions (rows after part
 6's last, 1098) and the first stub of 12 other standard-library modules, for a seventh
 held-out grid (PLAN.md, step 19).
+
+``--part 8`` (``copy-edit-8``): the same over the next 12 GSM8K test questions (rows after part
+7's last, 1118) and the first stub of 12 standard-library modules neither part 6 nor part 7
+used, for an eighth held-out grid.
 """
 
 from __future__ import annotations
@@ -61,7 +65,8 @@ PROMPTS = ROOT / "specsim" / "data" / "prompts"
 OUT = PROMPTS / "copy-edit.jsonl"
 OUTS = {1: OUT, 2: PROMPTS / "copy-edit-2.jsonl", 3: PROMPTS / "copy-edit-3.jsonl",
         4: PROMPTS / "copy-edit-4.jsonl", 5: PROMPTS / "copy-edit-5.jsonl",
-        6: PROMPTS / "copy-edit-6.jsonl", 7: PROMPTS / "copy-edit-7.jsonl"}  # fmt: skip
+        6: PROMPTS / "copy-edit-6.jsonl", 7: PROMPTS / "copy-edit-7.jsonl",
+        8: PROMPTS / "copy-edit-8.jsonl"}  # fmt: skip
 PASSAGE_TEMPLATES = (
     "Copy the following passage word for word, putting each sentence on its own line. Output "
     "only the passage.\n\n{text}",
@@ -82,17 +87,19 @@ CODE_TEMPLATES = (
     "quotes; change nothing else and output the whole code.\n```python\n{text}\n```",
 )
 PER_SOURCE = 40
-PER_PART = {4: 20, 5: 12, 6: 12, 7: 12}  # sources of each kind where a part has fewer
+PER_PART = {4: 20, 5: 12, 6: 12, 7: 12, 8: 12}  # sources of each kind where a part has fewer
 STUB_START = {1: 0, 2: 40, 3: 120, 4: 80}  # the first HumanEval stub of each part
 STUB_ROWS = {5: (*range(112, 120), *range(160, 164))}  # a part's stubs where not one run
-GSM8K_START = {3: 1000, 4: 1042, 5: 1069, 6: 1084, 7: 1099}  # each part's first GSM8K row
+GSM8K_START = {3: 1000, 4: 1042, 5: 1069, 6: 1084, 7: 1099, 8: 1119}  # each part's first GSM8K row
 GSM8K_MIN_CHARS = 160
-# parts 6 and 7's code: one stub from each of these standard-library modules, read from Python
+# parts 6-8's code: one stub from each of these standard-library modules, read from Python
 STDLIB_MODULES = {
     6: ("textwrap", "heapq", "bisect", "statistics", "fnmatch", "base64", "glob", "posixpath",
         "difflib", "string", "html", "shutil"),
     7: ("operator", "functools", "urllib.parse", "tempfile", "ipaddress", "uuid", "pprint",
         "quopri", "mimetypes", "email.utils", "secrets", "hmac"),
+    8: ("copy", "zipfile", "locale", "gettext", "codecs", "hashlib", "ntpath", "genericpath",
+        "linecache", "tokenize", "contextlib", "dataclasses"),
 }  # fmt: skip
 STDLIB_PYTHON = (3, 11)
 STUB_CHARS = (150, 700)
@@ -126,7 +133,7 @@ def gsm8k_passages(start: int = 1000, count: int = PER_SOURCE) -> list[tuple[str
 
 def stubs(part: int = 1) -> list[tuple[str, str]]:
     """The ``part``-th ``PER_SOURCE`` HumanEval stubs (the code between the fences), by line
-    (parts 6 and 7: standard-library stubs, :func:`stdlib_stubs`)."""
+    (parts 6-8: standard-library stubs, :func:`stdlib_stubs`)."""
     if part in STDLIB_MODULES:
         return stdlib_stubs(part)
     out = []
@@ -192,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
                     "(the next GSM8K questions, stubs 80-99), 5: copy-edit-5 (the next GSM8K "
                     "questions, stubs 112-119 and 160-163), 6: copy-edit-6 (the next GSM8K "
                     "questions, 12 standard-library stubs; Python 3.11), 7: copy-edit-7 (the "
-                    "same, the next ones)")  # fmt: skip
+                    "same, the next ones), 8: copy-edit-8 (the same, the next ones)")  # fmt: skip
     ap.add_argument("--out", type=Path, default=None,
                     help="JSONL to write (default: the part's bundled file)")  # fmt: skip
     ap.add_argument("--force", action="store_true", help="overwrite --out (the shipped file is "

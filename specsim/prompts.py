@@ -34,6 +34,7 @@ BUNDLED = {
     "copy-edit-5": "edit",  # the next 12 GSM8K questions, stubs 112-119 and 160-163
     "copy-edit-6": "edit",  # the next 12 GSM8K questions, 12 standard-library stubs
     "copy-edit-7": "edit",  # the next 12 GSM8K questions, 12 other standard-library stubs
+    "copy-edit-8": "edit",  # the next 12 GSM8K questions, 12 more standard-library stubs
 }
 # a line's own "source" field overrides the file's category (chat-train mixes in GSM8K train)
 SOURCE_CATEGORY = {"gsm8k": "math"}
