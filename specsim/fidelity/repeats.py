@@ -209,6 +209,7 @@ def interleaved_schedule(
     level: float = 0.95,
     metrics: Sequence[str] = DEFAULT_METRICS,
     log: Callable[[str], None] | None = None,
+    after_round: Callable[[int], Any] | None = None,
 ) -> Schedule:
     """Run ``run_one(cell, index)`` round-robin until every cell is tight or at
     ``max_repeats`` kept runs. Rounds: ``warmup`` rounds of every cell (kept in ``runs``,
@@ -216,7 +217,8 @@ def interleaved_schedule(
     ``cells`` (a cell that is tight drops out; the rest keep their relative order, so drift
     over the session spreads over every open cell's repeats alike). ``run_one`` returns a
     mapping holding at least ``metrics``; a non-finite value (a failed run) counts as a run
-    towards ``max_repeats`` but not towards the interval."""
+    towards ``max_repeats`` but not towards the interval. ``after_round(r)`` is called after
+    round ``r`` (warm-ups included), e.g. to measure the machine between rounds."""
     check_rule(tol, min_repeats, max_repeats, warmup)
     if len(set(cells)) != len(cells):
         raise SpecsimError("interleaved_schedule: the cells must be distinct")
@@ -228,6 +230,8 @@ def interleaved_schedule(
         for c in cells:
             sched.runs.append(Run(c, done[c], rnd, True, run_one(c, done[c])))
             done[c] += 1
+        if after_round is not None:
+            after_round(rnd)
         rnd += 1
     open_cells = list(cells)
     while open_cells:
@@ -238,6 +242,8 @@ def interleaved_schedule(
             for m in metrics:
                 v = res.get(m, math.nan)
                 kept[c][m].append(float(v) if v is not None else math.nan)
+        if after_round is not None:
+            after_round(rnd)
         rnd += 1
         still = []
         for c in open_cells:

@@ -81,7 +81,7 @@ def measure(
     outputs = {f"{t:g}": o for t, o in inputs.outputs.items()}
     write_text(json.dumps({"ids": inputs.ids, "lengths": inputs.lengths, "outputs": outputs}),
                out / "inputs.json")  # fmt: skip
-    runs, steps, calib_rows = [], [], []
+    runs, steps, calib_rows, probes = [], [], [], []
     if cfg.target_ci is None:  # fixed --repeats: one setting's server at a time
         for s in cfg.settings:
             log(f"phase 2: {s.name}: calibration, then the grid")
@@ -120,8 +120,18 @@ def measure(
                     steps.append(st)
                     calib_rows += rows
             log(f"phase 2: the grid, repeated until +-{100 * cfg.target_ci:g}% (round-robin)")
-            runs += interleaved_runs(cfg, servers, inputs, traces, log)
+            after = None
+            if cfg.drift_probe:  # the machine's speed, between the rounds (drift.py)
+                from specsim.fidelity.llama.drift import probe
+
+                def after(rnd: int) -> None:
+                    probes.append(probe(cfg, servers["none"], inputs.calib_ids,
+                                        inputs.calib_lengths, rnd, log))  # fmt: skip
+
+            runs += interleaved_runs(cfg, servers, inputs, traces, log, after)
     write_table(pd.DataFrame(runs), out / "runs.csv")
+    if probes:
+        write_table(pd.DataFrame(probes), out / "probes.csv")
     if steps:
         write_table(pd.concat(steps, ignore_index=True), out / "calibration_steps.parquet")
         write_table(pd.DataFrame(calib_rows), out / "calibration.csv")
@@ -155,6 +165,8 @@ def score(cfg: LlamaValidationConfig, log: Callable[[str], None] = print) -> pd.
     need += [trace_path(out, s.name, t) for s in cfg.settings for t in cfg.temperatures]
     if cfg.profile is None:
         need.append(out / "calibration_steps.parquet")
+    if cfg.drift_probe:
+        need.append(out / "probes.csv")
     missing = [str(p) for p in need if not p.exists()]
     if missing:
         raise SpecsimError(f"nothing measured to score in {out}: {missing[0]} is missing")
@@ -192,6 +204,12 @@ def score(cfg: LlamaValidationConfig, log: Callable[[str], None] = print) -> pd.
         costs[key] = read_profile_csv(path)  # the simulator reads what was written
     table = compare(cfg, runs_df, traces, costs)
     write_table(table, out / "fidelity.csv")
+    drift = None
+    if cfg.drift_probe:  # the same runs, each simulated at its round's speed
+        probes = pd.read_csv(out / "probes.csv")
+        drifted = compare(cfg, runs_df, traces, costs, probes)
+        write_table(drifted, out / "fidelity-drift.csv")
+        drift = (probes, drifted)
     ranks = pd.concat([rankings(table, "throughput_tok_s").assign(metric="throughput"),
                        rankings(table, "tpot_ms_mean").assign(metric="tpot")])  # fmt: skip
     write_table(ranks, out / "rankings.csv")
@@ -203,7 +221,7 @@ def score(cfg: LlamaValidationConfig, log: Callable[[str], None] = print) -> pd.
         write_text(json.dumps(timing, indent=1) + "\n", out / "grid_time.json")
     load = (tuple(timing["load_before"]), tuple(timing["load_after"]))
     write_report(cfg, table, ranks, timing["minutes"], load, bool(timing.get("rescored")),
-                 timing.get("command", ""))  # fmt: skip
+                 timing.get("command", ""), drift)  # fmt: skip
     return table
 
 

@@ -186,6 +186,14 @@ class LlamaValidationConfig:
         "of 12 arrivals at a low rate sets a cell's number as much as the server does: "
         "reports/llama-cpp-v4/held-out-5/NOTES.md",
     )
+    drift_probe: int = option(
+        0,
+        "with --target-ci, measure the machine's speed as the grid runs: this many requests of "
+        "the plain server (setting none) at C = 1, greedy, on the calibration prompts, the same "
+        "jobs each time, once after the calibrations and after every round (probes.csv); the "
+        "grid is then also scored with each run simulated at its own speed "
+        "(fidelity-drift.csv, specsim/fidelity/llama/drift.py). 0: no probe",
+    )
     terms: tuple[str, ...] = option(
         V3_TERMS,
         "the step model's speculative terms (of TERMS; frozen per grid by the "
@@ -287,6 +295,12 @@ class LlamaValidationConfig:
             )
         if self.grid_label not in ("tuning", "held-out"):
             raise SpecsimError(f"--grid-label is 'tuning' or 'held-out', got {self.grid_label!r}")
+        if self.drift_probe:
+            if self.drift_probe < 0 or self.target_ci is None or "none" not in self.specs:
+                raise SpecsimError(
+                    f"--drift-probe {self.drift_probe} probes the plain server between the rounds "
+                    "of a --target-ci grid: give a count >= 1, --target-ci and 'none' in --specs"
+                )
         if self.target_ci is not None:
             from specsim.fidelity.repeats import check_rule
 

@@ -144,12 +144,14 @@ def interleaved_runs(
     inputs: GridInputs,
     traces: dict[tuple[str, float], Trace],
     log: Callable[[str], None],
+    after_round: Callable[[int], Any] | None = None,
 ) -> list[dict[str, Any]]:
     """``--target-ci``: every cell of every setting repeated until its median is tight
     (:func:`specsim.fidelity.repeats.interleaved_schedule`), round-robin over all settings'
     servers at once (each started and calibrated before), so the machine's drift over the
     session falls on every setting's cells alike. Warm-up runs are kept in the rows, marked
-    ``warmup`` (``repeat`` < 0), and left out of the scores."""
+    ``warmup`` (``repeat`` < 0), and left out of the scores. ``after_round(r)``: called
+    before the first round (r = -1) and after each (the drift probe, :mod:`.drift`)."""
     from specsim.fidelity.repeats import interleaved_schedule
 
     assert cfg.target_ci is not None
@@ -168,9 +170,11 @@ def interleaved_runs(
         _log_row(log, row, "warm-up" if warm else f"rep {index - cfg.warmup}")
         return row
 
+    if after_round is not None:
+        after_round(-1)
     sched = interleaved_schedule(cells, run_one, tol=cfg.target_ci, min_repeats=cfg.min_repeats,
                                  max_repeats=cfg.max_repeats, warmup=cfg.warmup,
-                                 metrics=TIGHT, log=log)  # fmt: skip
+                                 metrics=TIGHT, log=log, after_round=after_round)  # fmt: skip
     for row, run in zip(rows, sched.runs, strict=True):
         row["round"] = run.round
     if sched.wide:
@@ -249,16 +253,24 @@ def cell_sim(
     concurrency: int | None,
     rate: float | None,
     prompts: tuple | None,
-    arrival_seeds: Sequence[int] = (),
+    arrival_seeds: Sequence[int | None] = (),
+    speeds: Sequence[float] = (),
 ) -> dict[str, float]:
     """A cell's simulated summary on a fresh server: the median over every pair of the real
     runs' ``arrival_seeds`` (none given: the config's seed) and, with ``--slot-rule random``,
     :data:`RANDOM_LAYOUTS` seeded layouts (one layout is one draw of where a grid's server has
-    its free slots; every other rule one)."""
+    its free slots; every other rule one). ``speeds`` (one per seed, :mod:`.drift`): each
+    draw simulated on ``cost``'s times scaled by its run's speed."""
+    from specsim.sim.cost.model import time_scaled
+
     layouts = range(RANDOM_LAYOUTS) if cfg.slot_rule == "random" else range(1)
     draws = tuple(arrival_seeds) or (None,)
-    sims = [simulate_cell(cfg, s, trace, cost, concurrency, rate, new_slots(cfg, prompts, k), a)
-            for a in draws for k in layouts]  # fmt: skip
+    factors = tuple(speeds) or (1.0,) * len(draws)
+    if len(factors) != len(draws):
+        raise ValueError("cell_sim: one speed per arrival seed")
+    sims = [simulate_cell(cfg, s, trace, time_scaled(cost, f), concurrency, rate,
+                          new_slots(cfg, prompts, k), a)
+            for a, f in zip(draws, factors, strict=True) for k in layouts]  # fmt: skip
     return sims[0] if len(sims) == 1 else _median_summary(sims)
 
 
@@ -268,10 +280,14 @@ def history_sims(
     traces: dict[tuple[str, float], Trace],
     costs: dict[tuple[bool, float], Any],
     prompts: tuple,
+    speeds: pd.Series | None = None,
 ) -> dict[Any, dict[str, float]]:
     """``--slot-rule llama-server-history``: every run of ``runs`` (warm-ups included) simulated
     in the order it ran, each setting's runs on one simulated server whose slots carry over
-    from run to run (the grid's server runs them all, starting empty), keyed by the run's row."""
+    from run to run (the grid's server runs them all, starting empty), keyed by the run's row;
+    ``speeds`` (by row, :mod:`.drift`): each run priced at its own speed."""
+    from specsim.sim.cost.model import time_scaled
+
     out: dict[Any, dict[str, float]] = {}
     names = {s.name for s in cfg.settings}
     for spec, g in runs.groupby("spec", sort=False):
@@ -281,8 +297,11 @@ def history_sims(
         for i, r in g.iterrows():
             c, rate = _load(r["concurrency"], r["rate"])
             t = float(r["temperature"])
-            out[i] = simulate_cell(cfg, s, traces[(spec, t)], costs[profile_key(spec, t)], c,
-                                   rate, state, logged_seed(cfg, r))  # fmt: skip
+            cost = costs[profile_key(spec, t)]
+            if speeds is not None:
+                cost = time_scaled(cost, float(speeds[i]))
+            out[i] = simulate_cell(cfg, s, traces[(spec, t)], cost, c, rate, state,
+                                   logged_seed(cfg, r))  # fmt: skip
     return out
 
 
@@ -317,19 +336,25 @@ def compare(
     runs: pd.DataFrame,
     traces: dict[tuple[str, float], Trace],
     costs: dict[tuple[bool, float], Any],
+    probes: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """One row per cell: the real median over the kept repeats (warm-ups left out) with its
     95% interval (:func:`specsim.fidelity.repeats.median_interval`; ``converged``: within
     ``--target-ci``, else 3%, on throughput and mean TPOT) and spread, the simulator, signed
-    errors against the median. With two repeats the median is their mean, as before."""
+    errors against the median. With two repeats the median is their mean, as before.
+    ``probes`` (``probes.csv``, :mod:`.drift`): every run simulated at its round's speed."""
     from specsim.fidelity.repeats import median_interval
 
     tol = cfg.target_ci if cfg.target_ci is not None else DEFAULT_TOL
     prompts = slot_prompts(cfg)
-    hist = None
+    hist = speeds = None
+    runs = runs.reset_index(drop=True)  # a run's row: its key in hist and speeds
+    if probes is not None:
+        from specsim.fidelity.llama.drift import run_speeds
+
+        speeds = run_speeds(runs, probes)
     if cfg.slot_rule == "llama-server-history" and prompts is not None:
-        runs = runs.reset_index(drop=True)  # a run's row: its key in hist
-        hist = history_sims(cfg, runs, traces, costs, prompts)
+        hist = history_sims(cfg, runs, traces, costs, prompts, speeds)
     if "warmup" in runs.columns:
         runs = runs[~runs["warmup"].astype(bool)]
     rows = []
@@ -341,6 +366,10 @@ def compare(
         cost = costs[profile_key(spec, t)]
         if hist is not None:  # the median over the cell's runs, each on the server's history
             sim = _median_summary([hist[i] for i in g.index])
+        elif speeds is not None:  # each kept run's draw at its own speed
+            seeds = tuple(logged_seed(cfg, r) for _, r in g.iterrows())
+            sim = cell_sim(cfg, s, traces[(spec, float(t))], cost, c, rate, prompts, seeds,
+                           tuple(speeds[g.index]))  # fmt: skip
         else:
             draws = tuple(sorted({logged_seed(cfg, r) for _, r in g.iterrows()} - {None}))
             sim = cell_sim(cfg, s, traces[(spec, float(t))], cost, c, rate, prompts, draws)

@@ -230,9 +230,11 @@ def write_report(
     load: tuple,
     rescored: bool = False,
     command: str = "",
+    drift: tuple[pd.DataFrame, pd.DataFrame] | None = None,
 ) -> Path:
     """``README.md`` and ``fidelity.png`` in ``cfg.out`` (the words are in
-    :mod:`specsim.fidelity.llama.report_text`)."""
+    :mod:`specsim.fidelity.llama.report_text`); ``drift``: the probes and the table scored at
+    each run's speed (``--drift-probe``), a section of their own."""
     from specsim.fidelity.llama.report_text import render
     from specsim.outputs import write_text
 
@@ -245,6 +247,10 @@ def write_report(
     g = goals(table)
     machine = f"{cpu_model()} ({os.cpu_count()} cores), Python {sys.version.split()[0]}"
     text = render(cfg, g, ranks, _fmt_cells(table), minutes, load, machine, rescored, command)
+    if drift is not None:
+        from specsim.fidelity.llama.drift import section
+
+        text += section(drift[0], goals(drift[1]))
     wide = wide_cells(table)
     if wide:
         text += "\n## Real intervals (repeat rule: docs/fidelity.md)\n\n" + wide + "\n"

@@ -50,7 +50,7 @@ charged 13-20% too little in the fidelity grid's C = 4-16 cells.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -432,3 +432,23 @@ class CostModel:
                 else {}
             ),
         }
+
+
+def time_scaled(model: CostModel, factor: float) -> CostModel:
+    """``model`` on a machine ``factor`` times slower: every time it holds (the step table,
+    each per-step, per-request and per-token cost, the curves' ms) times ``factor``, its limits
+    and shape as they are. Why: a profile calibrated at one moment prices runs made at another;
+    where a probe measured how much the machine's speed moved in between
+    (:mod:`specsim.fidelity.llama.drift`), the runs are simulated at their own speed."""
+    if not (np.isfinite(factor) and factor > 0):
+        raise SpecsimError(f"a speed factor must be a positive number, got {factor}")
+    if factor == 1.0:
+        return model
+    curves = {k: tuple((r, ms * factor) for r, ms in getattr(model, k)) for k in CURVE_KEYS}
+    return replace(
+        model,
+        name=f"{model.name} x{factor:.3g}",
+        step_ms=np.asarray(model.step_ms, dtype=np.float64) * factor,
+        **{k: getattr(model, k) * factor for k in COST_KEYS},
+        **curves,
+    )
