@@ -546,3 +546,21 @@ def test_the_seventh_v4_held_out_grid_is_new_and_fixed_before_it_runs():
     assert not set(d["rates"]) & set(h.EARLIER_V10["rates"])
     assert d["terms"] == ("drafter_request", "passes", "pass_extra", "by_kind")
     assert (d["slot_rule"], d["arrival_seeds"]) == ("random", "per-run")
+
+
+def test_the_eighth_v4_held_out_grid_is_new_and_fixed_before_it_runs():
+    """The eighth held-out grid (PLAN.md step 20): new prompts (the next GSM8K questions and
+    stubs from other standard-library modules), a rate no earlier grid or calibration ran,
+    C = 5 (only the fourth held-out grid's, on other prompts under an older model), the
+    seventh grid's servers, settings and model, and the drift probe between its rounds."""
+    from specsim.fidelity.llama import held_out as h
+
+    d = h.HELD_OUT_V11
+    runs = ("tuning", "tuning-2", "tuning-3", "tuning-4", "tuning-5", "tuning-6", "held-out",
+            "held-out-2", "held-out-3", "held-out-4", "held-out-5", "held-out-6",
+            "held-out-7")  # fmt: skip
+    same = ("specs", "target_type", "parallel", "max_tokens", "calib_concurrency",
+            "arrival_seeds", "terms", "slot_rule")  # fmt: skip
+    _check_v4_held_out(d, h.EARLIER_V11, runs, "held-out-7", same, calibrated=("C=5",))
+    assert not set(d["rates"]) & set(h.EARLIER_V11["rates"])
+    assert d["drift_probe"] == 4 and d["target_ci"] is not None and "none" in d["specs"]

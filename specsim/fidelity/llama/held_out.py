@@ -399,3 +399,26 @@ EARLIER_V10: dict[str, Any] = {
     "prompts": (*EARLIER_V9["prompts"], "copy-edit-6[0:24]"),
     "rates": (*EARLIER_V9["rates"], 0.6),  # (C = 2 is there: the v3 grid's, a calibration load)
 }
+
+# The eighth v4 held-out grid (reports/llama-cpp-v4/PLAN.md step 20), fixed here before it
+# runs: copy-edit-8 (the next GSM8K test questions and stubs from 12 standard-library modules
+# no part used), a closed loop at C = 5 (only the fourth v4 held-out grid's, on other prompts
+# under step 9's model) and Poisson arrivals at 1.1 req/s (in no grid or calibration:
+# EARLIER_V11), the seventh grid's settings, servers and model (step 18's rule), and the
+# machine's drift measured as it runs: a probe of 4 requests of the plain server at C = 1
+# after the calibration and after every round (--drift-probe, drift.py).
+HELD_OUT_V11: dict[str, Any] = {
+    **HELD_OUT_V10,
+    "prompts": ("copy-edit-8[0:24]",),
+    "concurrency": (5,),
+    "rates": (1.1,),
+    "drift_probe": 4,
+    "out": "reports/llama-cpp-v4/held-out-8",
+}
+
+# every earlier grid and calibration of this method, the seventh v4 held-out grid included
+EARLIER_V11: dict[str, Any] = {
+    **EARLIER_V10,
+    "prompts": (*EARLIER_V10["prompts"], "copy-edit-7[0:24]"),
+    "rates": (*EARLIER_V10["rates"], 0.9),  # (C = 3 is there: the first v4 grid's)
+}
