@@ -123,7 +123,7 @@ def plot(table: pd.DataFrame, path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
+    fig, axes = plt.subplots(1, 3, figsize=(15, 5.2))
     markers = dict(zip(sorted(table["spec"].unique()), "osD^vP*X", strict=False))
     colours = {0.0: "#1f77b4", 1.0: "#d62728"}
     for ax, m, unit in ((axes[0], "throughput_tok_s", "tok/s"), (axes[1], "tpot_ms_mean", "ms")):
@@ -138,7 +138,9 @@ def plot(table: pd.DataFrame, path: Path) -> Path:
         ax.set_xlabel(f"llama-server, measured ({unit})")
         ax.set_ylabel(f"simulator, predicted ({unit})")
         ax.set_title("throughput" if m.startswith("throughput") else "mean TPOT")
-    axes[0].legend(fontsize=7, loc="lower right")  # the points lie on the diagonal
+    # the settings' legend below the panels: inside one it hid the points a miss sent there
+    handles, names = axes[0].get_legend_handles_labels()
+    fig.legend(handles, names, loc="lower center", ncol=6, fontsize=8, frameon=False)
     ax = axes[2]
     labels = _load_labels(table)
     order = list(dict.fromkeys(sorted(labels, key=_load_key)))
@@ -156,7 +158,8 @@ def plot(table: pd.DataFrame, path: Path) -> Path:
     ax.set_ylabel("simulator error (%) = sim / real - 1")
     ax.set_title("error per cell")
     ax.legend(fontsize=8)
-    fig.tight_layout()
+    rows = -(-len(names) // 6)  # the legend's rows, under the panels
+    fig.tight_layout(rect=(0.0, 0.045 * rows, 1.0, 1.0))
     from specsim.outputs import atomic
 
     with atomic(path) as tmp:
