@@ -101,6 +101,29 @@ def test_the_probe_runs_before_the_first_round_and_after_every_round(monkeypatch
     assert max(r["round"] for r in rows) == 4
 
 
+def test_the_first_probe_warms_the_server_unmeasured_and_every_probe_sends_the_same_jobs(
+    monkeypatch,
+):
+    from specsim.fidelity.llama import drift, servers
+
+    sent = []
+
+    def fake_send(srv, ids, lengths, temperature, seed, concurrency, rate=None, requests=None):
+        sent.append((len(ids), seed, requests))
+        n = requests or len(ids)
+        res = [type("R", (), {"error": None})() for _ in range(n)]
+        return [None] * n, res, {"tpot_ms_mean": 5.0 + len(sent), "throughput_tok_s": 100.0}
+
+    monkeypatch.setattr(servers, "send", fake_send)
+    cfg = LlamaValidationConfig(specs=("none",), target_ci=0.05, drift_probe=3, seed=4)
+    ids, lengths = [[1, 2], [3, 4], [5]], [20, 30, 40]
+    first = drift.probe(cfg, "srv", ids, lengths, drift.START, lambda m: None)
+    later = drift.probe(cfg, "srv", ids, lengths, 0, lambda m: None)
+    assert sent == [(1, 4, None), (3, 5, 3), (3, 5, 3)]  # the warm-up: one short request
+    assert first["tpot_ms_mean"] == 7.0 and later["tpot_ms_mean"] == 8.0
+    assert (first["after_round"], later["after_round"], later["requests"]) == (-1, 0, 3)
+
+
 def test_a_probe_needs_a_target_ci_grid_with_a_plain_server():
     ok = LlamaValidationConfig(specs=("none", "ngram:3"), target_ci=0.05, drift_probe=2)
     assert ok.drift_probe == 2

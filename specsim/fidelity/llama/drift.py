@@ -41,10 +41,16 @@ def probe(
 ) -> dict[str, Any]:
     """One probe on ``srv``: ``cfg.drift_probe`` requests at C = 1, T = 0 of the calibration
     prompts (``ids``, ``lengths``), drawn from one fixed seed, so every probe sends the same
-    jobs. A failed request fails the grid (a probe of the survivors is not the same job)."""
+    jobs. The first probe is the grid server's first work, and a server's first request after
+    loading runs up to five times slower (reports/llama-cpp-v4/PLAN.md step 2c): one short
+    request warms it first, unmeasured, as the calibration's first does (held-out-8's first
+    probe was taken cold, before this). A failed request fails the grid (a probe of the
+    survivors is not the same job)."""
     from specsim.fidelity.llama.servers import send
 
     load_1m = os.getloadavg()[0]
+    if after_round == START:  # a server's first request runs slow: warm it, unmeasured
+        send(srv, ids[:1], [min(lengths[0], 16)], temperature=0.0, seed=cfg.seed, concurrency=1)
     jobs, res, summary = send(srv, ids, lengths, temperature=0.0, seed=cfg.seed + 1,
                               concurrency=1, requests=cfg.drift_probe)  # fmt: skip
     failed = [r.error for r in res if r.error]
