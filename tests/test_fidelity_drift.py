@@ -133,6 +133,18 @@ def test_a_probe_needs_a_target_ci_grid_with_a_plain_server():
                                      "drift_probe": 2, **kw})  # fmt: skip
 
 
+def test_calibration_between_rounds_needs_a_target_ci_grid_that_calibrates(tmp_path):
+    ok = LlamaValidationConfig(target_ci=0.05, calib_schedule="rounds")
+    assert ok.calib_schedule == "rounds"
+    with pytest.raises(SpecsimError, match="'before' or 'rounds'"):
+        LlamaValidationConfig(target_ci=0.05, calib_schedule="during")
+    for t in (0, 1):  # a folder an earlier run wrote, as far as the config checks
+        (tmp_path / f"profile-t{t}.csv").write_text("x\n")
+    for kw in ({"target_ci": None}, {"profile": tmp_path}):
+        with pytest.raises(SpecsimError, match="--calib-schedule rounds"):
+            LlamaValidationConfig(**{"target_ci": 0.05, "calib_schedule": "rounds", **kw})
+
+
 def test_compare_with_probes_simulates_each_run_at_its_rounds_speed(monkeypatch):
     """Three kept runs in rounds at speed 1, 1.5 and 2 (a warm-up in round 0): the simulated
     cell is the median of the three runs each simulated on the profile scaled by its speed;
@@ -180,7 +192,7 @@ def test_a_probed_grid_on_llama_server_scores_as_measured_and_at_each_runs_speed
             "--calib-prompts", "copy-edit[32:35]", "--calib-concurrency", "1,2",
             "--calib-requests", "1", "--parallel", "2", "--target-ci", "0.5",
             "--min-repeats", "2", "--max-repeats", "2", "--warmup", "1", "--drift-probe", "2",
-            "--out", str(out)]  # fmt: skip
+            "--target-type", "Q4_0-pure", "--step-clock", "server", "--out", str(out)]  # fmt: skip
     from specsim.cli import main
 
     assert main(argv) == 0
@@ -193,4 +205,39 @@ def test_a_probed_grid_on_llama_server_scores_as_measured_and_at_each_runs_speed
     assert np.isfinite(drifted["sim_tpot_ms_mean"]).all()
     assert "## The machine's drift" in (out / "README.md").read_text()
     assert json.loads((out / "config.json").read_text())["drift_probe"] == 2
+    assert main([*argv, "--rescore"]) == 0
+    calib = pd.read_csv(out / "calibration.csv")  # once, before the grid (the default)
+    assert len(calib) == 2 and calib["round"].isna().all()
+
+
+@pytest.mark.slow
+@pytest.mark.real_server
+def test_calibration_passes_between_the_rounds_price_the_grid(tmp_path):
+    """``--calib-schedule rounds`` on a real server: no calibration before the grid, one pass
+    of every setting's loads after each round (warm-up included), each on the setting's
+    logging server kept up for the grid, its steps and rows labelled by round, and the
+    profile fitted on all of them (a rescore on one round's loads is the same runs)."""
+    out = tmp_path / "llama"
+    argv = ["validate", "--engine", "llama-server", "--prompts", "copy-edit[0:3]",
+            "--specs", "none,ngram:3", "--concurrency", "1", "--rates", "2",
+            "--temperatures", "0", "--min-requests", "2", "--open-requests", "2",
+            "--max-tokens", "16", "--calib-prompts", "copy-edit[32:35]",
+            "--calib-concurrency", "1,2", "--calib-requests", "1", "--parallel", "2",
+            "--target-ci", "0.5", "--min-repeats", "2", "--max-repeats", "2", "--warmup", "1",
+            "--target-type", "Q4_0-pure", "--step-clock", "server",
+            "--calib-schedule", "rounds", "--out", str(out)]  # fmt: skip
+    from specsim.cli import main
+
+    assert main(argv) == 0
+    calib = pd.read_csv(out / "calibration.csv")
+    rounds = calib.groupby(["spec", "concurrency"])["round"].apply(sorted)
+    assert len(rounds) == 4 and all(r == [0, 1, 2] for r in rounds)
+    steps = pd.read_parquet(out / "calibration_steps.parquet")
+    server = steps[steps["clock"] == "server"]
+    assert set(server["round"]) == {0, 1, 2} and (server["duration_s"] > 0).all()
+    assert (out / "logs" / "steps" / "calibration-ngram-3.parquet").exists()
+    assert not list((out / "logs" / "calibration").glob("*.log"))
+    runs = pd.read_csv(out / "runs.csv")
+    assert sorted(set(runs["round"])) == [0, 1, 2]
+    assert np.isfinite(pd.read_csv(out / "fidelity.csv")["sim_tpot_ms_mean"]).all()
     assert main([*argv, "--rescore"]) == 0

@@ -81,7 +81,7 @@ def measure(
     outputs = {f"{t:g}": o for t, o in inputs.outputs.items()}
     write_text(json.dumps({"ids": inputs.ids, "lengths": inputs.lengths, "outputs": outputs}),
                out / "inputs.json")  # fmt: skip
-    runs, steps, calib_rows, probes = [], [], [], []
+    runs, steps, calib_rows, probes = [], [], [], []  # (phase 2 fills them)
     if cfg.target_ci is None:  # fixed --repeats: one setting's server at a time
         for s in cfg.settings:
             log(f"phase 2: {s.name}: calibration, then the grid")
@@ -99,36 +99,9 @@ def measure(
                 per_t = {t: traces[(s.name, t)] for (name, t) in traces if name == s.name}
                 runs += real_runs(cfg, s, srv, inputs, per_t, log)
     else:  # --target-ci: every setting's server up, the cells round-robin over all of them
-        from contextlib import ExitStack
+        from specsim.fidelity.llama.rounds import measure_rounds
 
-        from specsim.fidelity.llama.grid import interleaved_runs
-
-        with ExitStack() as stack:
-            servers = {}
-            for s in cfg.settings:
-                log(f"phase 2: {s.name}: server" + (", calibration" if cfg.profile is None else ""))
-                if cfg.profile is None and cfg.step_clock == "server":
-                    with calibration_server(cfg, s, out) as cal:
-                        st, rows = calibrate(cfg, s, cal, inputs.calib_ids, inputs.calib_lengths,
-                                             log)  # fmt: skip
-                    keep_calibration_log(s, out)
-                srv = stack.enter_context(start_server(cfg, s, out / "logs"))
-                servers[s.name] = srv
-                if cfg.profile is None and cfg.step_clock == "client":
-                    st, rows = calibrate(cfg, s, srv, inputs.calib_ids, inputs.calib_lengths, log)
-                if cfg.profile is None:
-                    steps.append(st)
-                    calib_rows += rows
-            log(f"phase 2: the grid, repeated until +-{100 * cfg.target_ci:g}% (round-robin)")
-            after = None
-            if cfg.drift_probe:  # the machine's speed, between the rounds (drift.py)
-                from specsim.fidelity.llama.drift import probe
-
-                def after(rnd: int) -> None:
-                    probes.append(probe(cfg, servers["none"], inputs.calib_ids,
-                                        inputs.calib_lengths, rnd, log))  # fmt: skip
-
-            runs += interleaved_runs(cfg, servers, inputs, traces, log, after)
+        runs, steps, calib_rows, probes = measure_rounds(cfg, inputs, traces, out, log)
     write_table(pd.DataFrame(runs), out / "runs.csv")
     if probes:
         write_table(pd.DataFrame(probes), out / "probes.csv")

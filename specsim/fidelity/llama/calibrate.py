@@ -67,6 +67,90 @@ def _path_drafted(pos) -> tuple[int, int]:  # noqa: ANN001
     return drafted, accepted
 
 
+class Calibration:
+    """The calibration runs of setting ``s`` on ``srv``, sent in one go (:func:`calibrate`)
+    or a pass of every load at a time between a grid's rounds (``--calib-schedule rounds``):
+    :meth:`warm` once, :meth:`run_loads` once per pass, :meth:`finish` once after the last.
+    Every run's server-clock steps are read off the log as it goes; the drafts are rebuilt
+    for all runs at once in :meth:`finish` (draft-dspark: one model load, never beside a
+    measured run)."""
+
+    def __init__(
+        self,
+        cfg: LlamaValidationConfig,
+        s: SpecSetting,
+        srv,  # noqa: ANN001 - a started LlamaServer
+        ids: list[list[int]],
+        lengths: list[int],
+        log: Callable[[str], None],
+    ) -> None:
+        self.cfg, self.s, self.srv, self.log = cfg, s, srv, log
+        self.ids, self.lengths = ids, lengths
+        self.frames: list[pd.DataFrame] = []
+        self.runs: list[tuple] = []
+        self.at = 0  # where the next run's lines start in the server's log
+
+    def warm(self) -> None:
+        """A first request, unmeasured: a server's first request after loading runs up to five
+        times slower (PLAN.md step 2c)."""
+        cfg, ids, lengths = self.cfg, self.ids, self.lengths
+        send(self.srv, ids[:1], [min(lengths[0], 16)], temperature=0.0, seed=cfg.seed,
+             concurrency=1)  # fmt: skip
+        self.at = _logged_steps(self.srv, 0, 1)[1] if cfg.step_clock == "server" else 0
+
+    def run_loads(self, rnd: int | None = None) -> None:
+        """One run at every temperature and calibration load (``rnd``: the grid's round it
+        followed, None before the grid), each the same draw of jobs in every pass."""
+        cfg, s = self.cfg, self.s
+        for t in cfg.temperatures:
+            for c in cfg.calib_concurrency:
+                n = int(np.ceil(cfg.calib_requests * c))
+                jobs, res, summary = send(self.srv, self.ids, self.lengths, temperature=t,
+                                          seed=cfg.seed + 1, concurrency=c,
+                                          requests=n)  # fmt: skip
+                if cfg.step_clock == "server":
+                    table, self.at = _logged_steps(self.srv, self.at, n)
+                    self.frames.append(table.assign(spec=s.name, temperature=float(t),
+                                                    concurrency=c, clock="server",
+                                                    round=rnd))  # fmt: skip
+                failed = [r.error for r in res if r.error]
+                if failed:  # a profile fitted on the steps of the requests that survived is wrong
+                    from specsim.errors import RunFailed
+
+                    raise RunFailed(
+                        f"{len(failed)} of {n} calibration requests failed ({s.name}, T={t:g}, "
+                        f"C={c}); first error: {failed[0]}"
+                    )
+                self.runs.append((t, c, n, jobs, res, summary, rnd))
+
+    def finish(self) -> tuple[pd.DataFrame, list[dict]]:
+        """Every run's steps (one frame, a ``clock`` column: ``client`` rebuilt, and
+        ``server`` where the server logs its steps; ``round``) and a row of run-level numbers
+        each."""
+        cfg, s, frames, rows = self.cfg, self.s, list(self.frames), []
+        pairs = [(j.prompt, r.tokens) for *_, jobs, res, _, _ in self.runs
+                 for j, r in zip(jobs, res, strict=True)]  # fmt: skip
+        found = request_positions(cfg, s, pairs)
+        at = 0
+        for t, c, n, jobs, res, summary, rnd in self.runs:
+            mine = None if found is None else found[at : at + len(jobs)]
+            at += len(jobs)
+            table, info = run_steps(cfg, s, jobs, res, mine)
+            table["spec"], table["temperature"], table["concurrency"] = s.name, float(t), c
+            table["clock"], table["round"] = "client", rnd
+            frames.append(table)
+            rows.append({"spec": s.name, "temperature": t, "concurrency": c, "requests": n,
+                         "throughput_tok_s": summary["throughput_tok_s"],
+                         "tpot_ms_mean": summary["tpot_ms_mean"], "steps": len(table),
+                         "round": rnd, **info})  # fmt: skip
+            when = "" if rnd is None else f" (after round {rnd})"
+            self.log(f"  calibration {s.name} T={t:g} C={c}{when}: "
+                     f"{summary['throughput_tok_s']:.1f} tok/s, {len(table)} steps, align "
+                     f"{info['align_worst']:.2f}, drafts exact "
+                     f"{info['requests_exact']}/{info['requests_checked']}")  # fmt: skip
+        return pd.concat(frames, ignore_index=True), rows
+
+
 def calibrate(
     cfg: LlamaValidationConfig,
     s: SpecSetting,
@@ -75,52 +159,14 @@ def calibrate(
     lengths: list[int],
     log: Callable[[str], None],
 ) -> tuple[pd.DataFrame, list[dict]]:
-    """Every calibration run of setting ``s`` on ``srv``: their steps (one frame, a ``clock``
-    column: ``client`` rebuilt, and ``server`` where ``srv`` logs its steps) and a row of
-    run-level numbers each. A first request warms the server up, unmeasured (its first
-    request after loading runs up to five times slower: PLAN.md step 2c)."""
-    frames, rows, runs = [], [], []
-    send(srv, ids[:1], [min(lengths[0], 16)], temperature=0.0, seed=cfg.seed, concurrency=1)
-    at = _logged_steps(srv, 0, 1)[1] if cfg.step_clock == "server" else 0
-    for t in cfg.temperatures:
-        for c in cfg.calib_concurrency:
-            n = int(np.ceil(cfg.calib_requests * c))
-            jobs, res, summary = send(srv, ids, lengths, temperature=t, seed=cfg.seed + 1,
-                                      concurrency=c, requests=n)  # fmt: skip
-            if cfg.step_clock == "server":
-                table, at = _logged_steps(srv, at, n)
-                frames.append(table.assign(spec=s.name, temperature=float(t), concurrency=c,
-                                           clock="server"))  # fmt: skip
-            failed = [r.error for r in res if r.error]
-            if failed:  # a profile fitted on the steps of the requests that survived is wrong
-                from specsim.errors import RunFailed
-
-                raise RunFailed(
-                    f"{len(failed)} of {n} calibration requests failed ({s.name}, T={t:g}, "
-                    f"C={c}); first error: {failed[0]}"
-                )
-            runs.append((t, c, n, jobs, res, summary))
-    # every run's positions at once (draft-dspark: one model load), after the runs
-    pairs = [
-        (j.prompt, r.tokens) for *_, jobs, res, _ in runs for j, r in zip(jobs, res, strict=True)
-    ]
-    found = request_positions(cfg, s, pairs)
-    at = 0
-    for t, c, n, jobs, res, summary in runs:
-        mine = None if found is None else found[at : at + len(jobs)]
-        at += len(jobs)
-        table, info = run_steps(cfg, s, jobs, res, mine)
-        table["spec"], table["temperature"], table["concurrency"] = s.name, float(t), c
-        table["clock"] = "client"
-        frames.append(table)
-        rows.append({"spec": s.name, "temperature": t, "concurrency": c, "requests": n,
-                     "throughput_tok_s": summary["throughput_tok_s"],
-                     "tpot_ms_mean": summary["tpot_ms_mean"], "steps": len(table),
-                     **info})  # fmt: skip
-        log(f"  calibration {s.name} T={t:g} C={c}: {summary['throughput_tok_s']:.1f} tok/s, "
-            f"{len(table)} steps, align {info['align_worst']:.2f}, drafts exact "
-            f"{info['requests_exact']}/{info['requests_checked']}")  # fmt: skip
-    return pd.concat(frames, ignore_index=True), rows
+    """Every calibration run of setting ``s`` on ``srv``, in one go before the grid: their
+    steps (one frame, a ``clock`` column: ``client`` rebuilt, and ``server`` where ``srv``
+    logs its steps) and a row of run-level numbers each. A first request warms the server
+    up, unmeasured."""
+    cal = Calibration(cfg, s, srv, ids, lengths, log)
+    cal.warm()
+    cal.run_loads()
+    return cal.finish()
 
 
 def _logged_steps(srv, at: int, requests: int) -> tuple[pd.DataFrame, int]:  # noqa: ANN001

@@ -158,6 +158,13 @@ class LlamaValidationConfig:
     # -- calibration (the profile): other prompts, other concurrencies
     calib_concurrency: tuple[int, ...] = option((5, 10, 20), "calibration closed loops", type=int)
     calib_requests: float = option(2.0, "calibration requests per run, times C")
+    calib_schedule: str = option(
+        "before",
+        "when the calibration runs: 'before' the grid (every setting's, once) or, with "
+        "--target-ci, a pass of every calibration load after every round of the grid "
+        "('rounds'), the profile fitted on all passes, so that it averages the same phases of "
+        "the machine as the cells it prices (reports/llama-cpp-v4/held-out-8/NOTES.md)",
+    )
     profile: Path | None = option(
         None, "a profile folder from an earlier run (profile-t*.csv) instead of calibrating",
         type=Path,
@@ -295,6 +302,15 @@ class LlamaValidationConfig:
             )
         if self.grid_label not in ("tuning", "held-out"):
             raise SpecsimError(f"--grid-label is 'tuning' or 'held-out', got {self.grid_label!r}")
+        if self.calib_schedule not in ("before", "rounds"):
+            raise SpecsimError(
+                f"--calib-schedule is 'before' or 'rounds', got {self.calib_schedule!r}"
+            )
+        if self.calib_schedule == "rounds" and (self.target_ci is None or self.profile):
+            raise SpecsimError(
+                "--calib-schedule rounds calibrates between the rounds of a --target-ci grid: "
+                "give --target-ci, and no --profile"
+            )
         if self.drift_probe:
             if self.drift_probe < 0 or self.target_ci is None or "none" not in self.specs:
                 raise SpecsimError(

@@ -150,6 +150,7 @@ def estimate_minutes(
     plain and ~50 n-gram, reports/llama-cpp; 25 for draft-dspark, whose server ran 15-30 tok/s
     at C = 1-8 here, its drafter's forward costing more than a decode step). ``mean_output``:
     tokens per request (default: 95% of ``max_tokens``: most prompts' answers reach the cap).
+    With ``calib_schedule`` ``rounds`` the calibration runs once a round.
     Loading the drafter for the traces and the calibration rebuild (about a minute) comes on
     top."""
     import math
@@ -164,6 +165,8 @@ def estimate_minutes(
     n_prompts = len(load_many(list(defn["prompts"])))
     total = n_prompts * out * (1 + len(defn["temperatures"])) / rate_of["none"]
     calib = sum(math.ceil(defn["calib_requests"] * c) for c in defn["calib_concurrency"])
+    if defn.get("calib_schedule") == "rounds":  # a pass after every round, none before
+        calib *= n_runs
     for s in defn["specs"]:
         speed = rate_of[s.split(":")[0]]
         for _t in defn["temperatures"]:
