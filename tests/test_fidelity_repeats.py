@@ -564,3 +564,21 @@ def test_the_eighth_v4_held_out_grid_is_new_and_fixed_before_it_runs():
     _check_v4_held_out(d, h.EARLIER_V11, runs, "held-out-7", same, calibrated=("C=5",))
     assert not set(d["rates"]) & set(h.EARLIER_V11["rates"])
     assert d["drift_probe"] == 4 and d["target_ci"] is not None and "none" in d["specs"]
+
+
+def test_the_ninth_v4_held_out_grid_is_new_and_fixed_before_it_runs():
+    """The ninth held-out grid (PLAN.md step 21): new prompts, a rate no earlier grid or
+    calibration ran, C = 7 (only the second held-out grid's, on other prompts under an older
+    model), held-out-8's servers, settings, model and probe, and the calibration in passes
+    between the rounds."""
+    from specsim.fidelity.llama import held_out as h
+
+    d = h.HELD_OUT_V12
+    runs = ("tuning", "tuning-2", "tuning-3", "tuning-4", "tuning-5", "tuning-6", "held-out",
+            "held-out-2", "held-out-3", "held-out-4", "held-out-5", "held-out-6",
+            "held-out-7", "held-out-8")  # fmt: skip
+    same = ("specs", "target_type", "parallel", "max_tokens", "calib_concurrency",
+            "arrival_seeds", "terms", "slot_rule", "drift_probe")  # fmt: skip
+    _check_v4_held_out(d, h.EARLIER_V12, runs, "held-out-8", same, calibrated=("C=7",))
+    assert not set(d["rates"]) & set(h.EARLIER_V12["rates"])
+    assert (d["calib_schedule"], d["calib_requests"]) == ("rounds", 1.0)

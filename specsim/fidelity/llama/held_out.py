@@ -425,3 +425,27 @@ EARLIER_V11: dict[str, Any] = {
     "prompts": (*EARLIER_V10["prompts"], "copy-edit-7[0:24]"),
     "rates": (*EARLIER_V10["rates"], 0.9),  # (C = 3 is there: the first v4 grid's)
 }
+
+# The ninth v4 held-out grid (reports/llama-cpp-v4/PLAN.md step 21), fixed here before it
+# runs: copy-edit-9 (the next GSM8K test questions and stubs from 12 standard-library modules
+# no part used), a closed loop at C = 7 (only the second v4 held-out grid's, on other prompts
+# under step 4's model) and Poisson arrivals at 1.3 req/s (in no grid or calibration:
+# EARLIER_V12), held-out-8's settings, servers, model and probe, and the calibration taken to
+# the runs: one pass of every setting's calibration loads (1 x C requests each) after every
+# round, none before (--calib-schedule rounds, rounds.py).
+HELD_OUT_V12: dict[str, Any] = {
+    **HELD_OUT_V11,
+    "prompts": ("copy-edit-9[0:24]",),
+    "concurrency": (7,),
+    "rates": (1.3,),
+    "calib_requests": 1.0,
+    "calib_schedule": "rounds",
+    "out": "reports/llama-cpp-v4/held-out-9",
+}
+
+# every earlier grid and calibration of this method, the eighth v4 held-out grid included
+EARLIER_V12: dict[str, Any] = {
+    **EARLIER_V11,
+    "prompts": (*EARLIER_V11["prompts"], "copy-edit-8[0:24]"),
+    "rates": (*EARLIER_V11["rates"], 1.1),  # (C = 5 is there: the fourth held-out grid's)
+}
