@@ -68,7 +68,7 @@ def test_a_rounds_speed_is_the_mean_of_the_probes_either_side_over_the_first():
     stopped = round_speeds(_probes({-1: 4.0, 0: 5.0}))  # a last round without its probe
     assert run_speeds(pd.DataFrame({"round": [1]}), _probes({-1: 4.0, 0: 5.0}))[0] == 1.25
     assert stopped == pytest.approx({0: 1.125, 1: 1.25})
-    with pytest.raises(SpecsimError, match="after the calibration"):
+    with pytest.raises(SpecsimError, match="before the first round"):
         round_speeds(_probes({0: 4.0, 1: 5.0}))
     with pytest.raises(SpecsimError, match="positive"):
         round_speeds(_probes({-1: 4.0, 0: float("nan")}))
@@ -175,7 +175,7 @@ def test_compare_with_probes_simulates_each_run_at_its_rounds_speed(monkeypatch)
     from specsim.fidelity.llama.report import goals
 
     text = section(probes, goals(drifted))
-    assert "| calibration | 4.00 | 1.00 |" in text and "**1.00-2.00**" in text
+    assert "| start | 4.00 | 1.00 |" in text and "**1.00-2.00**" in text
     assert "mean TPOT **0.0%**" in text
 
 

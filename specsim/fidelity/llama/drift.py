@@ -6,13 +6,14 @@ speed at one load moved by up to 1.7x between grids and by half within one
 (reports/llama-cpp-v4/held-out-7/NOTES.md). A profile calibrated in a fast phase then prices
 runs made in a slow one, and the step model's error cannot be told from the machine's. The
 probe is the same small job every time (the plain server, one request at a time, greedy, on
-the calibration prompts, the same draw of jobs), run once right after the calibrations and
-after every round of the grid; a run's speed is the mean of the probes either side of its
-round over the first probe. The grid is scored as measured (``fidelity.csv``: what a user of
-the profile gets) and, beside it, with each run simulated on the profile's times scaled by its
-speed (``fidelity-drift.csv``): what the step model misses with the machine's drift taken out.
-The probe's mean TPOT is its clock: a decode's time, which prompt caching between probes of
-the same prompts does not shorten (their time to first token it does).
+the calibration prompts, the same draw of jobs), run once before the first round (right after
+the calibrations, where they run before the grid) and after every round; a run's speed is the
+mean of the probes either side of its round over the first probe. The grid is scored as
+measured (``fidelity.csv``: what a user of the profile gets) and, beside it, with each run
+simulated on the profile's times scaled by its speed (``fidelity-drift.csv``): what the step
+model misses with the machine's drift taken out. The probe's mean TPOT is its clock: a
+decode's time, which prompt caching between probes of the same prompts does not shorten
+(their time to first token it does).
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def probe(
     row = {"after_round": after_round, "requests": len(res), "unix_s": time.time(),
            "tpot_ms_mean": float(summary["tpot_ms_mean"]),
            "throughput_tok_s": float(summary["throughput_tok_s"]), "load_1m": load_1m}  # fmt: skip
-    where = "after calibration" if after_round == START else f"after round {after_round}"
+    where = "before round 0" if after_round == START else f"after round {after_round}"
     log(f"  drift probe {where}: TPOT {row['tpot_ms_mean']:.2f} ms (load {load_1m:.2f})")
     return row
 
@@ -72,7 +73,7 @@ def round_speeds(probes: pd.DataFrame) -> dict[int, float]:
     before and after the round over the first probe's (``after_round`` = -1). A round with
     one neighbouring probe (a grid stopped early) takes that one."""
     if probes.empty or START not in set(probes["after_round"]):
-        raise SpecsimError("probes.csv has no probe right after the calibration (after_round -1)")
+        raise SpecsimError("probes.csv has no probe before the first round (after_round -1)")
     tpot = probes.groupby("after_round")["tpot_ms_mean"].mean()
     if not (np.isfinite(tpot.to_numpy()).all() and (tpot > 0).all()):
         raise SpecsimError("probes.csv holds a probe without a positive mean TPOT")
@@ -101,7 +102,7 @@ def section(probes: pd.DataFrame, g: dict[str, float]) -> str:
     speed (``g``: :func:`specsim.fidelity.llama.report.goals` of ``fidelity-drift.csv``)."""
     speeds = round_speeds(probes)
     rows = "\n".join(
-        f"| {'calibration' if int(r.after_round) == START else int(r.after_round)} | "
+        f"| {'start' if int(r.after_round) == START else int(r.after_round)} | "
         f"{r.tpot_ms_mean:.2f} | {r.load_1m:.2f} |"
         for r in probes.itertuples()
     )
@@ -113,9 +114,10 @@ def section(probes: pd.DataFrame, g: dict[str, float]) -> str:
     thr, thr_max = 100 * g["throughput_median_abs"], 100 * g["throughput_max_abs"]
     return (
         "\n## The machine's drift (probes.csv, fidelity-drift.csv)\n\n"
-        "The same probe (the plain server, C = 1, greedy, the calibration prompts) after the "
-        "calibration and after every round; a round's speed is the mean of the probes either "
-        f"side of it over the first: **{span}** here.\n\n"
+        "The same probe (the plain server, C = 1, greedy, the calibration prompts) before the "
+        "first round (after the calibration, where it runs before the grid) and after every "
+        "round; a round's speed is the mean of the probes either side of it over the first: "
+        f"**{span}** here.\n\n"
         "| after round | probe mean TPOT (ms) | 1-min load |\n|---|---|---|\n"
         f"{rows}\n\n"
         "Scored with each run simulated at its round's speed (the profile's times scaled; "
