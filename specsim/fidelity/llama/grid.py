@@ -268,9 +268,9 @@ def cell_sim(
     factors = tuple(speeds) or (1.0,) * len(draws)
     if len(factors) != len(draws):
         raise ValueError("cell_sim: one speed per arrival seed")
-    sims = [simulate_cell(cfg, s, trace, time_scaled(cost, f), concurrency, rate,
-                          new_slots(cfg, prompts, k), a)
-            for a, f in zip(draws, factors, strict=True) for k in layouts]  # fmt: skip
+    priced = [time_scaled(cost, f) for f in factors]  # each draw's profile, built once
+    sims = [simulate_cell(cfg, s, trace, p, concurrency, rate, new_slots(cfg, prompts, k), a)
+            for a, p in zip(draws, priced, strict=True) for k in layouts]  # fmt: skip
     return sims[0] if len(sims) == 1 else _median_summary(sims)
 
 
