@@ -582,3 +582,20 @@ def test_the_ninth_v4_held_out_grid_is_new_and_fixed_before_it_runs():
     _check_v4_held_out(d, h.EARLIER_V12, runs, "held-out-8", same, calibrated=("C=7",))
     assert not set(d["rates"]) & set(h.EARLIER_V12["rates"])
     assert (d["calib_schedule"], d["calib_requests"]) == ("rounds", 1.0)
+
+
+def test_the_tenth_v4_held_out_grid_is_new_and_fixed_before_it_runs():
+    """The tenth held-out grid (PLAN.md step 22): new prompts, a rate no earlier grid or
+    calibration ran, C = 8 (only the fifth held-out grid's, on other prompts under an older
+    model), and held-out-9's servers, settings, model, probe and calibration schedule."""
+    from specsim.fidelity.llama import held_out as h
+
+    d = h.HELD_OUT_V13
+    runs = ("tuning", "tuning-2", "tuning-3", "tuning-4", "tuning-5", "tuning-6", "held-out",
+            "held-out-2", "held-out-3", "held-out-4", "held-out-5", "held-out-6",
+            "held-out-7", "held-out-8", "held-out-9")  # fmt: skip
+    same = ("specs", "target_type", "parallel", "max_tokens", "calib_concurrency",
+            "calib_requests", "calib_schedule", "arrival_seeds", "terms", "slot_rule",
+            "drift_probe")  # fmt: skip
+    _check_v4_held_out(d, h.EARLIER_V13, runs, "held-out-9", same, calibrated=("C=8",))
+    assert not set(d["rates"]) & set(h.EARLIER_V13["rates"])

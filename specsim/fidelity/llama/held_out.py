@@ -449,3 +449,24 @@ EARLIER_V12: dict[str, Any] = {
     "prompts": (*EARLIER_V11["prompts"], "copy-edit-8[0:24]"),
     "rates": (*EARLIER_V11["rates"], 1.1),  # (C = 5 is there: the fourth held-out grid's)
 }
+
+# The tenth v4 held-out grid (reports/llama-cpp-v4/PLAN.md step 22), fixed here before it
+# runs: copy-edit-10 (the next GSM8K test questions and stubs from 12 standard-library modules
+# no part used), a closed loop at C = 8 (only the fifth v4 held-out grid's, on other prompts
+# under step 15's model: every slot busy) and Poisson arrivals at 1.4 req/s (in no grid or
+# calibration: EARLIER_V13), held-out-9's settings, servers, model, probe and calibration in
+# passes between the rounds, unchanged: a second reading of step 21's method.
+HELD_OUT_V13: dict[str, Any] = {
+    **HELD_OUT_V12,
+    "prompts": ("copy-edit-10[0:24]",),
+    "concurrency": (8,),
+    "rates": (1.4,),
+    "out": "reports/llama-cpp-v4/held-out-10",
+}
+
+# every earlier grid and calibration of this method, the ninth v4 held-out grid included
+EARLIER_V13: dict[str, Any] = {
+    **EARLIER_V12,
+    "prompts": (*EARLIER_V12["prompts"], "copy-edit-9[0:24]"),
+    "rates": (*EARLIER_V12["rates"], 1.3),  # (C = 7 is there: the second held-out grid's)
+}
