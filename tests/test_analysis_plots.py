@@ -52,6 +52,7 @@ def _lines_by_label(ax):
     return {ln.get_label(): ln for ln in ax.get_lines() if not ln.get_label().startswith("_")}
 
 
+@pytest.mark.slow
 def test_pareto_one_curve_per_policy_in_its_colour(results):
     import pandas as pd
 
@@ -119,6 +120,7 @@ def test_calibration_table_mutant_a_calibrated_trace_has_little_to_fix(tmp_path)
     assert tab["ece_raw"].mean() < 0.03
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["pareto", "sla", "load"])
 def test_cli_plot_renders_png_and_is_byte_stable(results, tmp_path, kind, capsys):
     extra = ["--sla", "50,100"] if kind == "sla" else []
@@ -133,6 +135,7 @@ def test_cli_plot_renders_png_and_is_byte_stable(results, tmp_path, kind, capsys
     assert main(["plot", str(results), "--kind", kind, "--out", str(a), "--force", *extra]) == 0
 
 
+@pytest.mark.slow
 def test_cli_calibration_from_a_trace_as_svg_and_pdf(trace_path, tmp_path):
     for suffix, magic in ((".svg", b"<?xml"), (".pdf", b"%PDF")):
         out = tmp_path / f"cal{suffix}"
@@ -162,6 +165,7 @@ def test_cli_plot_errors_are_one_line(results, trace_path, tmp_path, capsys, arg
     assert needle in err and err.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_figure_with_several_traces_has_a_panel_each(trace_path, tmp_path):
     other = tmp_path / "other.parquet"
     write_trace(synth_trace(n_requests=40, accept_profile=[0.6, 0.5, 0.4], seed=1), other)

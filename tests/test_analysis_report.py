@@ -99,6 +99,7 @@ def test_report_resume_reuses_rows_only_when_asked(root, monkeypatch):
     assert "were reused" not in readme.read_text()
 
 
+@pytest.mark.slow
 def test_zos_report(root, monkeypatch):
     monkeypatch.chdir(root.parent)
     readme = run_report("z", root, workers=1)

@@ -44,6 +44,7 @@ def _same(a: pd.DataFrame, b: pd.DataFrame) -> None:
     pd.testing.assert_frame_equal(a[cols].reset_index(drop=True), b[cols].reset_index(drop=True))
 
 
+@pytest.mark.slow
 def test_table_is_tidy_one_row_per_cell(reference, trace_path):
     t = reference
     assert len(t) == len(POLICIES) * len(LOADS) * 2
@@ -96,6 +97,7 @@ def test_dask_cluster_gives_the_same_table(reference, trace_path):
     _same(reference, by_client)
 
 
+@pytest.mark.slow
 def test_out_file_then_rerun_runs_nothing(reference, trace_path, tmp_path):
     out = tmp_path / "r.parquet"
     first = sweep(trace_path, POLICIES, concurrency=LOADS, seeds=2, requests=40, out=out, workers=1)
@@ -192,6 +194,7 @@ def test_rate_sweep_has_rate_columns(trace_path):
     assert t["concurrency"].isna().all()
 
 
+@pytest.mark.slow
 def test_find_max_load_is_the_edge_of_the_sla(trace_path):
     """The answer meets the SLA and the next concurrency up does not (a real bisection)."""
     # between the speeds of this trace on the default llama-3-8b-h100 (found: mtp1 ~217 tok/s
@@ -281,6 +284,7 @@ def test_cli_errors_are_one_line_exit_2(trace_path, tmp_path, capsys, args, need
     assert needle in err and err.count("\n") == 1 and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_find_max_load_on_dask_matches_local(trace_path):
     distributed = pytest.importorskip("distributed")
     kw = dict(sla_tps=280.0, concurrency=[1, 24], requests=40)

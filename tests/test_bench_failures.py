@@ -63,6 +63,7 @@ def _bench(url: str, tmp_path, *extra: str) -> list[str]:
             "--max-tokens", "4", "--timeout-s", "5", *extra]  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["refused", "500", "garbage"])
 def test_a_run_whose_requests_all_fail_exits_1_and_keeps_the_table(kind, tmp_path, capsys):
     out = tmp_path / "runs.csv"

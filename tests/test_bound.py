@@ -268,6 +268,7 @@ bound = true
 """
 
 
+@pytest.mark.slow
 def test_report_section_reads_the_bound(tmp_path, monkeypatch, tiny_trace):
     """The schedulers-under-load auto section gets the bound's table and bound.parquet."""
     import pandas as pd

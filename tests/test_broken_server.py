@@ -231,6 +231,7 @@ def _errors(err: str) -> list[str]:
     return [ln for ln in err.splitlines() if ln.startswith("specsim: error")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", list(KINDS))
 def test_bench_against_a_broken_server_exits_1_naming_the_first_error(kind, tmp_path, capsys):
     out = tmp_path / "runs.csv"
@@ -276,6 +277,7 @@ AUDIT_KINDS = ["refused", "500", "garbage", "not-json", "truncated", "cut-mid-ev
                "json-not-object"]  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", AUDIT_KINDS)
 def test_the_audit_against_a_broken_server_is_one_line_nonzero(kind, capsys):
     """check-lossless --server: a good reference, a broken audited server; the first
@@ -292,6 +294,7 @@ def test_the_audit_against_a_broken_server_is_one_line_nonzero(kind, capsys):
     assert time.monotonic() - t0 < 6.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["refused", "500", "garbage", "not-json", "stall-first"])
 def test_the_audit_against_a_broken_reference_is_one_line_nonzero(kind, capsys):
     with target(kind) as ref, server("good") as url:
@@ -311,6 +314,7 @@ def _bench_process(url: str, out: Path) -> subprocess.Popen:
     )  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_stops_bench_and_keeps_what_it_measured(sig, code, tmp_path):
     """The first request completes, the second stalls (default bounds: minutes); the signal
@@ -351,6 +355,7 @@ def _stdout_cases() -> list:
     return cases
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stdout, kind, code, says", _stdout_cases())
 def test_a_closed_or_full_stdout_keeps_the_out_file(stdout, kind, code, says, tmp_path):
     """bench --out FILE with stdout closed (``>&-``) or full (/dev/full): the table is written,
@@ -404,6 +409,7 @@ def test_the_line_reader_splits_as_httpx_and_bounds_a_line():
             _lines(*chunks, limit=10)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stdout", ["closed", "full"])
 def test_any_command_with_out_keeps_its_file_when_stdout_fails(stdout, tmp_path):
     """The rule is the CLI's, not bench's: replay --out FILE to a closed or full stdout."""

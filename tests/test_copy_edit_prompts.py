@@ -111,6 +111,7 @@ def test_the_fifth_set_shares_no_source_or_text_with_the_others():
     assert m.OUTS[5].read_bytes() == "".join(json.dumps(r) + "\n" for r in five).encode()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("part", [6, 7, 8, 9, 10])
 def test_the_standard_library_sets_share_no_source_or_text_with_the_others(part):
     """copy-edit-6 to -10 are for the sixth to tenth held-out grids: the next 12 GSM8K

@@ -102,6 +102,7 @@ TOUR_RUNS = {  # README tour lines that run in seconds, and the exit code they d
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("prefix", list(TOUR_RUNS))
 def test_readme_tour_lines_run(prefix, monkeypatch, capsys):
     monkeypatch.chdir(ROOT)

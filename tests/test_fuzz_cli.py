@@ -101,6 +101,7 @@ REPLAY_FLAGS = st.sampled_from(
 )  # fmt: skip
 
 
+@pytest.mark.slow
 @settings(**_examples())
 @given(
     flags=st.lists(st.tuples(REPLAY_FLAGS, NUMBERS), max_size=3),

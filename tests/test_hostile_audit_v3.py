@@ -182,6 +182,7 @@ def _one_line(err: str, *says: str) -> str:
 # ---- the validation boundary: every server answer parsed into typed values ----------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["prob-nan", "prob-str", "prob-gt1", "ids-huge", "ids-dup",
                                   "fewer", "top-missing", "probs-dict"])  # fmt: skip
 def test_a_malformed_reference_is_refused_naming_it(kind, capsys):
@@ -193,6 +194,7 @@ def test_a_malformed_reference_is_refused_naming_it(kind, capsys):
     _one_line(err, f"the reference at {ref}", "/completion")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["probs-dict", "draftn-str", "draftn-nan"])
 def test_a_malformed_audited_server_is_one_line_naming_it(kind, capsys):
     with fake(aud=kind) as url:
@@ -201,6 +203,7 @@ def test_a_malformed_audited_server_is_one_line_naming_it(kind, capsys):
     _one_line(err, f"the server at {url}")
 
 
+@pytest.mark.slow
 def test_a_trickling_reference_is_bounded_by_timeout_s(capsys):
     t0 = time.monotonic()
     with fake(ref="trickle") as url:
@@ -209,6 +212,7 @@ def test_a_trickling_reference_is_bounded_by_timeout_s(capsys):
     _one_line(err, "the reference at", "--timeout-s")
 
 
+@pytest.mark.slow
 def test_failing_workers_at_concurrency_4_leave_no_traceback(capsys, caplog):
     """The first worker's failure is the one line; the others' are retrieved, not logged at
     the loop's shutdown (it used to happen in 5 of 12 runs)."""
@@ -226,6 +230,7 @@ def test_failing_workers_at_concurrency_4_leave_no_traceback(capsys, caplog):
 # ---- T = 0: a reference that cannot support the triage is refused -------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind, says", [("top1-only", "at least 2"), ("tokens-empty", "tokens"),
                                         ("prob-nan", "prob")])  # fmt: skip
 def test_greedy_refuses_a_reference_that_cannot_support_the_triage(kind, says, capsys):
@@ -235,6 +240,7 @@ def test_greedy_refuses_a_reference_that_cannot_support_the_triage(kind, says, c
     _one_line(err, f"the reference at {ref}", says)
 
 
+@pytest.mark.slow
 def test_greedy_null_stall_is_one_line(capsys):
     with fake(ref="stall-null") as url:
         code, err = _run(["--server", url, "--reference", ref_url(url), *GREEDY], capsys)
@@ -242,6 +248,7 @@ def test_greedy_null_stall_is_one_line(capsys):
     _one_line(err, "the reference at", "--timeout-s")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("greedy", [False, True])
 def test_a_run_that_tested_nothing_does_not_pass(greedy, capsys):
     extra = [*GREEDY, "--near-tie", "0.5"] if greedy else BASE
@@ -352,6 +359,7 @@ def test_a_malformed_gguf_vocabulary_is_one_line(tmp_path):
 # ---- signals: SIGTERM keeps what was measured, as bench does ------------------------------
 
 
+@pytest.mark.slow
 def test_sigterm_stops_the_audit_and_writes_a_partial_out(tmp_path):
     out = tmp_path / "audit.csv"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "SPECSIM_PROGRESS": "0"}

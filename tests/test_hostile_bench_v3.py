@@ -110,6 +110,7 @@ IMPOSSIBLE = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", list(IMPOSSIBLE))
 def test_an_impossible_server_answer_fails_the_request_naming_the_field(kind, capsys):
     body, api, says = IMPOSSIBLE[kind]
@@ -208,6 +209,7 @@ BAD_URLS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", list(BAD_URLS))
 def test_a_url_that_would_go_elsewhere_is_refused_before_connecting(kind, capsys):
     with server("good") as good:
@@ -235,6 +237,7 @@ def _llama(url: str):  # noqa: ANN202 - a LlamaServer pointed at ``url``, never 
     return LlamaServer(ServerSpec(model=Path("m.gguf"), port=int(url.rsplit(":", 1)[1])))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("answers", "says"),
     [
@@ -251,6 +254,7 @@ def test_a_bad_tokenizer_answer_is_one_line_naming_the_path(answers, says):
     assert "\n" not in str(exc.value)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "answer",
     [

@@ -72,6 +72,7 @@ def _seq(model, cfg, n_out=20):
     return target_pass(target, prompt, out, cfg.target_layer_ids, cfg.context_window)
 
 
+@pytest.mark.slow
 def test_new_drafters_default_to_llama_cpp_semantics():
     model = tiny_model(0)
     cfg = config_for_target(model.config)  # a Llama target: no q/k norms of its own

@@ -49,6 +49,7 @@ def test_iterations_are_told_apart_and_idle_time_is_no_steps():
     assert ms == pytest.approx([10.0, 10.0, 20.1, 10.0, 5.91, 8.0, 4.01], abs=0.01)
 
 
+@pytest.mark.slow
 @pytest.mark.real_server
 def test_the_servers_steps_add_up_to_its_own_timings():
     """Four requests, two at a time, on an ngram-simple server: every decode step of the log

@@ -117,6 +117,7 @@ def _gumbel_rule(p, q, x, length, rng):
     return gumbel_max(p[:, : length + 1], q[:, :length], x[:, :length], rng)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1])
 def test_gumbel_max_is_consistent_statistically(seed):
     pipe = Pipeline(name="gumbel", uniforms=False, sample_rule=_gumbel_rule)

@@ -144,6 +144,7 @@ def test_two_block_law_equals_an_independent_enumeration(world, pipe, prefix):
 # --- 1. "proven" covers whole blocks, bonus included, after non-empty prefixes --------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("world", list(WORLDS.values()), ids=list(WORLDS))
 def test_every_world_proves_two_whole_blocks_after_non_empty_prefixes(world):
     prefixes = world_prefixes(world)
@@ -297,6 +298,7 @@ def test_an_unproven_world_gets_its_full_plan(monkeypatch):
 # --- 3. a world stops at its first LOSSY law; the run skips what cannot change its verdict -----
 
 
+@pytest.mark.slow
 def test_a_lossy_verifier_stops_at_once(bonus_run):
     """Lossy only at V >= 4: LOSSY exactly there, and nothing statistical runs after that."""
     df = bonus_run

@@ -159,6 +159,7 @@ def test_a_plot_of_twenty_one_traces_fits_one_page(many_traces, tmp_path, kind, 
     assert max(width, height) <= 2400 and min(width, height) >= 1000, (width, height)
 
 
+@pytest.mark.slow
 def test_the_pareto_grid_has_at_most_four_columns_and_one_legend(many_traces):
     import pandas as pd
 
@@ -174,6 +175,7 @@ def test_the_pareto_grid_has_at_most_four_columns_and_one_legend(many_traces):
     assert max(w, h) <= 2400 + 1
 
 
+@pytest.mark.slow
 def test_a_plot_too_big_for_a_page_is_one_line_naming_trace(many_traces, tmp_path, capsys):
     out = tmp_path / "load.png"
     assert main(["plot", str(many_traces), "--kind", "load", "--out", str(out)]) == 2
@@ -259,6 +261,7 @@ def test_execute_py_writes_copies_and_leaves_the_notebook_alone(tmp_path):
     assert _printed(src) == "42\n"
 
 
+@pytest.mark.slow
 def test_execute_py_defaults_to_a_git_ignored_folder_and_refuses_mistakes(tmp_path):
     pytest.importorskip("nbclient")
     helped = _execute("--help")

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import sys
 
+import pytest
+
 from specsim.cli import main
 
 
@@ -19,6 +21,7 @@ def test_a_verifier_module_in_the_current_folder_is_found(tmp_path, monkeypatch,
     assert "cannot import" not in err and "must return a pair" in err, err
 
 
+@pytest.mark.slow
 def test_lossy_worlds_each_get_a_counterexample_and_case_names_are_whole(
     tmp_path, monkeypatch, capsys
 ):
@@ -40,6 +43,7 @@ def test_lossy_worlds_each_get_a_counterexample_and_case_names_are_whole(
     assert shown == worlds, (shown, worlds)
 
 
+@pytest.mark.slow
 def test_execute_py_keeps_a_copy_in_your_folder_without_force(tmp_path):
     """A copy of the same name in a folder of yours is yours: kept without --force (the
     default, git-ignored notebooks/executed/ is execute.py's own and is refreshed)."""

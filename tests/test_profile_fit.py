@@ -61,6 +61,7 @@ def test_two_runs_recover_the_deployment_and_predict_the_rest(world):
     assert "fitted" in model.meta and "TPOT median" in model.meta["fit_residual"]
 
 
+@pytest.mark.slow
 def test_the_gain_of_speculation_on_the_fitted_profile_is_the_deployments(world):
     """The drafter was not fitted (it did not run): its gain still follows, because the
     fitted terms are the ones a verify shares with a decode."""
@@ -78,6 +79,7 @@ def test_the_gain_of_speculation_on_the_fitted_profile_is_the_deployments(world)
         assert gain(model, c) / gain(truth, c) == pytest.approx(1.0, abs=0.05), c
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("form", ["vllm", "sglang", "csv"])
 def test_every_engines_result_format_fits_to_the_same_profile(world, tmp_path, form, capsys):
     built, truth, runs = world
@@ -152,6 +154,7 @@ def test_a_run_with_speculation_is_refused(world, tmp_path, capsys):
              "ran with speculation")  # fmt: skip
 
 
+@pytest.mark.slow
 def test_runs_no_profile_explains_are_refused(world, tmp_path, capsys):
     built, truth, runs = world
     _vllm_json(tmp_path / "a.json", runs[1])
@@ -180,6 +183,7 @@ def test_a_baseline_csv_without_its_columns_or_a_folder_is_one_line(tmp_path, ca
     _refused(capsys, tmp_path, [str(tmp_path)], "not a folder")
 
 
+@pytest.mark.slow
 def test_a_trace_far_from_the_runs_lengths_is_warned_about(world, tmp_path):
     """Runs of 400 / 200 tokens fit the terms their steps exercised; a workload of other lengths
     is warned about by replay and tune (the fit may not hold there), and one alike is not."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 TINY = {
     "kind": "real-deployments",
@@ -42,6 +43,7 @@ def _toml(d: dict) -> str:
     return "\n".join(f"{k} = {v(x)}" for k, x in d.items()) + "\n"
 
 
+@pytest.mark.slow
 def test_report_runs_on_a_tiny_config(tmp_path: Path) -> None:
     from specsim.analysis.report import run_report
 
@@ -65,6 +67,7 @@ def test_report_runs_on_a_tiny_config(tmp_path: Path) -> None:
     assert "DSpark paper production table" in readme.read_text()
 
 
+@pytest.mark.slow
 def test_the_scorecard_follows_from_the_shipped_run_and_the_published_table(tmp_path: Path):
     """scripts/score_real_deployments.py on the committed run gives the committed scorecard, and
     its gain score is (1 + predicted gain) / (1 + published gain) as pre-registered."""

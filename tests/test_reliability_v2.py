@@ -130,6 +130,7 @@ def test_a_255_byte_name_is_written_and_a_longer_one_refused_first(files, tmp_pa
     assert rc == 2 and "file name is 256 bytes" in err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
 def test_outputs_honour_the_umask(files, tmp_path, umask, mode):  # noqa: F811
     out = tmp_path / "r.csv"
@@ -193,6 +194,7 @@ def test_stdout_to_a_full_disk_is_one_line_and_a_nonzero_exit(files):  # noqa: F
     assert "standard output" in proc.stderr and "--out" in proc.stderr
 
 
+@pytest.mark.slow
 def test_closed_stdout_is_refused_and_closed_stderr_keeps_the_exit_code(files):  # noqa: F811
     args = [
         sys.executable,
@@ -329,6 +331,7 @@ def _literal(v: object) -> str:
     return repr(v)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "body, words",
     [
@@ -389,6 +392,7 @@ def test_plugins_that_exit_or_raise_anywhere_are_one_line(files, tmp_path, body,
 # ---- missing optional packages
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "blocked, argv, extra",
     [

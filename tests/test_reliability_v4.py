@@ -57,6 +57,7 @@ def test_sweep_takes_a_shipped_trace_name_from_any_folder(name, tmp_path, monkey
 # ---- report configs: one rule per kind of value --------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "key, value, says",
     [("vllm_accept_profile", "nosuch", "'vllm_accept_profile' is 'nosuch'; use one of"),
@@ -162,6 +163,7 @@ def policy():
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "hook, value",
     [("schedule", "np.ma.masked_array(np.full(inp.n_requests, 2), mask=True)"),
@@ -195,6 +197,7 @@ def test_a_masked_array_with_nothing_masked_is_read_as_its_values():
 # ---- outputs: a killed writer's temporary is removed by the next owner ---------------------
 
 
+@pytest.mark.slow
 def test_kill_9_during_a_streamed_replay_leaves_no_temporary_behind(tmp_path):
     out = tmp_path / "req.parquet"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "SPECSIM_PROGRESS": "0"}

@@ -58,6 +58,7 @@ def _book(path: Path, *cells: str) -> Path:
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "content, says",
     [("", "is empty"), ("hello {", "not JSON"), ("[1, 2]", "its JSON is a list"),
@@ -76,6 +77,7 @@ def test_a_file_that_is_not_a_notebook_is_one_line_and_nothing_is_made(content, 
     assert not out.exists()  # no empty output folder
 
 
+@pytest.mark.slow
 def test_outputs_that_cannot_be_written_are_refused_before_any_kernel(tmp_path):
     pytest.importorskip("nbclient")
     src = _book(tmp_path / "tiny.ipynb", "print(1)")
@@ -111,6 +113,7 @@ def test_outputs_that_cannot_be_written_are_refused_before_any_kernel(tmp_path):
     assert sorted(p.name for p in kept.iterdir()) == ["tiny.ipynb"]  # no temporary beside it
 
 
+@pytest.mark.slow
 def test_a_cell_that_raises_is_named_by_its_cell_and_nothing_is_written(tmp_path):
     pytest.importorskip("nbclient")
     pytest.importorskip("ipykernel")
@@ -122,6 +125,7 @@ def test_a_cell_that_raises_is_named_by_its_cell_and_nothing_is_written(tmp_path
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_a_notebook_that_kills_its_kernel_is_one_line(tmp_path):
     pytest.importorskip("nbclient")
     pytest.importorskip("ipykernel")
@@ -132,6 +136,7 @@ def test_a_notebook_that_kills_its_kernel_is_one_line(tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_a_run_prints_no_unencrypted_tcp_warning(tmp_path):
     pytest.importorskip("nbclient")
     pytest.importorskip("ipykernel")
@@ -146,6 +151,7 @@ def test_a_run_prints_no_unencrypted_tcp_warning(tmp_path):
 # ---- 2. scripts/: unknown names, empty lists, missing files, unbounded counts --------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "script, args, says",
     [("calibrate_profile_build.py", ["--arms", "k99"], "no arm 'k99'"),
@@ -258,6 +264,7 @@ def answering_server() -> Iterator[str]:
         srv.server_close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("hung", ["server", "reference"])
 @pytest.mark.parametrize("greedy", [False, True])
 def test_a_server_that_never_answers_is_given_up_on_in_a_stated_time(hung, greedy):

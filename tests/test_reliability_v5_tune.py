@@ -95,6 +95,7 @@ def _tight(**kw):
     return tune("synthetic-chat", cfg).loads[0]
 
 
+@pytest.mark.slow
 def test_no_setting_meeting_the_sla_names_the_least_bad_and_searches_batched_tokens():
     lr = _tight()
     first = [r for r in lr.rows if "tok/step" not in r["candidate"]]  # the profile's limit
@@ -146,6 +147,7 @@ def test_the_explanation_says_what_a_step_is(capsys):
     assert "prompt chunks included" in why and "tokens on average" in why, why
 
 
+@pytest.mark.slow
 def test_a_smaller_batched_token_limit_says_what_it_costs_in_ttft():
     lr = _tight()
     assert "TTFT is" in lr.verdict and "--slo ttft=MS" in lr.verdict, lr.verdict

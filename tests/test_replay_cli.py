@@ -73,6 +73,7 @@ def test_readable_table(trace_file, capsys):
         assert word in text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "extra, msg",
     [

@@ -65,6 +65,7 @@ def test_a_log_that_is_not_the_grids_is_refused(tmp_path):
     assert r.main([str(tmp_path / "nowhere")]) == 2
 
 
+@pytest.mark.slow
 def test_a_grid_of_per_run_draws_is_replayed_on_each_runs_own_draw(monkeypatch):
     """held-out-6 sent run i of a cell the jobs of seed i (--arrival-seeds per-run): each kept
     run is replayed on its own draw, with the logged and with the lowest free slots."""

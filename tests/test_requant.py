@@ -57,6 +57,7 @@ def test_requantized_keeps_every_tensor_and_key(src, made, qtype):
     assert ftype == {"Q8_0": 7, "Q4_0": 2, "Q4_0-pure": 2}[qtype]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("qtype, tol", [("Q8_0", 0.01), ("Q4_0", 0.2)])
 def test_requantized_weights_stay_close(src, made, qtype, tol):
     """Q8_0 of 4-bit values moves them by well under 1% of their spread; Q4_0 (a second

@@ -86,6 +86,7 @@ def test_a_dspark_trace_from_the_server_is_its_walk_with_its_totals(tmp_path):
     assert "Q4_0-pure" in tr.meta["target"]
 
 
+@pytest.mark.slow
 @pytest.mark.real_server
 def test_an_output_streamed_short_is_taken_again_whole():
     """llama-server streams no event for a token that ends inside a UTF-8 character, so a

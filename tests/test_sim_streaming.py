@@ -247,6 +247,7 @@ def _runs(path: Path) -> list[dict]:
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", TRACES, ids=[p.stem for p in TRACES])
 def test_streamed_summary_on_every_shipped_trace(path):
     """Counts and means bit-identical; percentiles identical while the rows are kept, and
@@ -343,6 +344,7 @@ def test_replay_command_streams_out(tmp_path, capsys):
     assert "give a .parquet file" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flush", [1, 3, 64])
 def test_recycled_slots_change_nothing(monkeypatch, tmp_path, flush):
     """Flushes mid-run release finished jobs' slots for reuse (a streamed closed loop): every

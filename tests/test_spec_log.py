@@ -67,6 +67,7 @@ def test_a_log_without_step_lines_or_out_of_order_is_refused():
         spec_log.positions(task, prompt_len=5, length=5)
 
 
+@pytest.mark.slow
 @pytest.mark.real_server
 def test_the_server_logs_the_exact_ngram_walk_at_every_step():
     """A llama-server (ngram-simple n=2 m=3, the Q4_0-pure target) logs, for each of three

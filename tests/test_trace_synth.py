@@ -70,6 +70,7 @@ def auroc_z(trace, expected: float) -> float:
     return abs(a - expected) / se
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(PROFILES))
 def test_profile_hit_within_binomial_error(name):
     profile = PROFILES[name]
@@ -99,6 +100,7 @@ def test_confidences_are_calibrated(name):
         assert ece(s_bad, l_bad) > bound
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(PROFILES))
 def test_auroc_near_target(name):
     profile = PROFILES[name]

@@ -47,6 +47,7 @@ def results(trace):
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("engine", ENGINES)
 def test_best_is_the_argmax_of_the_objective_among_rows_meeting_the_sla(results, engine):
     lr = results[engine].loads[0]
@@ -241,6 +242,7 @@ def test_bad_input_is_one_line_and_exit_2(args, capsys, tmp_path, monkeypatch):
     assert len(err.strip().splitlines()) == 1 and "error" in err
 
 
+@pytest.mark.slow
 def test_json_parses_and_names_best_default_and_config(capsys):
     code, out, _ = _cli([*BASE, "--slo", "tpot=9", "--json"], capsys)
     assert code == 0
@@ -269,6 +271,7 @@ def test_deterministic_for_a_seed(trace):
     assert not a["throughput_tok_s"].equals(other["throughput_tok_s"])
 
 
+@pytest.mark.slow
 def test_out_writes_the_table_and_never_overwrites(tmp_path, capsys):
     out = tmp_path / "tune.csv"
     code, _, _ = _cli([*BASE, "--out", str(out)], capsys)
@@ -281,6 +284,7 @@ def test_out_writes_the_table_and_never_overwrites(tmp_path, capsys):
     assert code == 2 and "--force" in err
 
 
+@pytest.mark.slow
 def test_trtllm_cost_table_is_written_and_named(tmp_path, capsys):
     table = tmp_path / "cost_table.json"
     args = ["tune", TRACE, "--engine", "trtllm", "--concurrency", "8", "--requests", "40",
@@ -345,6 +349,7 @@ def test_trtllm_across_loads_gives_one_draft_len_schedule(trace, capsys):
     assert code == 0 and "== across these loads" in out and "draft_len_schedule:" in out
 
 
+@pytest.mark.slow
 def test_workers_give_the_same_rows_as_one_process(trace):
     cfg = TuneConfig(engine="sglang", concurrency=(8,), requests=40, draft_lens=(1, 7))
     one = tune(trace, cfg).frame()

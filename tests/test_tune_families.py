@@ -60,6 +60,7 @@ def result(files):
 
 
 # ------------------------------------------------------------------ the real run
+@pytest.mark.slow
 def test_a_row_per_load_and_family_with_none_and_intervals(result):
     frame = result.frame()
     assert len(frame) == 2 * 3 and "family" in frame.columns
@@ -116,6 +117,7 @@ def _pair(files: Path, seed: int = 0):
     return tune_families(specs, cfg)
 
 
+@pytest.mark.slow
 def test_the_drafter_that_accepts_more_wins_at_one_in_flight(files):
     """Same profile, same workload, AL 3.2 against AL 1.4: the better one is best and picked,
     the poor one is outside the noise of it, and speculation beats none."""
@@ -130,6 +132,7 @@ def test_the_drafter_that_accepts_more_wins_at_one_in_flight(files):
     pd.testing.assert_frame_equal(res.frame(), _pair(files).frame())  # same seed, same table
 
 
+@pytest.mark.slow
 def test_sglang_configs_and_out_table_from_the_command_line(files, capsys, monkeypatch, tmp_path):
     monkeypatch.chdir(files)
     out = tmp_path / "families.parquet"

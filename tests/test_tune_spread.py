@@ -28,6 +28,7 @@ def _tune(built, *extra: str) -> list[str]:
             str(built["mid"]), *extra]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_the_corners_bracket_the_recommended_gain(built, capsys):
     spread = f"{built['against']},{built['favour']}"
     assert main(_tune(built, "--spread", spread, "--json")) == 0

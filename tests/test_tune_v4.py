@@ -162,6 +162,7 @@ def test_tie_rule_keeps_the_default_else_the_setting_nearest_it():
     assert distance_from_default(cands[d], cands[d]) == (0, 0)
 
 
+@pytest.mark.slow
 def test_json_gives_intervals_ties_the_recommendation_and_its_config(capsys, monkeypatch):
     args = ["tune", "traces/synthetic-chat.parquet", "--engine", "vllm", *SMALL,
             "--draft-lens", "3,7", "--seeds", "3", "--json"]  # fmt: skip
@@ -184,6 +185,7 @@ def test_json_gives_intervals_ties_the_recommendation_and_its_config(capsys, mon
 
 
 # ------------------------------------------------------------------ acceptance vs the profile
+@pytest.mark.slow
 def test_acceptance_far_from_the_deployment_is_warned(capsys, monkeypatch):
     chat = read_trace("traces/chat.parquet")
     far = acceptance_check(chat, B300)
@@ -210,6 +212,7 @@ def test_acceptance_far_from_the_deployment_is_warned(capsys, monkeypatch):
 
 
 # ------------------------------------------------------------------ hostile inputs
+@pytest.mark.slow
 @pytest.mark.parametrize("engine", ["llama", "vllm"])
 def test_draft_lens_past_the_block_are_named_or_refused(engine, capsys, monkeypatch):
     base = ["tune", "synthetic-chat", "--engine", engine, *SMALL, "--seeds", "1"]

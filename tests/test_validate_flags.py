@@ -24,6 +24,7 @@ def fake_server(tmp_path, monkeypatch) -> Path:
     return mark
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "argv, says",
     [
