@@ -15,8 +15,12 @@ from specsim.fidelity.llama.held_out import HELD_OUT_V12, config_kwargs
 from specsim.fidelity.llama.servers import send, start_server
 
 REP = Path("reports/llama-cpp-v4/held-out-9")
-OUT = Path(sys.argv[1]) if len(sys.argv) > 1 else Path("/tmp/open-loop-diag")
-OUT.mkdir(parents=True, exist_ok=True)
+if len(sys.argv) != 2:
+    sys.exit("usage: openloop.py OUT_DIR (a new folder for runs.csv and steps.parquet)")
+OUT = Path(sys.argv[1])
+if OUT.exists():
+    sys.exit(f"{OUT} exists: name a new folder (this never writes over a run)")
+OUT.mkdir(parents=True)
 kw = config_kwargs(HELD_OUT_V12)
 kw["out"] = OUT
 cfg = LlamaValidationConfig(**kw)

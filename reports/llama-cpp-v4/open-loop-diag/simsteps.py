@@ -2,6 +2,7 @@
 the logging server's steps of the same draws."""
 
 import sys
+import tempfile
 import warnings
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from specsim.trace.io import read_trace
 REP = Path("reports/llama-cpp-v4/held-out-9")
 RUN = Path(sys.argv[1]) if len(sys.argv) > 1 else None
 kw = config_kwargs(HELD_OUT_V12)
-kw["out"] = Path("/tmp/open-loop-diag-sim")
+kw["out"] = Path(tempfile.mkdtemp())  # the config wants a folder; nothing is written
 cfg = LlamaValidationConfig(**kw)
 cost = read_profile_csv(REP / "profile-t0.csv")
 warnings.filterwarnings("ignore")
