@@ -55,6 +55,10 @@ ninth held-out grid.
 ``--part 10`` (``copy-edit-10``): the same over the next 12 GSM8K test questions (rows after
 part 9's last, 1147) and the first stub of 12 standard-library modules none of parts 6-9 used,
 for a tenth held-out grid.
+
+``--part 11`` (``copy-edit-11``): the same over the next 12 GSM8K test questions (rows after
+part 10's last, 1166) and the first stub of 12 standard-library modules none of parts 6-10
+used, for an eleventh held-out grid.
 """
 
 from __future__ import annotations
@@ -75,7 +79,7 @@ OUTS = {1: OUT, 2: PROMPTS / "copy-edit-2.jsonl", 3: PROMPTS / "copy-edit-3.json
         4: PROMPTS / "copy-edit-4.jsonl", 5: PROMPTS / "copy-edit-5.jsonl",
         6: PROMPTS / "copy-edit-6.jsonl", 7: PROMPTS / "copy-edit-7.jsonl",
         8: PROMPTS / "copy-edit-8.jsonl", 9: PROMPTS / "copy-edit-9.jsonl",
-        10: PROMPTS / "copy-edit-10.jsonl"}  # fmt: skip
+        10: PROMPTS / "copy-edit-10.jsonl", 11: PROMPTS / "copy-edit-11.jsonl"}  # fmt: skip
 PASSAGE_TEMPLATES = (
     "Copy the following passage word for word, putting each sentence on its own line. Output "
     "only the passage.\n\n{text}",
@@ -96,13 +100,14 @@ CODE_TEMPLATES = (
     "quotes; change nothing else and output the whole code.\n```python\n{text}\n```",
 )
 PER_SOURCE = 40
-PER_PART = {4: 20, 5: 12, 6: 12, 7: 12, 8: 12, 9: 12, 10: 12}  # sources of each kind if fewer
+PER_PART = {4: 20, 5: 12, 6: 12, 7: 12, 8: 12, 9: 12, 10: 12, 11: 12}  # of each kind if fewer
 STUB_START = {1: 0, 2: 40, 3: 120, 4: 80}  # the first HumanEval stub of each part
 STUB_ROWS = {5: (*range(112, 120), *range(160, 164))}  # a part's stubs where not one run
 # each part's first GSM8K row
-GSM8K_START = {3: 1000, 4: 1042, 5: 1069, 6: 1084, 7: 1099, 8: 1119, 9: 1133, 10: 1148}
+GSM8K_START = {3: 1000, 4: 1042, 5: 1069, 6: 1084, 7: 1099, 8: 1119, 9: 1133, 10: 1148,
+               11: 1167}  # fmt: skip
 GSM8K_MIN_CHARS = 160
-# parts 6-10's code: one stub from each of these standard-library modules, read from Python.
+# parts 6-11's code: one stub from each of these standard-library modules, read from Python.
 # Part 9's are the first 12 modules, tried in this fixed order, that no earlier part used and
 # whose stub under stdlib_stubs' rule is unlike every earlier part's: enum, abc, types,
 # warnings, inspect, json, csv, random, sysconfig, selectors, socket, ssl, subprocess, weakref,
@@ -114,6 +119,12 @@ GSM8K_MIN_CHARS = 160
 # lzma, pickle, shelve, dbm, sqlite3, logging, optparse, cmd, code (pathlib, fractions,
 # decimal, numbers, itertools (built in, no source), http.cookies, poplib, sqlite3, optparse
 # and cmd yield no stub, and were skipped; so do the 16 named for part 9, left out beforehand).
+# Part 11's are the first 12 so chosen in this fixed order: binascii, uu, mailbox, html.parser,
+# xml.dom.minidom, http.client, wave, chunk, filecmp, unicodedata, platform, errno, atexit,
+# tracemalloc, timeit, trace, pdb, doctest, unittest, ast, dis, os, stat, fileinput, getpass,
+# pkgutil (binascii and unicodedata (in C, no source), errno and atexit (built in, no source),
+# uu, mailbox, html.parser, xml.dom.minidom, wave, chunk, trace, pdb, unittest and stat yield
+# no stub, and were skipped; so do the 26 named for parts 9 and 10, left out beforehand).
 STDLIB_MODULES = {
     6: ("textwrap", "heapq", "bisect", "statistics", "fnmatch", "base64", "glob", "posixpath",
         "difflib", "string", "html", "shutil"),
@@ -125,6 +136,8 @@ STDLIB_MODULES = {
         "plistlib", "getopt", "gzip"),
     10: ("traceback", "smtplib", "ftplib", "imaplib", "tarfile", "bz2", "lzma", "pickle",
          "shelve", "dbm", "logging", "code"),
+    11: ("http.client", "filecmp", "platform", "tracemalloc", "timeit", "doctest", "ast", "dis",
+         "os", "fileinput", "getpass", "pkgutil"),
 }  # fmt: skip
 STDLIB_PYTHON = (3, 11)
 STUB_CHARS = (150, 700)
@@ -158,7 +171,7 @@ def gsm8k_passages(start: int = 1000, count: int = PER_SOURCE) -> list[tuple[str
 
 def stubs(part: int = 1) -> list[tuple[str, str]]:
     """The ``part``-th ``PER_SOURCE`` HumanEval stubs (the code between the fences), by line
-    (parts 6-10: standard-library stubs, :func:`stdlib_stubs`)."""
+    (parts 6-11: standard-library stubs, :func:`stdlib_stubs`)."""
     if part in STDLIB_MODULES:
         return stdlib_stubs(part)
     out = []
@@ -226,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
                     "questions, 12 standard-library stubs; Python 3.11), 7: copy-edit-7 (the "
                     "same, the next ones), 8: copy-edit-8 (the same, the next ones), 9: "
                     "copy-edit-9 (the same, the next ones), 10: copy-edit-10 (the same, the "
-                    "next ones)")  # fmt: skip
+                    "next ones), 11: copy-edit-11 (the same, the next ones)")  # fmt: skip
     ap.add_argument("--out", type=Path, default=None,
                     help="JSONL to write (default: the part's bundled file)")  # fmt: skip
     ap.add_argument("--force", action="store_true", help="overwrite --out (the shipped file is "

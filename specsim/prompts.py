@@ -37,6 +37,7 @@ BUNDLED = {
     "copy-edit-8": "edit",  # the next 12 GSM8K questions, 12 more standard-library stubs
     "copy-edit-9": "edit",  # the next 12 GSM8K questions, 12 further standard-library stubs
     "copy-edit-10": "edit",  # the next 12 GSM8K questions, 12 still other standard-library stubs
+    "copy-edit-11": "edit",  # the next 12 GSM8K questions, 12 yet other standard-library stubs
 }
 # a line's own "source" field overrides the file's category (chat-train mixes in GSM8K train)
 SOURCE_CATEGORY = {"gsm8k": "math"}
