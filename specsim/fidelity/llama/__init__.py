@@ -40,9 +40,11 @@ def run_llama_validation(
     return score(cfg, log)
 
 
-def trace_path(out: Path, name: str, t: float) -> Path:
-    """Where a grid folder keeps the trace of setting ``name`` at temperature ``t``."""
-    return out / "traces" / f"trace-{name.replace(':', '-')}-t{t:g}.parquet"
+def trace_path(out: Path, name: str, t: float, draw: int = 0) -> Path:
+    """Where a grid folder keeps the trace of setting ``name`` at temperature ``t`` (draw 0,
+    as every grid before ``--trace-draws``; draw k beside it, ``-d<k>``)."""
+    tag = f"-d{draw}" if draw else ""
+    return out / "traces" / f"trace-{name.replace(':', '-')}-t{t:g}{tag}.parquet"
 
 
 def measure(
@@ -55,7 +57,7 @@ def measure(
     from specsim.fidelity.llama.calibrate import calibrate, calibration_server, keep_calibration_log
     from specsim.fidelity.llama.grid import real_runs
     from specsim.fidelity.llama.servers import start_server
-    from specsim.fidelity.llama.traces import all_traces, prepare
+    from specsim.fidelity.llama.traces import all_traces, prepare, trace_draws
     from specsim.outputs import write_table, write_text
     from specsim.prompts import load_many
     from specsim.trace.io import write_trace
@@ -78,6 +80,9 @@ def measure(
     traces = all_traces(cfg, inputs, log)
     for (name, t), tr in traces.items():
         write_trace(tr, trace_path(out, name, t), force=True)
+    for (name, t), more in trace_draws(cfg, inputs, log).items():  # --trace-draws K > 1
+        for k, tr in enumerate(more, start=1):
+            write_trace(tr, trace_path(out, name, t, k), force=True)
     outputs = {f"{t:g}": o for t, o in inputs.outputs.items()}
     write_text(json.dumps({"ids": inputs.ids, "lengths": inputs.lengths, "outputs": outputs}),
                out / "inputs.json")  # fmt: skip
@@ -135,7 +140,8 @@ def score(cfg: LlamaValidationConfig, log: Callable[[str], None] = print) -> pd.
 
     out = cfg.out
     need = [out / "runs.csv", out / "grid_time.json"]
-    need += [trace_path(out, s.name, t) for s in cfg.settings for t in cfg.temperatures]
+    need += [trace_path(out, s.name, t, k) for s in cfg.settings for t in cfg.temperatures
+             for k in range(cfg.trace_draws)]  # fmt: skip
     if cfg.profile is None:
         need.append(out / "calibration_steps.parquet")
     if cfg.drift_probe:
@@ -149,6 +155,11 @@ def score(cfg: LlamaValidationConfig, log: Callable[[str], None] = print) -> pd.
         (s.name, float(t)): read_trace(trace_path(out, s.name, t))
         for s in cfg.settings for t in cfg.temperatures
     }  # fmt: skip
+    draws: dict = traces  # --trace-draws K > 1: every draw of each setting's trace, in order
+    if cfg.trace_draws > 1:
+        draws = {key: (tr, *(read_trace(trace_path(out, key[0], key[1], k))
+                             for k in range(1, cfg.trace_draws)))
+                 for key, tr in traces.items()}  # fmt: skip
     timing = json.loads((out / "grid_time.json").read_text())
     costs = {}
     fits = None
@@ -175,12 +186,12 @@ def score(cfg: LlamaValidationConfig, log: Callable[[str], None] = print) -> pd.
         cm = cost_model(fits[drafter], t, name, limits(cfg), meta, drafter=drafter)
         write_profile_csv(cm, path, force=True)
         costs[key] = read_profile_csv(path)  # the simulator reads what was written
-    table = compare(cfg, runs_df, traces, costs)
+    table = compare(cfg, runs_df, draws, costs)
     write_table(table, out / "fidelity.csv")
     drift = None
     if cfg.drift_probe:  # the same runs, each simulated at its round's speed
         probes = pd.read_csv(out / "probes.csv")
-        drifted = compare(cfg, runs_df, traces, costs, probes)
+        drifted = compare(cfg, runs_df, draws, costs, probes)
         write_table(drifted, out / "fidelity-drift.csv")
         drift = (probes, drifted)
     ranks = pd.concat([rankings(table, "throughput_tok_s").assign(metric="throughput"),

@@ -201,6 +201,14 @@ class LlamaValidationConfig:
         "grid is then also scored with each run simulated at its own speed "
         "(fidelity-drift.csv, specsim/fidelity/llama/drift.py). 0: no probe",
     )
+    trace_draws: int = option(
+        1,
+        "recording runs of every speculative setting's trace at each temperature, each a "
+        "draw of its own (draw 0 the grid's seed, draw k a seed no run of the grid sends); "
+        "kept run j of a cell is simulated on draw j mod K. One draw of 24 sampled answers "
+        "sets a T > 0 cell's acceptance as much as the drafter does (reports/llama-cpp-v4, "
+        "PLAN step 23); needs the server's own traces (--ngram-trace/--dspark-trace server)",
+    )
     terms: tuple[str, ...] = option(
         V3_TERMS,
         "the step model's speculative terms (of TERMS; frozen per grid by the "
@@ -317,6 +325,7 @@ class LlamaValidationConfig:
                     f"--drift-probe {self.drift_probe} probes the plain server between the rounds "
                     "of a --target-ci grid: give a count >= 1, --target-ci and 'none' in --specs"
                 )
+        check_draws(self)
         if self.target_ci is not None:
             from specsim.fidelity.repeats import check_rule
 
@@ -335,6 +344,12 @@ class LlamaValidationConfig:
         """The seed run ``index`` of a cell sends its jobs with (warm-ups counted from 0)."""
         return self.seed + index if self.arrival_seeds == "per-run" else self.seed
 
+    def draw_seed(self, draw: int) -> int:
+        """The seed of a trace's recording run ``draw``: the grid's seed for draw 0 (as every
+        grid before draws), else one far from every run's ``--seed + i``, so that no draw
+        samples the answers a measured run samples (the simulator would know them)."""
+        return self.seed if draw == 0 else (self.seed + DRAW_SEED_STEP * draw) % (MAX_SEED + 1)
+
     def with_(self, **changes: Any) -> LlamaValidationConfig:
         return replace(self, **changes)
 
@@ -343,6 +358,8 @@ MAX_PARALLEL = 1024  # llama-server slots: more is a typo (each holds --ctx-per-
 MAX_CTX_PER_SLOT = 1 << 20
 MAX_REQUESTS = 10_000_000  # as specsim bench
 MAX_REPEATS = 1000
+MAX_TRACE_DRAWS = 100
+DRAW_SEED_STEP = 104_729  # a trace draw's seed offset: beyond any run's index (repeats <= 1000)
 MIN_RATE = 1e-3  # one request per 1,000 s, as specsim bench: slower would look like a hang
 MAX_SEED = 2**32 - 2  # llama-server's seed is a uint32 whose last value means "random"
 
@@ -401,6 +418,24 @@ def check_flags(cfg: LlamaValidationConfig) -> None:
                 "wrote, with one profile-t<T>.csv per temperature, and profile-drafter-t<T>.csv "
                 "where it had dspark:N settings)"
             )
+
+
+def check_draws(cfg: LlamaValidationConfig) -> None:
+    """``--trace-draws``: in range, and only where every speculative trace comes from a
+    recording run of the server (a port or torch trace replays the plain server's one output
+    per prompt, so a second draw would repeat the first)."""
+    k = cfg.trace_draws
+    if not 1 <= k <= MAX_TRACE_DRAWS:
+        raise SpecsimError(f"--trace-draws must be in [1, {MAX_TRACE_DRAWS}], got {k}")
+    kinds = {s.kind for s in cfg.settings}
+    if k > 1 and (
+        ("ngram" in kinds and cfg.ngram_trace != "server")
+        or ("dspark" in kinds and cfg.dspark_trace != "server")
+    ):
+        raise SpecsimError(
+            f"--trace-draws {k} records each trace {k} times on the setting's own server: give "
+            "--ngram-trace server and --dspark-trace server, or --trace-draws 1"
+        )
 
 
 def check_dspark(cfg: LlamaValidationConfig) -> None:

@@ -12,7 +12,7 @@ KV reserved per slot).
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -248,7 +248,7 @@ def new_slots(cfg: LlamaValidationConfig, prompts: tuple | None, seed: int = 0) 
 def cell_sim(
     cfg: LlamaValidationConfig,
     s: SpecSetting,
-    trace: Trace,
+    trace: Trace | tuple[Trace, ...],
     cost: Any,
     concurrency: int | None,
     rate: float | None,
@@ -260,7 +260,8 @@ def cell_sim(
     runs' ``arrival_seeds`` (none given: the config's seed) and, with ``--slot-rule random``,
     :data:`RANDOM_LAYOUTS` seeded layouts (one layout is one draw of where a grid's server has
     its free slots; every other rule one). ``speeds`` (one per seed, :mod:`.drift`): each
-    draw simulated on ``cost``'s times scaled by its run's speed."""
+    draw simulated on ``cost``'s times scaled by its run's speed. ``trace``: one trace, or a
+    tuple of one per seed (``--trace-draws``: each run on its own recorded draw)."""
     from specsim.sim.cost.model import time_scaled
 
     layouts = range(RANDOM_LAYOUTS) if cfg.slot_rule == "random" else range(1)
@@ -268,16 +269,19 @@ def cell_sim(
     factors = tuple(speeds) or (1.0,) * len(draws)
     if len(factors) != len(draws):
         raise ValueError("cell_sim: one speed per arrival seed")
+    per = trace if isinstance(trace, tuple) else (trace,) * len(draws)
+    if len(per) != len(draws):
+        raise ValueError("cell_sim: one trace per arrival seed")
     priced = [time_scaled(cost, f) for f in factors]  # each draw's profile, built once
-    sims = [simulate_cell(cfg, s, trace, p, concurrency, rate, new_slots(cfg, prompts, k), a)
-            for a, p in zip(draws, priced, strict=True) for k in layouts]  # fmt: skip
+    sims = [simulate_cell(cfg, s, tr, p, concurrency, rate, new_slots(cfg, prompts, k), a)
+            for a, p, tr in zip(draws, priced, per, strict=True) for k in layouts]  # fmt: skip
     return sims[0] if len(sims) == 1 else _median_summary(sims)
 
 
 def history_sims(
     cfg: LlamaValidationConfig,
     runs: pd.DataFrame,
-    traces: dict[tuple[str, float], Trace],
+    traces: Mapping[tuple[str, float], Trace | tuple[Trace, ...]],
     costs: dict[tuple[bool, float], Any],
     prompts: tuple,
     speeds: pd.Series | None = None,
@@ -300,9 +304,21 @@ def history_sims(
             cost = costs[profile_key(spec, t)]
             if speeds is not None:
                 cost = time_scaled(cost, float(speeds[i]))
-            out[i] = simulate_cell(cfg, s, traces[(spec, t)], cost, c, rate, state,
-                                   logged_seed(cfg, r))  # fmt: skip
+            tr = run_trace(traces[(spec, t)], r)
+            out[i] = simulate_cell(cfg, s, tr, cost, c, rate, state, logged_seed(cfg, r))
     return out
+
+
+def run_trace(draws: Trace | tuple[Trace, ...], run: pd.Series) -> Trace:
+    """The trace a run of ``runs.csv`` is simulated on: with ``--trace-draws K`` (``draws`` a
+    tuple), kept run j of its cell on draw j mod K (a warm-up on draw 0), so that a cell's
+    runs average K recorded samples of the setting's acceptance, as the real runs sample
+    answers of their own; else the one trace."""
+    if not isinstance(draws, tuple):
+        return draws
+    rep = run.get("repeat", -1)
+    j = int(rep) if rep is not None and not pd.isna(rep) and int(rep) >= 0 else 0
+    return draws[j % len(draws)]
 
 
 def logged_seed(cfg: LlamaValidationConfig, run: pd.Series) -> int | None:
@@ -334,7 +350,7 @@ def _median_summary(sims: list[dict[str, float]]) -> dict[str, float]:
 def compare(
     cfg: LlamaValidationConfig,
     runs: pd.DataFrame,
-    traces: dict[tuple[str, float], Trace],
+    traces: Mapping[tuple[str, float], Trace | tuple[Trace, ...]],
     costs: dict[tuple[bool, float], Any],
     probes: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
@@ -342,7 +358,9 @@ def compare(
     95% interval (:func:`specsim.fidelity.repeats.median_interval`; ``converged``: within
     ``--target-ci``, else 3%, on throughput and mean TPOT) and spread, the simulator, signed
     errors against the median. With two repeats the median is their mean, as before.
-    ``probes`` (``probes.csv``, :mod:`.drift`): every run simulated at its round's speed."""
+    ``probes`` (``probes.csv``, :mod:`.drift`): every run simulated at its round's speed.
+    ``traces``: one per (setting, T), or with ``--trace-draws`` a tuple of its draws
+    (:func:`run_trace`)."""
     from specsim.fidelity.repeats import median_interval
 
     tol = cfg.target_ci if cfg.target_ci is not None else DEFAULT_TOL
@@ -364,15 +382,23 @@ def compare(
         s = SpecSetting.parse(spec)
         c, rate = _load(c, rate)
         cost = costs[profile_key(spec, t)]
+        found = traces[(spec, float(t))]
         if hist is not None:  # the median over the cell's runs, each on the server's history
             sim = _median_summary([hist[i] for i in g.index])
         elif speeds is not None:  # each kept run's draw at its own speed
             seeds = tuple(logged_seed(cfg, r) for _, r in g.iterrows())
-            sim = cell_sim(cfg, s, traces[(spec, float(t))], cost, c, rate, prompts, seeds,
-                           tuple(speeds[g.index]))  # fmt: skip
+            per = tuple(run_trace(found, r) for _, r in g.iterrows())
+            tr = per if isinstance(found, tuple) else found
+            sim = cell_sim(cfg, s, tr, cost, c, rate, prompts, seeds, tuple(speeds[g.index]))
+        elif isinstance(found, tuple):  # --trace-draws: each kept run's (seed, trace) once
+            pairs = {(logged_seed(cfg, r), id(run_trace(found, r))): r for _, r in g.iterrows()}
+            runs_ = list(pairs.values())
+            seeds = tuple(logged_seed(cfg, r) for r in runs_)
+            sim = cell_sim(cfg, s, tuple(run_trace(found, r) for r in runs_), cost, c, rate,
+                           prompts, seeds)  # fmt: skip
         else:
             draws = tuple(sorted({logged_seed(cfg, r) for _, r in g.iterrows()} - {None}))
-            sim = cell_sim(cfg, s, traces[(spec, float(t))], cost, c, rate, prompts, draws)
+            sim = cell_sim(cfg, s, found, cost, c, rate, prompts, draws)
         row: dict[str, Any] = {"grid": cfg.grid_label, "spec": spec, "temperature": t,
                                "concurrency": c, "rate": rate, "repeats": len(g)}  # fmt: skip
         converged = True

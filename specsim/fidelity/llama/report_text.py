@@ -100,6 +100,11 @@ def _kinds(cfg: LlamaValidationConfig) -> str:
     out = f"ngram:M = `--spec-type ngram-simple`, lookup {cfg.ngram_n}, draft size M"
     if cfg.ngram_trace == "server":
         out += ", traces from each server's own step log"
+    if cfg.trace_draws > 1:
+        out += (
+            f" ({cfg.trace_draws} recording runs of every speculative trace, each its own "
+            f"draw; kept run j of a cell simulated on draw j mod {cfg.trace_draws})"
+        )
     if any(s.kind == "dspark" for s in cfg.settings):
         out += (
             f"; dspark:N[:P] = `--spec-type draft-dspark --spec-draft-n-max N "

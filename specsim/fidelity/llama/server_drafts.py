@@ -34,18 +34,23 @@ def server_positions(
     ids: list[list[int]],
     lengths: list[int],
     temperature: float,
+    draw: int = 0,
 ) -> tuple[list[Positions], list[list[int]]]:
     """Each request's positions as setting ``s``'s server walked them, and its outputs in
-    that run (the caller compares them with the plain server's)."""
+    that run (the caller compares them with the plain server's); ``draw``: which of
+    ``--trace-draws`` recording runs (its seed: ``cfg.draw_seed``)."""
     folder = cfg.out / "logs" / "steps"
     with start_server(cfg, s, folder, steps=True) as srv:
-        _, res, _ = send(srv, ids, lengths, temperature=temperature, seed=cfg.seed,
+        _, res, _ = send(srv, ids, lengths, temperature=temperature, seed=cfg.draw_seed(draw),
                          concurrency=RECORD_CONCURRENCY, requests=len(ids))  # fmt: skip
         text = spec_log.settled_text(srv, 0, len(ids))[0]
         raw = srv.log_path
     check_draft_counts(s.name, res, cfg.out)
     order = sorted(res, key=lambda r: r.sent_s)  # the server launches them in this order
-    parsed = spec_log.keep_table(text, raw, folder / f"steps-{s.slug}-t{temperature:g}.parquet")
+    tag = f"-d{draw}" if draw else ""
+    parsed = spec_log.keep_table(
+        text, raw, folder / f"steps-{s.slug}-t{temperature:g}{tag}.parquet"
+    )
     tasks = spec_log.match(
         parsed,
         [len(ids[r.trace_id]) for r in order],

@@ -136,10 +136,11 @@ def setting_trace(
     inputs: GridInputs,
     temperature: float,
     log: Callable[[str], None] | None = None,
+    draw: int = 0,
 ) -> Trace:
     """The trace of setting ``s`` at ``temperature``: over the plain server's outputs (the
     n-gram port), or its own server's walk (``--ngram-trace server``; draft-dspark: see
-    :func:`dspark_traces`)."""
+    :func:`dspark_traces`), in recording run ``draw`` (``--trace-draws``)."""
     outs = inputs.outputs[float(temperature)]
     plen = [len(p) for p in inputs.ids]
     meta = {
@@ -150,12 +151,13 @@ def setting_trace(
     if s.kind == "none":
         return build_trace(plen, inputs.lengths, None, None, None, 1, meta)
     if s.kind == "dspark":
-        return dspark_traces(cfg, [s], inputs, [temperature])[(s.name, float(temperature))]
+        found = dspark_traces(cfg, [s], inputs, [temperature], draw=draw)
+        return found[(s.name, float(temperature))]
     meta["drafter"] = f"ngram-simple n={cfg.ngram_n} m={s.n_max}"
     meta["drafts_from"] = cfg.ngram_trace
     if cfg.ngram_trace == "server":
         t = float(temperature)
-        pos = _server_drafts(cfg, [s], inputs, [t], log)[(s.name, t)]
+        pos = _server_drafts(cfg, [s], inputs, [t], log, draw)[(s.name, t)]
         return _trace_of(plen, inputs.lengths, pos, s.n_max, meta)
     d = drafter_of(cfg, s)
     assert d is not None
@@ -172,20 +174,41 @@ def _trace_of(
 
 
 def all_traces(
-    cfg: LlamaValidationConfig, inputs: GridInputs, log: Callable[[str], None] = print
+    cfg: LlamaValidationConfig,
+    inputs: GridInputs,
+    log: Callable[[str], None] = print,
+    draw: int = 0,
 ) -> dict[tuple[str, float], Trace]:
     """Every setting's trace at every temperature, keyed ``(name, T)`` in the grid's order;
     the draft-dspark ones made together (:func:`dspark_traces`: one target pass per output
-    serves them all)."""
+    serves them all); ``draw``: which recording run (``--trace-draws``; the plain setting's
+    trace, lengths only, is the same in every draw)."""
     settings = cfg.settings
     dspark = [s for s in settings if s.kind == "dspark"]
-    made = dspark_traces(cfg, dspark, inputs, cfg.temperatures, log) if dspark else {}
+    made = dspark_traces(cfg, dspark, inputs, cfg.temperatures, log, draw) if dspark else {}
     for s in settings:
         for t in cfg.temperatures:
             if s.kind != "dspark":
-                made[(s.name, float(t))] = setting_trace(cfg, s, inputs, t, log)
+                made[(s.name, float(t))] = setting_trace(cfg, s, inputs, t, log, draw)
     return {(s.name, float(t)): made[(s.name, float(t))] for s in settings
             for t in cfg.temperatures}  # fmt: skip
+
+
+def trace_draws(
+    cfg: LlamaValidationConfig, inputs: GridInputs, log: Callable[[str], None] = print
+) -> dict[tuple[str, float], tuple[Trace, ...]]:
+    """Draws 1 .. K-1 of every setting's trace (``--trace-draws K``; draw 0 is
+    :func:`all_traces`'s), keyed as it: one recording run per setting, temperature and draw,
+    each on a fresh server of the setting with a seed of its own (``cfg.draw_seed``).
+    Why: at T > 0 every measured run samples its own answers, and a setting's acceptance over
+    24 sampled answers moved 9-18% from run to run on the held-out grids; one recorded draw
+    puts that whole spread into the simulator's acceptance (reports/llama-cpp-v4, PLAN step
+    23)."""
+    made: dict[tuple[str, float], list[Trace]] = {}
+    for k in range(1, cfg.trace_draws):
+        for key, tr in all_traces(cfg, inputs, log, draw=k).items():
+            made.setdefault(key, []).append(tr)
+    return {key: tuple(v) for key, v in made.items()}
 
 
 def dspark_traces(
@@ -194,6 +217,7 @@ def dspark_traces(
     inputs: GridInputs,
     temperatures: tuple[float, ...] | list[float],
     log: Callable[[str], None] | None = None,
+    draw: int = 0,
 ) -> dict[tuple[str, float], Trace]:
     """The traces of draft-dspark settings, from ``cfg.dspark_trace``: ``torch``, what the
     server drafts at every position of the plain server's outputs
@@ -205,9 +229,10 @@ def dspark_traces(
     folder = drafter_folder(cfg)
     temps = [float(t) for t in temperatures]
     plen = [len(p) for p in inputs.ids]
-    found = (_server_drafts if cfg.dspark_trace == "server" else _torch_dspark)(
-        cfg, settings, inputs, temps, log
-    )
+    if cfg.dspark_trace == "server":
+        found = _server_drafts(cfg, settings, inputs, temps, log, draw)
+    else:  # one output per prompt: every draw the same (config.check_draws refuses K > 1)
+        found = _torch_dspark(cfg, settings, inputs, temps, log)
     out = {}
     target = target_gguf(cfg).name
     for s in settings:
@@ -235,21 +260,23 @@ def _torch_dspark(cfg, settings, inputs, temps, log):  # noqa: ANN001, ANN202
             for s in settings for k, t in enumerate(temps)}  # fmt: skip
 
 
-def _server_drafts(cfg, settings, inputs, temps, log):  # noqa: ANN001, ANN202
-    """Each setting's own server over the grid's prompts, its step log read (one run each)."""
+def _server_drafts(cfg, settings, inputs, temps, log, draw=0):  # noqa: ANN001, ANN202
+    """Each setting's own server over the grid's prompts, its step log read (one run each,
+    recording run ``draw``)."""
     from specsim.fidelity.llama.server_drafts import server_positions
 
     out = {}
     for s in settings:
         for t in temps:
-            pos, outs = server_positions(cfg, s, inputs.ids, inputs.lengths, t)
+            pos, outs = server_positions(cfg, s, inputs.ids, inputs.lengths, t, draw)
             differ = sum(a != b for a, b in zip(outs, inputs.outputs[t], strict=True))
             out[(s.name, t)] = pos
             if log is not None:
                 drafted = sum(int(p.drafted.sum()) for p in pos)
                 accepted = sum(int(p.accepted.sum()) for p in pos)
+                at = f" (draw {draw})" if draw else ""
                 log(
-                    f"{s.name} T={t:g}: the server's own drafts: {accepted} of {drafted} "
+                    f"{s.name} T={t:g}{at}: the server's own drafts: {accepted} of {drafted} "
                     f"accepted; {differ} of {len(pos)} outputs differ from the plain server's"
                 )
     return out
