@@ -599,3 +599,22 @@ def test_the_tenth_v4_held_out_grid_is_new_and_fixed_before_it_runs():
             "drift_probe")  # fmt: skip
     _check_v4_held_out(d, h.EARLIER_V13, runs, "held-out-9", same, calibrated=("C=8",))
     assert not set(d["rates"]) & set(h.EARLIER_V13["rates"])
+
+
+def test_the_eleventh_v4_held_out_grid_is_new_and_fixed_before_it_runs():
+    """The eleventh held-out grid (PLAN.md step 23): new prompts, a rate no earlier grid or
+    calibration ran, C = 6 (only the third held-out grid's, on other prompts under an older
+    model), held-out-10's servers, settings, model, probe and calibration schedule, and each
+    trace recorded five times (one draw per kept run)."""
+    from specsim.fidelity.llama import held_out as h
+
+    d = h.HELD_OUT_V14
+    runs = ("tuning", "tuning-2", "tuning-3", "tuning-4", "tuning-5", "tuning-6", "held-out",
+            "held-out-2", "held-out-3", "held-out-4", "held-out-5", "held-out-6",
+            "held-out-7", "held-out-8", "held-out-9", "held-out-10")  # fmt: skip
+    same = ("specs", "target_type", "parallel", "max_tokens", "calib_concurrency",
+            "calib_requests", "calib_schedule", "arrival_seeds", "terms", "slot_rule",
+            "drift_probe", "open_requests", "min_repeats", "max_repeats")  # fmt: skip
+    _check_v4_held_out(d, h.EARLIER_V14, runs, "held-out-10", same, calibrated=("C=6",))
+    assert not set(d["rates"]) & set(h.EARLIER_V14["rates"])
+    assert d["trace_draws"] == d["max_repeats"] == 5

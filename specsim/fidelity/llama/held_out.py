@@ -150,7 +150,8 @@ def estimate_minutes(
     plain and ~50 n-gram, reports/llama-cpp; 25 for draft-dspark, whose server ran 15-30 tok/s
     at C = 1-8 here, its drafter's forward costing more than a decode step). ``mean_output``:
     tokens per request (default: 95% of ``max_tokens``: most prompts' answers reach the cap).
-    With ``calib_schedule`` ``rounds`` the calibration runs once a round.
+    With ``calib_schedule`` ``rounds`` the calibration runs once a round; with the server's
+    own traces, each setting's recording runs (``trace_draws`` per temperature) count too.
     Loading the drafter for the traces and the calibration rebuild (about a minute) comes on
     top."""
     import math
@@ -167,8 +168,13 @@ def estimate_minutes(
     calib = sum(math.ceil(defn["calib_requests"] * c) for c in defn["calib_concurrency"])
     if defn.get("calib_schedule") == "rounds":  # a pass after every round, none before
         calib *= n_runs
+    recorded = {"ngram": defn.get("ngram_trace") == "server",
+                "dspark": defn.get("dspark_trace") == "server"}  # fmt: skip
     for s in defn["specs"]:
         speed = rate_of[s.split(":")[0]]
+        if recorded.get(s.split(":")[0]):  # its trace's recording runs (--trace-draws each)
+            draws = defn.get("trace_draws", 1)
+            total += draws * len(defn["temperatures"]) * n_prompts * out / speed
         for _t in defn["temperatures"]:
             total += calib * out / speed
             cells = sum(cfg.cell_requests(c) * out / speed for c in defn["concurrency"])
@@ -469,4 +475,26 @@ EARLIER_V13: dict[str, Any] = {
     **EARLIER_V12,
     "prompts": (*EARLIER_V12["prompts"], "copy-edit-9[0:24]"),
     "rates": (*EARLIER_V12["rates"], 1.3),  # (C = 7 is there: the second held-out grid's)
+}
+
+# The eleventh v4 held-out grid (reports/llama-cpp-v4/PLAN.md step 23), fixed here before it
+# runs: copy-edit-11 (the next GSM8K test questions and stubs from 12 standard-library modules
+# no part used), a closed loop at C = 6 (only the third held-out grid's, on other prompts under
+# step 7's model; a calibration load on other prompts) and Poisson arrivals at 1.25 req/s (in
+# no grid or calibration: EARLIER_V14), held-out-10's method but each trace recorded 5 times,
+# one draw per kept run (--trace-draws 5).
+HELD_OUT_V14: dict[str, Any] = {
+    **HELD_OUT_V13,
+    "prompts": ("copy-edit-11[0:24]",),
+    "concurrency": (6,),
+    "rates": (1.25,),
+    "trace_draws": 5,
+    "out": "reports/llama-cpp-v4/held-out-11",
+}
+
+# every earlier grid and calibration of this method, the tenth v4 held-out grid included
+EARLIER_V14: dict[str, Any] = {
+    **EARLIER_V13,
+    "prompts": (*EARLIER_V13["prompts"], "copy-edit-10[0:24]"),
+    "rates": (*EARLIER_V13["rates"], 1.4),  # (C = 8 is there: the fifth held-out grid's)
 }
