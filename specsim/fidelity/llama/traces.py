@@ -275,9 +275,12 @@ def _server_drafts(cfg, settings, inputs, temps, log, draw=0):  # noqa: ANN001, 
                 drafted = sum(int(p.drafted.sum()) for p in pos)
                 accepted = sum(int(p.accepted.sum()) for p in pos)
                 at = f" (draw {draw})" if draw else ""
+                # a later draw samples with a seed of its own: at T > 0 its answers are other
+                # samples than the plain server's (drawn at the grid's seed), by design
+                why = " (sampled with another seed)" if draw and t > 0 else ""
                 log(
                     f"{s.name} T={t:g}{at}: the server's own drafts: {accepted} of {drafted} "
-                    f"accepted; {differ} of {len(pos)} outputs differ from the plain server's"
+                    f"accepted; {differ} of {len(pos)} outputs differ from the plain server's{why}"
                 )
     return out
 
