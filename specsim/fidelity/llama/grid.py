@@ -245,7 +245,13 @@ def new_slots(cfg: LlamaValidationConfig, prompts: tuple | None, seed: int = 0) 
     return LlamaSlots(n, prompts)
 
 
-def cell_sim(
+def cell_sim(*args: Any, **kw: Any) -> dict[str, float]:
+    """A cell's simulated summary on a fresh server: :func:`draw_sims`' arguments, the
+    median over every draw and layout."""
+    return _pooled([x for xs in draw_sims(*args, **kw) for x in xs])
+
+
+def draw_sims(
     cfg: LlamaValidationConfig,
     s: SpecSetting,
     trace: Trace | tuple[Trace, ...],
@@ -255,9 +261,9 @@ def cell_sim(
     prompts: tuple | None,
     arrival_seeds: Sequence[int | None] = (),
     speeds: Sequence[float] = (),
-) -> dict[str, float]:
-    """A cell's simulated summary on a fresh server: the median over every pair of the real
-    runs' ``arrival_seeds`` (none given: the config's seed) and, with ``--slot-rule random``,
+) -> list[list[dict[str, float]]]:
+    """A cell's simulated summaries on a fresh server, one list per draw: each of the real
+    runs' ``arrival_seeds`` (none given: the config's seed) on, with ``--slot-rule random``,
     :data:`RANDOM_LAYOUTS` seeded layouts (one layout is one draw of where a grid's server has
     its free slots; every other rule one). ``speeds`` (one per seed, :mod:`.drift`): each
     draw simulated on ``cost``'s times scaled by its run's speed. ``trace``: one trace, or a
@@ -273,8 +279,11 @@ def cell_sim(
     if len(per) != len(draws):
         raise ValueError("cell_sim: one trace per arrival seed")
     priced = [time_scaled(cost, f) for f in factors]  # each draw's profile, built once
-    sims = [simulate_cell(cfg, s, tr, p, concurrency, rate, new_slots(cfg, prompts, k), a)
-            for a, p, tr in zip(draws, priced, per, strict=True) for k in layouts]  # fmt: skip
+    return [[simulate_cell(cfg, s, tr, p, concurrency, rate, new_slots(cfg, prompts, k), a)
+             for k in layouts] for a, p, tr in zip(draws, priced, per, strict=True)]  # fmt: skip
+
+
+def _pooled(sims: list[dict[str, float]]) -> dict[str, float]:
     return sims[0] if len(sims) == 1 else _median_summary(sims)
 
 
@@ -383,8 +392,17 @@ def compare(
         c, rate = _load(c, rate)
         cost = costs[profile_key(spec, t)]
         found = traces[(spec, float(t))]
+        per: list[dict[str, float]] | None = None  # each kept run's own simulation
         if hist is not None:  # the median over the cell's runs, each on the server's history
-            sim = _median_summary([hist[i] for i in g.index])
+            per = [hist[i] for i in g.index]
+            sim = _median_summary(per)
+        elif cfg.arrival_seeds == "per-run":  # each kept run on its seed, draw and speed, once
+            seeds = tuple(logged_seed(cfg, r) for _, r in g.iterrows())
+            tr = tuple(run_trace(found, r) for _, r in g.iterrows())
+            f = () if speeds is None else tuple(speeds[g.index])
+            by_run = draw_sims(cfg, s, tr, cost, c, rate, prompts, seeds, f)
+            per = [_pooled(x) for x in by_run]
+            sim = _pooled([x for xs in by_run for x in xs])
         elif speeds is not None:  # each kept run's draw at its own speed
             seeds = tuple(logged_seed(cfg, r) for _, r in g.iterrows())
             per = tuple(run_trace(found, r) for _, r in g.iterrows())
@@ -419,6 +437,10 @@ def compare(
                 converged = converged and iv.within(tol)
         row["converged"] = converged
         row["spread_real"] = max(row["spread_throughput"], row["spread_tpot_mean"])
+        if per is not None and cfg.arrival_seeds == "per-run":  # each run against its own
+            from specsim.fidelity.llama.paired import paired_columns
+
+            row.update(paired_columns(g, per, tol))
         drafted, accepted = g["server_drafted"].sum(), g["server_accepted"].sum()
         row["real_accept_per_draft"] = accepted / drafted if drafted else np.nan
         v, a = sim.get("verified_draft_tokens", 0), sim.get("accepted_draft_tokens", 0)

@@ -254,6 +254,12 @@ def write_report(
         from specsim.fidelity.llama.drift import section
 
         text += section(drift[0], goals(drift[1]))
+    if "paired_tight" in table.columns:  # --arrival-seeds per-run: each run against its own
+        from specsim.fidelity.llama.grid import DEFAULT_TOL
+        from specsim.fidelity.llama.paired import section as paired_section
+
+        tol = cfg.target_ci if cfg.target_ci is not None else DEFAULT_TOL
+        text += paired_section(table, tol)
     wide = wide_cells(table)
     if wide:
         text += "\n## Real intervals (repeat rule: docs/fidelity.md)\n\n" + wide + "\n"
