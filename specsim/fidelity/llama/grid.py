@@ -405,8 +405,8 @@ def compare(
             sim = _pooled([x for xs in by_run for x in xs])
         elif speeds is not None:  # each kept run's draw at its own speed
             seeds = tuple(logged_seed(cfg, r) for _, r in g.iterrows())
-            per = tuple(run_trace(found, r) for _, r in g.iterrows())
-            tr = per if isinstance(found, tuple) else found
+            trs = tuple(run_trace(found, r) for _, r in g.iterrows())
+            tr = trs if isinstance(found, tuple) else found
             sim = cell_sim(cfg, s, tr, cost, c, rate, prompts, seeds, tuple(speeds[g.index]))
         elif isinstance(found, tuple):  # --trace-draws: each kept run's (seed, trace) once
             pairs = {(logged_seed(cfg, r), id(run_trace(found, r))): r for _, r in g.iterrows()}
